@@ -1,0 +1,93 @@
+"""`zeroedu memory`: seed figures through the CLI, JSON shape, and exit status 2 on bad input."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from zeroedu import catalog, cli
+from zeroedu.cli_memory import parse_psi
+
+GB = 10**9
+
+
+def run_main(capsys, *argv):
+    rc = cli.main(["memory", *argv])
+    return rc, capsys.readouterr()
+
+
+def test_subprocess_json_seed_figures():
+    out = subprocess.run([sys.executable, "-m", "zeroedu", "memory", "--psi", "7e9", "--n", "8",
+                          "--m", "2", "--json"], capture_output=True, text=True, check=True)
+    rep = json.loads(out.stdout)
+    assert (rep["psi"], rep["n"], rep["m"], rep["recipe"]) == (7 * GB, 8, 2, None)
+    assert set(rep["strategies"]) == set(catalog.STRATEGIES) == set(rep["comm"])
+    totals = {k: v["total"] for k, v in rep["strategies"].items()}
+    assert totals["ddp"] == 112 * GB and totals["zero1"] == 38.5 * GB
+    assert totals["zero2"] == 26.25 * GB and totals["fsdp1"] == 14 * GB
+    assert totals["megatron_distopt"] == 52.5 * GB
+    assert totals["hsdp"] == 14 * GB and totals["hfsdp"] == 8.75 * GB
+    for v in rep["strategies"].values():
+        assert {"param", "grad", "optim", "total"} <= set(v)
+    assert rep["comm"]["fsdp1"] == 1.5 * rep["comm"]["ddp"]
+
+
+def test_in_process_json(capsys):
+    rc, io = run_main(capsys, "--psi", "7B", "--n", "16", "--strategy", "zero3", "--json")
+    rep = json.loads(io.out)
+    assert rc == 0 and rep["strategies"]["fsdp1"]["total"] == 7 * GB
+    assert rep["comm"]["fsdp1"] == 15 / 16 * 6 * 7 * GB
+
+
+def test_recipe_tp_pp_offload(capsys):
+    _, io = run_main(capsys, "--psi", "7e9", "--strategy", "megatron_distopt", "--recipe", "fp32",
+                     "--json")
+    assert json.loads(io.out)["strategies"]["megatron_distopt"]["total"] == 7 * (8 + 1) * GB
+    _, io = run_main(capsys, "--psi", "7e9", "--strategy", "ddp", "--tp", "2", "--pp", "4",
+                     "--json")
+    assert json.loads(io.out)["strategies"]["ddp"]["total"] == 14 * GB
+    _, io = run_main(capsys, "--psi", "7e9", "--offload", "optimizer+params", "--json")
+    rep = json.loads(io.out)
+    assert set(rep["strategies"]) == {"fsdp1", "fsdp2", "hsdp", "hfsdp"}
+    assert rep["strategies"]["fsdp1"]["total"] == 1.75 * GB
+    assert rep["strategies"]["fsdp1"]["host_total"] == 12.25 * GB
+
+
+def test_table(capsys):
+    rc, io = run_main(capsys, "--psi", "7e9", "--n", "8", "--gpu-gb", "80")
+    assert rc == 0
+    rows = {line.split()[0]: line.split() for line in io.out.splitlines()[3:-1]}
+    assert rows["ddp"][5] == "112.00" and rows["ddp"][-1] == "no"
+    assert rows["zero1"][5] == "38.50" and rows["zero1"][-1] == "yes"
+
+
+@pytest.mark.parametrize("text, value", [("7e9", 7 * GB), ("7B", 7 * GB), ("1.5T", 1.5e12),
+                                         ("125M", 125_000_000), ("350k", 350_000), ("12", 12)])
+def test_parse_psi(text, value):
+    assert parse_psi(text) == value
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--psi", "0"], "--psi"),
+    (["--psi", "-7B"], "--psi"),
+    (["--psi", "seven"], "--psi"),
+    (["--psi", "inf"], "--psi"),
+    (["--psi", "7B", "--n", "0"], "--n"),
+    (["--psi", "7B", "--m", "0"], "--m"),
+    (["--psi", "7B", "--n", "2.5"], "--n"),
+    (["--psi", "7B", "--recipe", "bf17"], "--recipe"),
+    (["--psi", "7B", "--strategy", "zero9"], "unknown strategy 'zero9'"),
+    (["--psi", "7B", "--strategy", "ddp", "--offload", "optimizer+params"], "shards params"),
+])
+def test_bad_input_exits_2(capsys, argv, msg):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["memory", *argv])
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    assert "error:" in err and msg in err
+
+
+def test_subprocess_bad_input_exit_code():
+    out = subprocess.run([sys.executable, "-m", "zeroedu", "memory", "--psi", "-1"],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "error:" in out.stderr and out.stdout == ""
