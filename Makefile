@@ -1,0 +1,64 @@
+# zeroedu: two commands do everything on a fresh machine.
+#   make lab    set up .venv if needed, open JupyterLab on notebooks/ (127.0.0.1)
+#   make test   set up .venv if needed, run every test (unit, multi-rank, nbval, browser)
+# Also: make tour (every strategy at N = 4, measured vs predicted), make bench.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# A CPU machine gets torch's CPU build (these machines carry 2.13.0 locally). GPU users: put a
+# CUDA build of torch into .venv first (see README); an importable torch is never replaced.
+TORCH_SPEC ?= torch==2.13.0
+STAMP  := $(VENV)/.zeroedu-installed
+PORT   ?= 8888
+PYTEST_ARGS ?=
+
+.PHONY: setup lab test test-unit test-notebooks test-browser tour bench browser-deps clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e ".[lab,test]"
+	@touch $(STAMP)
+
+lab: setup
+	@echo "JupyterLab on http://127.0.0.1:$(PORT)/lab (Ctrl-C to stop)"
+	$(VENV)/bin/jupyter lab --no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) \
+	  --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True,)
+
+test: setup browser-deps
+	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
+	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
+	  $(VENV)/bin/pytest -q -p no:cacheprovider --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
+	    --nbval-cell-timeout=300 notebooks; \
+	fi
+
+test-unit: setup
+	$(VENV)/bin/pytest -q tests -m "not browser" $(PYTEST_ARGS)
+
+test-notebooks: setup
+	$(VENV)/bin/pytest -q -p no:cacheprovider --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+
+test-browser: setup browser-deps
+	$(VENV)/bin/pytest -q tests -m browser
+
+# The browser check drives Debian's chromium; install it when missing (as root, e.g. in CI).
+browser-deps:
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null); \
+	  else \
+	    echo "the browser check needs Debian's chromium: sudo apt-get install -y chromium"; exit 1; \
+	  fi; \
+	fi
+
+tour: setup
+	$(VENV)/bin/zeroedu tour --world-size 4
+
+bench: setup
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,88 @@
+"""Precision recipes: which dtype each piece of model state has.
+
+A recipe names the dtype of the parameter the model computes with, of its gradient, and of the
+optimizer's own copies. Bytes per parameter follow directly (ZeRO paper §3.1, Megatron-Core's
+distributed-optimizer table):
+
+=============== ====== ===== ====================================== ===== ==========
+recipe          param  grad  optimizer state (K)                    total sharded K
+=============== ====== ===== ====================================== ===== ==========
+mixed-bf16      bf16 2 bf16 2 fp32 master 4 + m 4 + v 4 = 12        16    ZeRO: 4 + 12/N
+megatron-bf16   bf16 2 fp32 4 fp32 master 4 + m 4 + v 4 = 12        18    6 + 12/N
+fp16            fp16 2 fp16 2 master 4 + fp32 main grad 4 + m + v=16 20    4 + 16/N
+fp32            fp32 4 fp32 4 m 4 + v 4 = 8 (the param is the master) 16    8 + 8/N
+=============== ====== ===== ====================================== ===== ==========
+
+This module is pure (no torch import) so `zeroedu.theory` can use it anywhere; `torch_dtype`
+converts a name when a strategy needs the real dtype.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    param: str
+    grad: str
+    master: str | None  # None: the parameter itself is the fp32 copy the optimizer updates
+    main_grad: str | None  # fp32 copy of the gradient inside the optimizer (Megatron fp16)
+    m: str = "fp32"
+    v: str = "fp32"
+
+    @property
+    def param_bytes(self) -> int:
+        return DTYPE_BYTES[self.param]
+
+    @property
+    def grad_bytes(self) -> int:
+        return DTYPE_BYTES[self.grad]
+
+    def optim_parts(self) -> dict[str, int]:
+        """Bytes per parameter of each optimizer-state tensor, in a fixed order."""
+        parts = {}
+        if self.master:
+            parts["master"] = DTYPE_BYTES[self.master]
+        if self.main_grad:
+            parts["main_grad"] = DTYPE_BYTES[self.main_grad]
+        parts["m"] = DTYPE_BYTES[self.m]
+        parts["v"] = DTYPE_BYTES[self.v]
+        return parts
+
+    @property
+    def optim_bytes(self) -> int:
+        """K in the ZeRO paper: optimizer-state bytes per parameter."""
+        return sum(self.optim_parts().values())
+
+    @property
+    def total_bytes(self) -> int:
+        return self.param_bytes + self.grad_bytes + self.optim_bytes
+
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in [
+        Recipe("mixed-bf16", param="bf16", grad="bf16", master="fp32", main_grad=None),
+        Recipe("megatron-bf16", param="bf16", grad="fp32", master="fp32", main_grad=None),
+        Recipe("fp16", param="fp16", grad="fp16", master="fp32", main_grad="fp32"),
+        Recipe("fp32", param="fp32", grad="fp32", master=None, main_grad=None),
+    ]
+}
+
+
+def get_recipe(name: str | Recipe) -> Recipe:
+    if isinstance(name, Recipe):
+        return name
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise ValueError(f"unknown recipe {name!r}; choose one of {', '.join(RECIPES)}") from None
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[name]

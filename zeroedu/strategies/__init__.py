@@ -1,0 +1,31 @@
+"""One module per strategy. `build` looks a name up in `zeroedu.catalog` and imports its class.
+
+The registry maps catalog names to "module:Class"; a strategy exists for `zeroedu run` exactly
+when it is listed here.
+"""
+from __future__ import annotations
+
+import importlib
+
+from ..catalog import get_spec
+
+REGISTRY: dict[str, str] = {
+    "ddp": "zeroedu.strategies.ddp:DDP",
+}
+
+
+def available() -> list[str]:
+    return list(REGISTRY)
+
+
+def strategy_class(name: str):
+    spec = get_spec(name)
+    ref = REGISTRY.get(spec.name)
+    if ref is None:
+        raise ValueError(f"strategy {name!r} is not implemented yet; available: {', '.join(REGISTRY)}")
+    mod, _, cls = ref.partition(":")
+    return getattr(importlib.import_module(mod), cls)
+
+
+def build(name: str, model, dist, recipe, adam=None, **opts):
+    return strategy_class(name)(model, dist, recipe, adam, **opts)
