@@ -1,0 +1,164 @@
+"""Megatron-Core's distributed optimizer: a whole fp32 gradient buffer, a sharded optimizer.
+
+Algorithm (Megatron-Core docs, "Distributed Optimizer"; it is ZeRO-1, ZeRO paper §5.1 P_os,
+with Megatron's buffers):
+  1. Set-up. Each unit's parameters become views into one contiguous parameter buffer (param
+     dtype, bf16 by default), padded to a multiple of N. Next to it sits a gradient buffer of the
+     same length in the recipe's grad dtype (fp32 for ``megatron-bf16``), kept whole on every
+     rank. Rank r owns chunk r of both buffers; the optimizer (fp32 master, m, v) exists for
+     that chunk only.
+  2. Backward. A post-accumulate hook on every parameter adds ``param.grad`` (bf16) into the
+     parameter's view of the gradient buffer (Megatron's ``main_grad``) and drops ``param.grad``,
+     so no bf16 gradient survives the backward. When the last parameter of a unit has its
+     gradient, ``start_grad_sync`` launches that unit's reduce-scatter (SUM) asynchronously, so
+     it overlaps the backward of the layers below.
+  3. ``finish_grad_sync`` waits for every reduce-scatter; rank r now holds the summed gradient
+     of its chunk, in its local range of the gradient buffer.
+  4. Adam on the fp32 master chunk with that gradient times 1/N (SUM then divide in fp32).
+  5. The updated master is cast into this rank's range of the bf16 parameter buffer, and the
+     parameter buffer is all-gathered, so every rank again holds the full updated weights.
+
+Index spaces (named as in Megatron's ``DistributedOptimizer``, computed by `zeroedu.shard`):
+*buffer-wide* range = positions in a unit's padded flat buffer; *local* range = positions in
+this rank's chunk 0..c; *per-parameter* range = positions inside one parameter's flattened
+tensor. `FlatLayout.param_slices(r)` lists, for each parameter overlapping chunk r, the same
+slice in all three spaces; `report_extra` returns them for the notebooks.
+
+Memory per rank (P, G, K bytes of param, grad, optimizer state; ``megatron-bf16``: 2, 4, 12):
+(P + G)Ψ + KΨ/N = 6Ψ + 12Ψ/N; ``fp16``: 4Ψ + 16Ψ/N (fp16 grads, an fp32 main-grad copy of
+the chunk inside the optimizer); ``fp32``: 8Ψ + 8Ψ/N (the fp32 param chunk is the master).
+Padding is real storage and counted.
+
+Communication per rank per step: reduce-scatter of the padded gradient buffer in G bytes
+(Ψ·4 with fp32 grads) plus all-gather of the padded parameter buffer in P bytes (Ψ·2), each
+(N-1)/N of that under the ring. Reducing in fp32 costs twice the bytes of bf16, for accuracy.
+No loss scaling is applied with ``fp16`` (the model is small and well-conditioned).
+"""
+from __future__ import annotations
+
+import torch
+
+from ..models import units
+from ..shard import FlatLayout
+from .base import AdamState, Strategy
+
+
+class FlatUnit:
+    """One unit's parameter and gradient buffers, and the parameters viewing into them."""
+
+    def __init__(self, params, n, rank, param_dtype, grad_dtype, device):
+        self.params = params
+        self.layout = FlatLayout([tuple(p.shape) for p in params], n)
+        L = self.layout
+        self.param_buffer = torch.zeros(L.padded_numel, dtype=param_dtype, device=device)
+        self.grad_buffer = torch.zeros(L.padded_numel, dtype=grad_dtype, device=device)
+        self.main_grads = []
+        for i, p in enumerate(params):
+            r = L.param_range(i)  # buffer-wide range of parameter i
+            self.param_buffer[r.start:r.end].copy_(p.detach().reshape(-1))
+            # The parameter now *is* a view of the buffer: the all-gather into the buffer
+            # updates the model's weights with no extra copy.
+            p.data = self.param_buffer[r.start:r.end].view(p.shape)
+            self.main_grads.append(self.grad_buffer[r.start:r.end].view(p.shape))
+        self.local = L.shard_range(rank)  # buffer-wide range this rank owns
+        self.param_shard = self.param_buffer[self.local.start:self.local.end]
+        self.grad_shard = self.grad_buffer[self.local.start:self.local.end]
+        self.pending = len(params)  # parameters still waiting for their gradient this step
+        self.handle = None
+        self.reduced = None  # the reduce-scatter's output while it is in flight
+
+
+class MegatronDistOpt(Strategy):
+    name = "megatron_distopt"
+
+    def __init__(self, model, dist, recipe, adam=None, **opts):
+        super().__init__(model, dist, recipe, *(() if adam is None else (adam,)))
+        overlap = opts.pop("overlap_grad_reduce", True)
+        if opts:
+            raise ValueError(f"megatron_distopt takes only overlap_grad_reduce, got {sorted(opts)}")
+        self.overlap_grad_reduce = bool(overlap)
+        ax = dist.inner
+        self.model.to(dist.device, self.param_dtype)
+        self.units = [FlatUnit(list(u.parameters()), ax.size, ax.rank, self.param_dtype,
+                               self.grad_dtype, dist.device) for u in units(self.model)]
+        for k, unit in enumerate(self.units):
+            self.ledger.track(unit.param_buffer, "param")
+            self.ledger.track(unit.grad_buffer, "grad")
+            for i, p in enumerate(unit.params):
+                p.register_post_accumulate_grad_hook(self._make_grad_hook(k, i))
+        # The optimizer sees only this rank's chunk of each parameter buffer: with a master in
+        # the recipe it keeps an fp32 copy of the chunk; with fp32 it updates the chunk in place.
+        self.optim = AdamState([u.param_shard for u in self.units], recipe, self.adam, self.ledger)
+        self.ledger.event("buffers built")
+
+    # ------------------------------------------------------------------ backward hooks
+    def _make_grad_hook(self, k, i):
+        unit = self.units[k]
+
+        def hook(p):
+            with torch.no_grad():
+                # Accumulate in the grad dtype (fp32 main_grad), then drop the bf16 grad so that
+                # autograd's copy is freed as soon as it is folded in.
+                unit.main_grads[i].add_(p.grad)
+            p.grad = None
+            unit.pending -= 1
+            if unit.pending == 0 and self.overlap_grad_reduce:
+                self.start_grad_sync(k)
+
+        return hook
+
+    def start_grad_sync(self, k):
+        """Launch unit k's reduce-scatter: SUM over the axis, this rank keeps its chunk."""
+        unit = self.units[k]
+        # A separate output keeps the collective's input and output from aliasing (gloo does
+        # not promise in-place reduce-scatter); it is copied into the local range afterwards.
+        unit.reduced = self.ledger.track(torch.empty_like(unit.grad_shard), "comm_buffer")
+        unit.handle = self.comm.reduce_scatter(unit.reduced, unit.grad_buffer, self.dist.inner,
+                                               tag=f"megatron/unit{k}/grads", async_op=True)
+        self.ledger.event(f"unit {k} reduce-scatter started")
+
+    def finish_grad_sync(self):
+        for k, unit in enumerate(self.units):
+            if unit.handle is None:  # no overlap, or a parameter got no gradient
+                self.start_grad_sync(k)
+            unit.handle.wait()
+            unit.grad_shard.copy_(unit.reduced)
+            unit.handle = unit.reduced = None  # drop the output buffer
+            unit.pending = len(unit.params)
+        self.ledger.event("grads reduce-scattered")
+
+    # ------------------------------------------------------------------ optimizer step
+    def step(self):
+        ax = self.dist.inner
+        self.finish_grad_sync()
+        self.ledger.record_model_states()
+        with torch.no_grad():
+            # Adam on the local range only; SUM then 1/N in fp32 inside AdamState.
+            self.optim.step([u.grad_shard for u in self.units], scale=1.0 / ax.size)
+            for k, unit in enumerate(self.units):
+                # Our chunk of the param buffer now holds the updated (cast) weights; gather the
+                # rest. The input is a copy so the collective's input and output do not alias.
+                mine = self.ledger.track(unit.param_shard.clone(), "comm_buffer")
+                self.comm.all_gather(unit.param_buffer, mine, ax, tag=f"megatron/unit{k}/params")
+                del mine
+                unit.grad_buffer.zero_()
+        self.ledger.event("params all-gathered")
+
+    def full_parameters(self):
+        # Every rank holds the whole parameter buffer after the all-gather: no collective needed.
+        return [p.detach().float().cpu().clone() for u in self.units for p in u.params]
+
+    def report_extra(self):
+        """The three index spaces of this rank's chunk, per unit (for the notebooks)."""
+        r = self.dist.inner.rank
+        out = []
+        for k, u in enumerate(self.units):
+            out.append({
+                "unit": k, "numel": u.layout.numel, "padded": u.layout.padded_numel,
+                "local": [u.local.start, u.local.end],
+                "slices": [{"param": s.index, "buffer": [s.buffer.start, s.buffer.end],
+                            "param_range": [s.param.start, s.param.end],
+                            "local": [s.local.start, s.local.end]}
+                           for s in u.layout.param_slices(r)],
+            })
+        return out
