@@ -11,6 +11,7 @@ from ..catalog import get_spec
 
 REGISTRY: dict[str, str] = {
     "ddp": "zeroedu.strategies.ddp:DDP",
+    "fsdp1": "zeroedu.strategies.fsdp1:FSDP1",
     "megatron_distopt": "zeroedu.strategies.megatron_distopt:MegatronDistOpt",
 }
 

@@ -1,0 +1,81 @@
+"""ZeRO-3 / FSDP1: each unit's parameters flattened into one FlatParameter, sharded evenly.
+
+Algorithm (ZeRO paper, Rajbhandari et al. 2019, §5.3 P_os+g+p; FSDP paper, Zhao et al. 2023,
+§3.2 "FlatParameter"). Set-up: per unit, flatten and concatenate its parameters into one flat
+buffer, pad it with zeros to a multiple of N (N·M for a hybrid mesh) and keep only this rank's
+chunk c = padded/N (`zeroedu.shard.FlatLayout` names the index spaces). Per step, per unit
+(lifecycle in `fsdp_units`):
+  1. pre_forward: all-gather the N chunks into the padded flat buffer (param dtype); the
+     module's weight and bias become views into it;
+  2. post_forward: free the flat buffer (reshard_after_forward=True);
+  3. pre_backward: all-gather it again;
+  4. post_backward: the views' gradients land in one full flat gradient; reduce-scatter it
+     (SUM, grad dtype) into this rank's c-element grad shard; free it and the flat buffer;
+  5. step: Adam on the shard (fp32 master/m/v of c elements), scale 1/N; the updated param
+     shard is what the next forward gathers — no extra all-gather after the step.
+
+Memory per rank (model states): (P + G + K) · Σ_units padded/N = 16Ψ/N with mixed-bf16, padding
+included (`theory.exact_model_states("fsdp1", ...)`). On top of it, transiently: the unsharded
+unit being computed (plus one prefetched) and its full gradient; the ledger tracks them as
+"gathered" / "comm_buffer" and the timeline shows one unshard/reshard saw-tooth per unit.
+
+Communication per rank per step: all-gather ΨP twice + reduce-scatter ΨG, each (N-1)/N of the
+padded buffer: 3Ψ in the paper's units, 1.5x DDP's 2Ψ (ZeRO §7.2.3). With
+reshard_after_forward=False the backward all-gather is skipped: 2Ψ.
+
+Hybrid strategies reuse `FlatUnit` with another shard axis and padding multiple, and override
+`post_backward` to reduce the returned grad shard over dp_outer.
+"""
+from __future__ import annotations
+
+import torch
+
+from .. import shard
+from .fsdp_units import FSDPStrategy, Unit
+
+
+class FlatUnit(Unit):
+    """One FlatParameter: `leaves[0]` is the padded flat buffer, `shards[0]` this rank's chunk."""
+
+    def __init__(self, index, module, axis, pad_multiple, comm, ledger, param_dtype, grad_dtype, tag):
+        super().__init__(index, module, axis, comm, ledger, param_dtype, grad_dtype, tag)
+        if pad_multiple % axis.size:
+            raise ValueError(f"padding multiple {pad_multiple} must be a multiple of the shard count {axis.size}")
+        self.layout = shard.FlatLayout([tuple(p.shape) for _, p in self.params], pad_multiple)
+        padded = self.layout.padded_numel
+        self.range = shard.shard_range(padded, axis.size, axis.rank)  # buffer-wide, this rank's chunk
+        with torch.no_grad():
+            flat = torch.zeros(padded)
+            for i, (_, p) in enumerate(self.params):
+                r = self.layout.param_range(i)
+                flat[r.start:r.end] = p.detach().reshape(-1)
+            self.shards = [ledger.track(flat[self.range.start:self.range.end].to(param_dtype).clone(), "param")]
+        self.grad_shards = [ledger.track(torch.zeros_like(self.shards[0], dtype=grad_dtype), "grad")]
+        self.leaves = [self._new_leaf((padded,))]
+        self._detach_module_params()
+
+    def _all_gather(self):
+        # `.data`: write the gathered values without bumping the leaf's version counter, which
+        # autograd's saved views share; they are meant to see exactly these values.
+        return [self.comm.all_gather(self.leaves[0].data, self.shards[0], self.axis,
+                                     tag=f"{self.tag}/unit{self.index}/all_gather", async_op=True)]
+
+    def _reduce_scatter(self, full_grads):
+        self.comm.reduce_scatter(self.grad_shards[0], full_grads[0], self.axis,
+                                 tag=f"{self.tag}/unit{self.index}/reduce_scatter")
+
+    def _views(self):
+        flat = self.leaves[0]
+        out = []
+        for i, shape in enumerate(self.layout.shapes):
+            r = self.layout.param_range(i)
+            out.append(flat[r.start:r.end].view(shape))
+        return out
+
+
+class FSDP1(FSDPStrategy):
+    name = "fsdp1"
+
+    def make_unit(self, index, module):
+        return FlatUnit(index, module, self.shard_axis(), self.pad_multiple(), self.comm, self.ledger,
+                        self.param_dtype, self.grad_dtype, tag=self.name)

@@ -1,0 +1,255 @@
+"""The FSDP unit lifecycle, shared by FSDP1 (flat units) and FSDP2 (per-parameter dim-0 shards).
+
+A *unit* is a module whose parameters are gathered and freed together (here one per Linear
+layer, `zeroedu.models.units`). Between uses a rank keeps only its shard of the unit's
+parameters; around each use the unit goes through (FSDP paper, Zhao et al. 2023, §3.2):
+
+    pre_forward    unshard: all-gather the full parameters; bind the module's weights to them
+                   (forward_prefetch: also start the next unit's all-gather, async)
+    post_forward   reshard: free the full parameters again (reshard_after_forward=True), and
+                   hang a hook on the unit's output so backward can find the unit
+    pre_backward   unshard again (the output's gradient has arrived, the unit's backward is next)
+                   (backward_prefetch: also start the previous unit's all-gather, async, so it
+                   runs while this unit computes and reduce-scatters)
+    post_backward  reduce-scatter the full gradient (SUM, in the recipe's grad dtype) into this
+                   rank's grad shard; free the full gradient and reshard
+
+The root unit reshards after forward too, although backward gathers it again at once: the
+closed forms (`theory.exact_comm`) count two all-gathers per unit and so do we. Real FSDP keeps
+the root's parameters (FSDP2 sets reshard_after_forward=False for the root's own group).
+`reshard_after_forward=False` keeps every unit gathered from forward to backward: one
+all-gather per unit less (2Ψ instead of 3Ψ), all full parameters alive at the forward/backward
+boundary (ZeRO-2's memory for parameters).
+
+`limit_all_gathers=k` caps how many units may be unsharded (all-gather issued and not yet
+freed) at once; a prefetch that would exceed it is skipped and that unit gathers when it is
+needed. It bounds the "+ prefetched unit" on top of the current one (FSDP1's rate limiter).
+
+Subclasses say how a unit stores its parameters (`Unit`: `_all_gather`, `_reduce_scatter`,
+`_views`, `_full_numel`) and how to shard the strategy (`FSDPStrategy.make_unit`,
+`shard_axis`, `pad_multiple`). Hybrid strategies override `post_backward` (it returns the
+reduced grad shards, ready to be all-reduced or reduce-scattered over dp_outer) and
+`build_optimizer` / `grad_scale`.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..models import units as model_units
+from .base import AdamState, Strategy
+
+SHARDED, UNSHARDING, UNSHARDED = "sharded", "unsharding", "unsharded"
+
+
+class Unit:
+    """One FSDP unit on one rank. Subclasses fill `leaves` (the unsharded tensors autograd sees,
+    one or more, each a leaf with requires_grad), `shards` (this rank's parameter shards, what
+    the optimizer updates) and `grad_shards` (same shapes, grad dtype)."""
+
+    def __init__(self, index, module, axis, comm, ledger, param_dtype, grad_dtype, tag):
+        self.index, self.module, self.axis = index, module, axis
+        self.comm, self.ledger, self.tag = comm, ledger, tag
+        self.param_dtype, self.grad_dtype = param_dtype, grad_dtype
+        self.params = list(module.named_parameters())  # original (fp32) parameters, for sharding
+        # Where each parameter lives in the module tree, so pre_forward can rebind it.
+        self.slots = []
+        for name, _ in self.params:
+            owner, _, attr = name.rpartition(".")
+            self.slots.append((module.get_submodule(owner) if owner else module, attr))
+        self.state, self.handles, self.ready = SHARDED, [], 0
+        self.leaves: list[torch.Tensor] = []
+        self.shards: list[torch.Tensor] = []
+        self.grad_shards: list[torch.Tensor] = []
+
+    def _detach_module_params(self):
+        """Take the original parameters out of the module: from now on it only sees views of
+        the unsharded leaves, bound in pre_forward. Dropping them frees the full fp32 copies."""
+        for mod, attr in self.slots:
+            del mod._parameters[attr]
+            setattr(mod, attr, None)
+        self.params = [(n, None) for n, _ in self.params]
+
+    def _new_leaf(self, shape) -> torch.Tensor:
+        """An unsharded buffer with no storage yet; unshard gives it bytes, reshard takes them."""
+        leaf = torch.empty(shape, dtype=self.param_dtype, requires_grad=True)
+        leaf.untyped_storage().resize_(0)
+        self.ledger.track(leaf, "gathered")
+        return leaf
+
+    # ---------------------------------------------------------------- subclass hooks
+    def _all_gather(self) -> list:
+        """Start the all-gather(s) into the leaves' (re-allocated) storage; return handles."""
+        raise NotImplementedError
+
+    def _reduce_scatter(self, full_grads: list[torch.Tensor]) -> None:
+        """SUM-reduce-scatter the full gradients (grad dtype) into `grad_shards`."""
+        raise NotImplementedError
+
+    def _views(self) -> list[torch.Tensor]:
+        """The module's parameters as autograd views of the leaves (original shapes)."""
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- lifecycle
+    def unshard(self, async_op: bool = False) -> None:
+        if self.state == SHARDED:
+            for leaf in self.leaves:
+                leaf.untyped_storage().resize_(leaf.numel() * leaf.element_size())
+            self.handles = self._all_gather()
+            self.state = UNSHARDING
+            self.ledger.event(f"unit {self.index} unshard")
+        if not async_op:
+            self.wait_unshard()
+
+    def wait_unshard(self) -> None:
+        for h in self.handles:
+            h.wait()
+        self.handles = []
+        if self.state == UNSHARDING:
+            self.state = UNSHARDED
+
+    def reshard(self) -> None:
+        if self.state == SHARDED:
+            return
+        self.wait_unshard()
+        # Autograd still holds the weight views Linear saved for backward, and they share this
+        # storage: dropping our own reference would free nothing. Resizing the storage to 0
+        # bytes really releases the memory while every tensor object stays valid; pre_backward
+        # resizes it back and all-gathers into it before autograd reads those saved views.
+        for leaf in self.leaves:
+            leaf.untyped_storage().resize_(0)
+        self.state = SHARDED
+        self.ledger.event(f"unit {self.index} reshard")
+
+    def bind(self) -> None:
+        """Point the module's parameter attributes at fresh views of the unsharded leaves.
+        Made under grad mode, so autograd routes each weight's gradient into its leaf."""
+        for (mod, attr), view in zip(self.slots, self._views()):
+            setattr(mod, attr, view)
+
+    def reduce_grads(self) -> list[torch.Tensor]:
+        full = []
+        for leaf in self.leaves:
+            g = leaf.grad
+            leaf.grad = None  # our only reference from now on: freed when `full` goes
+            # Reduce in the recipe's grad dtype (e.g. fp32 grads for megatron-bf16).
+            full.append(self.ledger.track(g if g.dtype == self.grad_dtype else g.to(self.grad_dtype),
+                                          "comm_buffer"))
+        self.ledger.event(f"unit {self.index} post_backward")
+        self._reduce_scatter(full)
+        return self.grad_shards
+
+    def full_parameters(self) -> list[torch.Tensor]:
+        """Gather this unit and copy its parameters out as fp32 (a collective)."""
+        with torch.no_grad():
+            self.unshard()
+            out = [v.detach().float().cpu().clone() for v in self._views()]
+            self.reshard()
+        return out
+
+
+class FSDPStrategy(Strategy):
+    """Hooks that drive `Unit`s through the lifecycle, and the sharded optimizer step."""
+
+    name = "fsdp"
+    OPTIONS = {"reshard_after_forward": True, "forward_prefetch": False,
+               "backward_prefetch": True, "limit_all_gathers": None}
+
+    def __init__(self, model, dist, recipe, adam=None, **opts):
+        super().__init__(model, dist, recipe, *(() if adam is None else (adam,)))
+        unknown = set(opts) - set(self.OPTIONS)
+        if unknown:
+            raise ValueError(f"{self.name} options are {sorted(self.OPTIONS)}, got {sorted(unknown)}")
+        o = {**self.OPTIONS, **opts}
+        self.reshard_after_forward = bool(o["reshard_after_forward"])
+        self.forward_prefetch, self.backward_prefetch = bool(o["forward_prefetch"]), bool(o["backward_prefetch"])
+        self.limit_all_gathers = o["limit_all_gathers"]
+        if self.limit_all_gathers is not None and int(self.limit_all_gathers) < 1:
+            raise ValueError(f"limit_all_gathers must be >= 1 or None, got {self.limit_all_gathers}")
+        self.axis = self.shard_axis()
+        self.model.to(dist.device)
+        self.units = [self.make_unit(i, m) for i, m in enumerate(model_units(model))]
+        for u in self.units:
+            u.module.register_forward_pre_hook(lambda _m, _a, u=u: self.pre_forward(u))
+            u.module.register_forward_hook(lambda _m, _a, out, u=u: self.post_forward(u, out))
+            for leaf in u.leaves:
+                leaf.register_post_accumulate_grad_hook(lambda _t, u=u: self._leaf_grad_ready(u))
+        self.optim = self.build_optimizer()
+        self.ledger.event("units sharded")
+
+    # ---------------------------------------------------------------- what subclasses choose
+    def shard_axis(self):
+        return self.dist.inner
+
+    def pad_multiple(self) -> int:
+        return self.shard_axis().size
+
+    def make_unit(self, index, module) -> Unit:
+        raise NotImplementedError
+
+    def build_optimizer(self) -> AdamState:
+        return AdamState([s for u in self.units for s in u.shards], self.recipe, self.adam, self.ledger)
+
+    def grad_scale(self) -> float:
+        # The reduce-scatter SUMs over the shard axis; the mean over ranks is taken in fp32 inside
+        # the optimizer (gloo has no AVG, and dividing low-precision grads first rounds twice).
+        return 1.0 / self.axis.size
+
+    # ---------------------------------------------------------------- lifecycle hooks
+    def _prefetch(self, j: int) -> None:
+        if not 0 <= j < len(self.units) or self.units[j].state != SHARDED:
+            return
+        busy = sum(u.state != SHARDED for u in self.units)
+        if self.limit_all_gathers is not None and busy >= int(self.limit_all_gathers):
+            return  # over the limit: this unit will gather when it is needed
+        self.units[j].unshard(async_op=True)
+
+    def pre_forward(self, u: Unit):
+        u.unshard()
+        if self.forward_prefetch:
+            self._prefetch(u.index + 1)  # module order is execution order for these models
+        u.bind()
+
+    def post_forward(self, u: Unit, out):
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else (out,))
+                if isinstance(t, torch.Tensor) and t.requires_grad]
+        if outs and torch.is_grad_enabled():
+            # Fires when the gradient of the unit's output is ready, i.e. right before the unit's
+            # own backward runs: the moment to gather its parameters again.
+            torch.autograd.graph.register_multi_grad_hook(outs, lambda _g, u=u: self.pre_backward(u),
+                                                          mode="any")
+        if self.reshard_after_forward:
+            u.reshard()
+
+    def pre_backward(self, u: Unit):
+        u.unshard()
+        if self.backward_prefetch:
+            # Issued now, before this unit's reduce-scatter: the previous unit's parameters
+            # travel while this unit computes its gradients.
+            self._prefetch(u.index - 1)
+
+    def _leaf_grad_ready(self, u: Unit):
+        u.ready += 1
+        if u.ready == len(u.leaves):  # every leaf of the unit has its full gradient
+            u.ready = 0
+            self.post_backward(u)
+
+    def post_backward(self, u: Unit) -> list[torch.Tensor]:
+        """Reduce-scatter the unit's gradients (SUM over the shard axis), reshard; return the
+        grad shards (a hybrid subclass reduces them further over dp_outer)."""
+        shards = u.reduce_grads()
+        u.reshard()
+        return shards
+
+    def finish_grad_sync(self) -> None:
+        """Gradient reductions run synchronously inside post_backward: nothing is pending."""
+
+    # ---------------------------------------------------------------- step
+    def step(self):
+        self.finish_grad_sync()
+        self.ledger.record_model_states()
+        with torch.no_grad():
+            self.optim.step([g for u in self.units for g in u.grad_shards], scale=self.grad_scale())
+        self.ledger.event("step end")
+
+    def full_parameters(self):
+        return [p for u in self.units for p in u.full_parameters()]
