@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import cluster, theory
+from . import analysis, cluster, theory
 from .catalog import get_spec
 from .comm import Comm
 from .ledger import Ledger
@@ -168,6 +168,8 @@ def run(cfg: RunConfig, *, pool: cluster.Pool | None = None, on_event: Callable 
 def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
     ref_losses, ref_params = reference(cfg)
     n = len(ranks)
+    for r in ranks:  # share of gradient communication hidden behind backward (a measurement)
+        r["overlap"] = analysis.overlap_fraction(r["timeline"])
     losses = [sum(r["losses"][k] for r in ranks) / n for k in range(cfg.steps)]
     report = {
         "strategy": cfg.strategy,

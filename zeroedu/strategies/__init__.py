@@ -11,6 +11,10 @@ from ..catalog import get_spec
 
 REGISTRY: dict[str, str] = {
     "ddp": "zeroedu.strategies.ddp:DDP",
+    "ddp_bucketed": "zeroedu.strategies.ddp_bucketed:DDPBucketed",
+    "zero1": "zeroedu.strategies.zero1:ZeRO1",
+    "zero1_allreduce": "zeroedu.strategies.zero1:ZeRO1AllReduce",
+    "zero2": "zeroedu.strategies.zero2:ZeRO2",
     "fsdp1": "zeroedu.strategies.fsdp1:FSDP1",
     "megatron_distopt": "zeroedu.strategies.megatron_distopt:MegatronDistOpt",
 }
