@@ -16,6 +16,7 @@ REGISTRY: dict[str, str] = {
     "zero1_allreduce": "zeroedu.strategies.zero1:ZeRO1AllReduce",
     "zero2": "zeroedu.strategies.zero2:ZeRO2",
     "fsdp1": "zeroedu.strategies.fsdp1:FSDP1",
+    "fsdp2": "zeroedu.strategies.fsdp2:FSDP2",
     "megatron_distopt": "zeroedu.strategies.megatron_distopt:MegatronDistOpt",
 }
 
