@@ -12,6 +12,7 @@ import importlib
 
 SUBCOMMANDS = [
     "zeroedu.cli_memory",
+    "zeroedu.cli_run",
 ]
 
 

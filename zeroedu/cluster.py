@@ -167,10 +167,12 @@ def _worker(rank, n, backend, store_port, ppid, log_path, timeout, tasks, result
         ctx._emit = lambda msg, j=job_id: results.put(("event", rank, j, msg))
         try:
             out = _resolve(fn_ref)(ctx, **kwargs)
-            results.put(("result", rank, job_id, out))
         except BaseException:
+            print(f"[job {job_id} failed]", flush=True)
             results.put(("error", rank, job_id, traceback.format_exc()))
-        print(f"[job {job_id} done]", flush=True)
+            continue
+        print(f"[job {job_id} done]", flush=True)  # before the result: the log is complete when the parent reads it
+        results.put(("result", rank, job_id, out))
     try:
         dist.destroy_process_group()
     except Exception:
@@ -229,8 +231,6 @@ class Pool:
             kind, rank, _, payload = self._next(deadline, waiting_for=set(range(self.n)) - ready)
             if kind == "ready":
                 ready.add(rank)
-            elif kind == "error":
-                self._fail(RankError(rank, "failed to join the process group", payload, self._tail(rank)))
         self.start_seconds = time.perf_counter() - t0
 
     # -------------------------------------------------------------- plumbing
@@ -244,14 +244,16 @@ class Pool:
     def _next(self, deadline: float, waiting_for: set[int]):
         while True:
             try:
-                return self._results.get(timeout=0.1)
+                msg = self._results.get(timeout=0.1)
             except queue.Empty:
-                pass
-            for r, p in enumerate(self.procs):
-                if p.exitcode is not None:
-                    self._fail(RankError(r, f"exited with code {p.exitcode}",
-                                         "the process ended without reporting a result "
-                                         "(killed, os._exit, or a crash in native code)", self._tail(r)))
+                msg = None
+            if msg is not None:
+                if msg[0] == "error":
+                    self._diagnose({msg[1]: msg[3]}, waiting_for)
+                return msg
+            dead = {r for r, p in enumerate(self.procs) if p.exitcode is not None}
+            if dead:
+                self._diagnose({}, waiting_for)
             if time.monotonic() > deadline:
                 hung = sorted(waiting_for)
                 first = hung[0] if len(hung) == 1 else None
@@ -259,6 +261,46 @@ class Pool:
                                      f"no result from rank(s) {hung}: hung (e.g. waiting in a "
                                      "collective for a peer that never arrived)",
                                      self._tail(hung[0]) if hung else ""))
+
+    # When one rank fails, its peers soon fail too ("connection closed by peer" inside gloo).
+    # Collect for a moment, then blame the root cause: a rank's own exception first, then a rank
+    # that died, and only then a transport error seen by a bystander.
+    _TRANSPORT = ("Connection closed by peer", "Connection reset", "Gloo", "gloo", "NCCL",
+                  "ProcessGroup", "DistBackendError", "Broken pipe")
+
+    def _diagnose(self, errors: dict[int, str], waiting_for: set[int], grace: float = 1.0):
+        end = time.monotonic() + grace
+        while time.monotonic() < end:
+            try:
+                kind, rank, _, payload = self._results.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if kind == "error":
+                errors.setdefault(rank, payload)
+        own = {r: tb for r, tb in errors.items() if not any(k in tb for k in self._TRANSPORT)}
+        dead = {r: p.exitcode for r, p in enumerate(self.procs)
+                if p.exitcode is not None and r not in errors}
+        others = lambda r: sorted(set(errors) | set(dead) - {r})  # noqa: E731
+        if own:
+            r = min(own)
+            err = RankError(r, "raised", own[r], self._tail(r))
+        elif dead:
+            r = min(dead)
+            err = RankError(r, f"exited with code {dead[r]}",
+                            "the process ended without reporting a result "
+                            "(killed, os._exit, or a crash in native code)", self._tail(r))
+        elif waiting_for - set(errors):
+            # Peers timed out inside a collective while these ranks said nothing: they hung.
+            hung = sorted(waiting_for - set(errors))
+            r = hung[0]
+            err = RankError(r, f"did not finish within {self.timeout:.0f} s",
+                            f"rank(s) {hung} never reached the collective their peers timed out "
+                            f"in (hung); the peers reported:\n{errors[min(errors)]}", self._tail(r))
+        else:
+            r = min(errors)
+            err = RankError(r, "raised", errors[r], self._tail(r))
+        err.also = others(r)  # ranks that failed as a consequence
+        self._fail(err)
 
     def _fail(self, err: RankError):
         self.close(force=True)
@@ -286,8 +328,6 @@ class Pool:
                     on_event(payload)
             elif kind == "result":
                 out[rank] = payload
-            elif kind == "error":
-                self._fail(RankError(rank, "raised", payload, self._tail(rank)))
         return [out[r] for r in range(self.n)]
 
     def logs(self) -> list[str]:

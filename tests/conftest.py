@@ -1,0 +1,9 @@
+import pytest
+
+from zeroedu import cluster
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _close_pools():
+    yield
+    cluster.shutdown_pools()

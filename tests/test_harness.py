@@ -1,0 +1,124 @@
+"""The multi-rank harness: real collectives, bytes on the ring, failures, warm pools."""
+import os
+import time
+from fractions import Fraction
+
+import pytest
+import torch
+
+from zeroedu import cluster, faults
+from zeroedu.collectives import collectives_job, rank_tensor
+
+
+def _expected_sum(n, numel):
+    return sum(rank_tensor(r, numel) for r in range(n))
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_collectives_values_and_ring_bytes(n):
+    numel = 24
+    res = cluster.run(collectives_job, n, {"numel": numel})
+    exp = _expected_sum(n, numel)
+    pad = (-numel) % n
+    padded = numel + pad
+    for r, out in enumerate(res):
+        assert torch.equal(out["all_reduce"], exp)
+        assert torch.equal(out["rs_ag"], exp)  # all-reduce = reduce-scatter + all-gather
+        assert torch.equal(out["ring"], exp)  # hand-written ring from send/recv = dist.all_reduce
+        c = padded // n
+        assert torch.equal(out["shard"], torch.cat([exp, torch.zeros(pad)])[r * c:(r + 1) * c])
+        s = numel * 4
+        if n > 1:
+            assert out["comm"][0] == {"all_reduce": float(Fraction(2 * (n - 1), n) * s)}
+            sp = padded * 4
+            assert out["comm"][1] == {"reduce_scatter": float(Fraction(n - 1, n) * sp),
+                                      "all_gather": float(Fraction(n - 1, n) * sp)}
+            # the ring's measured sends are exactly 2(N-1)/N * S: 2(N-1) chunks of S/N
+            assert out["comm"][2]["send"] == float(Fraction(2 * (n - 1), n) * sp)
+        else:
+            assert out["comm"][0] == {"all_reduce": 0.0}
+
+
+def test_warm_pool_reuses_processes_and_is_faster():
+    pool = cluster.Pool(2)
+    try:
+        pids1 = pool.run(faults.pid)
+        pids2 = pool.run(faults.pid)
+        assert pids1 == pids2  # the same ranks served both jobs
+        assert pool.start_seconds > 0
+    finally:
+        pool.close()
+    assert all(not p.is_alive() for p in pool.procs)
+
+
+def test_concurrent_pools_do_not_collide():
+    a, b = cluster.Pool(2), cluster.Pool(2)
+    try:
+        assert a._store.port != b._store.port
+        ra, rb = a.run(faults.ok), b.run(faults.ok)
+        assert [r["sum"] for r in ra] == [8.0, 8.0] and [r["sum"] for r in rb] == [8.0, 8.0]
+    finally:
+        a.close(); b.close()
+
+
+def _assert_dead(pool):
+    for p in pool.procs:
+        p.join(timeout=5)
+        assert not p.is_alive(), "orphan rank process left behind"
+
+
+@pytest.mark.parametrize("job,kind", [(faults.raise_on, "raised"), (faults.exit_on, "exited with code 7")])
+def test_failing_rank_is_named_and_pool_cleaned(job, kind):
+    pool = cluster.Pool(3, timeout=20)
+    t0 = time.monotonic()
+    with pytest.raises(cluster.RankError) as ei:
+        pool.run(job, {"bad_rank": 1})
+    assert time.monotonic() - t0 < 20
+    assert ei.value.rank == 1 and kind in str(ei.value)
+    if job is faults.raise_on:
+        assert "deliberate failure on rank 1" in str(ei.value)  # the rank's traceback travels
+        assert "Traceback" in ei.value.detail
+    _assert_dead(pool)
+    with cluster.Pool(3) as again:  # the next run works
+        assert [r["sum"] for r in again.run(faults.ok)] == [12.0] * 3
+
+
+def test_hanging_rank_times_out_and_next_run_works():
+    pool = cluster.Pool(2, timeout=4)
+    t0 = time.monotonic()
+    with pytest.raises(cluster.RankError) as ei:
+        pool.run(faults.hang_on, {"bad_rank": 1})
+    elapsed = time.monotonic() - t0
+    assert "did not finish within 4 s" in str(ei.value)
+    assert elapsed < 15  # bounded: the deadline plus killing the pool
+    _assert_dead(pool)
+    assert [r["sum"] for r in cluster.run(faults.ok, 2, warm=False)] == [8.0, 8.0]
+
+
+def test_rank_logs_are_separate_and_in_order():
+    with cluster.Pool(2) as pool:
+        pool.run(faults.ok)
+        logs = pool.logs()
+    assert len(logs) == 2 and all("[job 1 done]" in log for log in logs)
+
+
+def test_job_must_be_importable():
+    def local(ctx):
+        return 1
+
+    with pytest.raises(ValueError, match="importable"):
+        cluster.run(local, 1)
+
+
+@pytest.mark.parametrize("n", [0, -1, cluster.MAX_LOCAL_RANKS + 1])
+def test_world_size_out_of_range(n):
+    with pytest.raises(ValueError, match="world size"):
+        cluster.Pool(n)
+
+
+def test_torchrun_environment_detection(monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(k, raising=False)
+    assert not cluster.under_torchrun()
+    monkeypatch.setenv("RANK", "0"); monkeypatch.setenv("WORLD_SIZE", "1"); monkeypatch.setenv("LOCAL_RANK", "0")
+    assert cluster.under_torchrun()

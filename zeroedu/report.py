@@ -1,0 +1,77 @@
+"""Turn run reports into text: the measured-vs-predicted tables the CLI and `make tour` print."""
+from __future__ import annotations
+
+from typing import Any
+
+CATS = ("param", "grad", "optim", "total")
+
+
+def _fmt(b: float) -> str:
+    return f"{b:,.0f}" if float(b).is_integer() else f"{b:,.2f}"
+
+
+def comm_total(block: dict) -> float:
+    return sum(block.get("comm", {}).values())
+
+
+def rank_rows(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for r in report["ranks"]:
+        me, pr = r["measured"], r["predicted"]
+        for c in CATS:
+            rows.append([str(r["rank"]), c, _fmt(me[c]), _fmt(pr[c]), "yes" if me[c] == pr[c] else "NO"])
+        for op in sorted(set(me["comm"]) | set(pr["comm"])):
+            a, b = me["comm"].get(op, 0), pr["comm"].get(op, 0)
+            rows.append([str(r["rank"]), f"sent/{op}", _fmt(a), _fmt(b), "yes" if a == b else "NO"])
+        rows.append([str(r["rank"]), "peak", _fmt(r["peak"]), "", f"at '{r.get('peak_label', '')}'"])
+    return rows
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) if i >= 2 else c.ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def max_rel_diff(a: list[float], b: list[float]) -> float:
+    return max((abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b)), default=0.0)
+
+
+def summary(report: dict[str, Any]) -> str:
+    head = (f"strategy {report['strategy']}  world size {report['world_size']} "
+            f"(N = {report['n']}, M = {report['m']})  recipe {report['recipe']}  Ψ = {report['psi']}  "
+            f"steps {report['steps']}")
+    out = [head, "bytes per rank: measured at the optimizer step vs zeroedu.theory (exact mode)",
+           table(rank_rows(report), ["rank", "what", "measured", "predicted", "match"])]
+    losses = "  ".join(f"{x:.6f}" for x in report["losses"])
+    ref = "  ".join(f"{x:.6f}" for x in report["reference_losses"])
+    out += [f"losses            {losses}", f"reference losses  {ref}",
+            f"max relative loss difference vs single process: {max_rel_diff(report['losses'], report['reference_losses']):.2e}"]
+    if "overlap" in report["ranks"][0]:
+        out.append("overlap (comm hidden behind backward): "
+                   + "  ".join(f"rank {r['rank']} {r['overlap']:.0%}" for r in report["ranks"]))
+    m = report["match"]
+    out.append(f"predicted vs measured — match: {m['model_states'] and m['comm']}")
+    return "\n".join(out)
+
+
+def tour_row(report: dict[str, Any]) -> list[str]:
+    r0 = report["ranks"][0]
+    me, pr = r0["measured"], r0["predicted"]
+    return [report["strategy"], report["recipe"], _fmt(me["total"]), _fmt(pr["total"]),
+            _fmt(comm_total(me)), _fmt(comm_total(pr)), _fmt(r0["peak"]),
+            f"{max_rel_diff(report['losses'], report['reference_losses']):.1e}",
+            str(report["match"]["model_states"] and report["match"]["comm"])]
+
+
+TOUR_HEADER = ["strategy", "recipe", "bytes/rank", "predicted", "sent/step", "predicted",
+               "peak", "loss vs ref", "match"]
+
+
+def plain(report: dict[str, Any], timeline: bool = False) -> dict[str, Any]:
+    """The JSON-able part of a report (tensors dropped; timelines only on request)."""
+    out = {k: v for k, v in report.items() if k not in ("params", "reference_params", "ranks")}
+    out["ranks"] = [{k: v for k, v in r.items() if k != "params" and (timeline or k != "timeline")}
+                    for r in report["ranks"]]
+    return out
