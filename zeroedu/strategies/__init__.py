@@ -18,6 +18,8 @@ REGISTRY: dict[str, str] = {
     "fsdp1": "zeroedu.strategies.fsdp1:FSDP1",
     "fsdp2": "zeroedu.strategies.fsdp2:FSDP2",
     "megatron_distopt": "zeroedu.strategies.megatron_distopt:MegatronDistOpt",
+    "hsdp": "zeroedu.strategies.hybrid:HSDP",
+    "hfsdp": "zeroedu.strategies.hybrid:HFSDP",
 }
 
 

@@ -118,12 +118,16 @@ def flat_unit_elements(numel: int, n: int, m: int, on_inner: bool, on_outer: boo
 
 
 def exact_model_states(strategy, units, n, m=1, rank=0, recipe=None) -> ModelStates:
-    """Bytes rank `rank` (its index on the inner axis) stores for a concrete model (ints)."""
+    """Bytes rank `rank` (its index on the inner axis) stores for a concrete model (ints).
+
+    Hybrid strategies also accept a global rank on the M x N mesh, [0, N·M): inner-axis ranks
+    are contiguous (`cluster.RankContext.mesh`), so its inner index is rank mod N."""
     spec, rec = resolve(strategy, recipe)
     n, m = check_counts(spec, n, m)
     units = check_units(units)
-    if not 0 <= rank < n:
-        raise ValueError(f"rank must be in [0, {n}), got {rank!r}")
+    if not isinstance(rank, int) or not 0 <= rank < n * m:
+        raise ValueError(f"rank must be in [0, {n * m}), got {rank!r}")
+    rank %= n
     cats = _category_bytes(rec)
     out = dict.fromkeys(cats, 0)
     for unit in units:
