@@ -1,0 +1,78 @@
+"""Naive DDP end to end: equal to single-process training, bytes equal to the closed forms."""
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from zeroedu import theory
+from zeroedu.models import ModelConfig, make_model, unit_shapes
+from zeroedu.train import RunConfig, run
+
+PSI = sum(p.numel() for p in make_model(ModelConfig()).parameters())
+
+
+def rel(a, b):
+    return (a - b).abs().max().item() / b.abs().max().item()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_fp32_equals_single_process(n):
+    r = run(RunConfig("ddp", n, steps=5, recipe="fp32", return_params=True))
+    for a, b in zip(r["losses"], r["reference_losses"]):
+        assert abs(a - b) <= 1e-6 * abs(b)
+    for a, b in zip(r["params"], r["reference_params"]):
+        assert rel(a, b) <= 1e-6
+
+
+def test_bf16_recipe_tolerance():
+    """bf16 forward/backward vs an fp32 reference: losses within 1%, parameters within the
+    distance Adam can move them (lr per step) — documented in README, 'Precision'."""
+    cfg = RunConfig("ddp", 2, steps=5, recipe="mixed-bf16", return_params=True)
+    r = run(cfg)
+    for a, b in zip(r["losses"], r["reference_losses"]):
+        assert abs(a - b) <= 1e-2 * abs(b)
+    for a, b in zip(r["params"], r["reference_params"]):
+        assert (a - b).abs().max().item() <= 2 * cfg.adam.lr * cfg.steps
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
+def test_bytes_equal_closed_forms(n):
+    r = run(RunConfig("ddp", n, steps=2))
+    # independent of the exact-mode code path: replicated DDP is just 16 bytes x Ψ and 2(N-1)/N
+    asym = theory.model_states("ddp", PSI, n)
+    ring = theory.comm_per_rank("ddp", PSI, n).by_collective()
+    for rk in r["ranks"]:
+        me = rk["measured"]
+        assert me["total"] == 16 * PSI == asym.total
+        assert (me["param"], me["grad"], me["optim"]) == (2 * PSI, 2 * PSI, 12 * PSI)
+        assert me["comm"] == ({"all_reduce": float(ring["all_reduce"])} if n > 1 else {})
+        assert me == {**me, **{k: rk["predicted"][k] for k in ("param", "grad", "optim", "total", "comm")}}
+    assert r["match"] == {"model_states": True, "comm": True}
+
+
+def test_cli_run_json():
+    out = subprocess.run([sys.executable, "-m", "zeroedu", "run", "--strategy", "ddp", "--world-size", "4",
+                          "--recipe", "fp32", "--json"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rep = json.loads(out.stdout)
+    assert rep["strategy"] == "ddp" and rep["world_size"] == 4 and len(rep["ranks"]) == 4
+    for rk in rep["ranks"]:
+        assert set(rk) >= {"rank", "measured", "predicted", "peak"}
+        assert rk["measured"]["total"] == rk["predicted"]["total"] == 16 * PSI
+        assert rk["measured"]["comm"] == rk["predicted"]["comm"]
+    for a, b in zip(rep["losses"], rep["reference_losses"]):
+        assert abs(a - b) <= 1e-6 * abs(b)
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["--strategy", "nope"], "unknown strategy"),
+    (["--strategy", "ddp", "--world-size", "0"], "--world-size"),
+    (["--strategy", "ddp", "--world-size", "99"], "rank limit"),
+    (["--strategy", "hsdp", "--world-size", "4", "--outer", "3"], "divide"),
+])
+def test_cli_run_bad_input_exit_2(argv, msg):
+    out = subprocess.run([sys.executable, "-m", "zeroedu", "run", *argv], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and msg in out.stderr and "Traceback" not in out.stderr
