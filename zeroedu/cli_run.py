@@ -48,7 +48,8 @@ def cmd_run(args) -> int:
         return _run_torchrun(args)
     _check_world(args.world_size)
     cfg = RunConfig(args.strategy, args.world_size, steps=args.steps, recipe=args.recipe,
-                    m=args.outer, model=_model(args), options=_options(args)).resolved()
+                    m=args.outer, global_batch=args.global_batch, model=_model(args),
+                    options=_options(args)).resolved()
     if not args.json:
         print(f"starting {cfg.world_size} ranks for {cfg.strategy} ...", file=sys.stderr, flush=True)
     report = run(cfg, warm=False, timeout=args.timeout)
@@ -61,7 +62,7 @@ def _run_torchrun(args) -> int:
 
     world = int(os.environ["WORLD_SIZE"])
     cfg = RunConfig(args.strategy, world, steps=args.steps, recipe=args.recipe, m=args.outer,
-                    model=_model(args), options=_options(args)).resolved()
+                    global_batch=args.global_batch, model=_model(args), options=_options(args)).resolved()
     ranks = cluster.run_torchrun(train_job, {"cfg": config_to_dict(cfg)})
     if ranks is not None:  # rank 0 prints for everyone
         _emit(assemble(cfg, ranks), args)
@@ -87,7 +88,8 @@ def cmd_tour(args) -> int:
         spec = catalog.get_spec(name)
         m = 2 if spec.hybrid and args.world_size % 2 == 0 else 1
         t0 = time.perf_counter()
-        report = run(RunConfig(name, args.world_size, steps=args.steps, m=m, model=_model(args)))
+        report = run(RunConfig(name, args.world_size, steps=args.steps, m=m, model=_model(args),
+                               global_batch=args.global_batch))
         rows.append(tour_row(report) + [f"{time.perf_counter() - t0:.1f}s"])
         ok &= report["match"]["model_states"] and report["match"]["comm"]
         print(f"  {name:<18} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
@@ -104,6 +106,8 @@ def add_parser(subparsers) -> None:
         p.add_argument("--steps", type=positive_int, default=5, help="training steps (default 5)")
         p.add_argument("--hidden", type=positive_int, default=ModelConfig.hidden, help="model width")
         p.add_argument("--depth", type=positive_int, default=ModelConfig.depth, help="Linear layers")
+        p.add_argument("--global-batch", type=positive_int, default=RunConfig.global_batch,
+                       help="samples per step over all ranks; must divide by the world size (default 24)")
 
     p = subparsers.add_parser("run", help="train one strategy on N real ranks; measured vs predicted")
     p.add_argument("--strategy", required=True,

@@ -73,7 +73,9 @@ def _dist_state(ctx, cfg: RunConfig, ledger: Ledger) -> DistState:
 def predicted(cfg: RunConfig, rank: int) -> dict[str, Any]:
     """The closed forms, exact mode, for this model and this rank."""
     shapes = unit_shapes(make_model(cfg.model))
-    ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=rank, recipe=cfg.recipe)
+    # The closed forms index a rank by its place on the sharding (inner) axis; with the mesh's
+    # inner ranks contiguous, that is the global rank mod N.
+    ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=rank % cfg.n, recipe=cfg.recipe)
     comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe,
                              **theory_comm_options(cfg))
     d = ms.as_dict()
