@@ -111,3 +111,93 @@ class Strategy:
 
     def full_parameters(self) -> list[torch.Tensor]:
         raise NotImplementedError
+
+    # ---------------------------------------------------------------- checkpoints (generic)
+    # One mechanism for every strategy, built only from what strategies already hold: the
+    # tensors that store parameter values (`param_holders`) and the optimizer's targets, which
+    # are views into those holders. Where a target sits inside its holder follows from the
+    # storage offsets, so no strategy has to describe its optimizer layout twice.
+    # A piece is (param index, start, end, local start): elements [start, end) of parameter
+    # `index` flattened (model.parameters() order) sit at [local start, local start + end - start)
+    # of the holder or target flattened (its *local* index space). Padding is in no piece.
+
+    def param_holders(self) -> list[tuple[torch.Tensor, list[tuple[int, int, int, int]]]]:
+        """Every tensor that stores parameter values on this rank, with the pieces it holds.
+        Found from the unit structures the strategies keep (flat buffers, flat shards, dim-0
+        shards); without units, the model's own parameters (replicated layout)."""
+        from .. import shard
+
+        units = getattr(self, "units", None)
+        if units is None:
+            return [(p, [(i, 0, p.numel(), 0)]) for i, p in enumerate(self.model.parameters())]
+        out, base = [], 0
+        for u in units:
+            layout = getattr(u, "layout", None)
+            if hasattr(u, "param_buffer") and layout is not None:  # whole padded flat buffer
+                out.append((u.param_buffer, [(base + i, 0, k, layout.offsets[i])
+                                             for i, k in enumerate(layout.numels)]))
+                base += len(layout.numels)
+            elif hasattr(u, "rows"):  # dim-0: one shard per parameter, rows [start, end)
+                for j, (sh, rows, s) in enumerate(zip(u.shards, u.rows, u.shapes)):
+                    rest = shard.numel(s[1:])
+                    out.append((sh, [(base + j, rows.start * rest, rows.end * rest, 0)] if rows.size else []))
+                base += len(u.shapes)
+            elif layout is not None:  # flat shard: this rank's chunk `u.range` of the buffer
+                pieces = []
+                for i in range(len(layout.numels)):
+                    b = layout.param_range(i).intersect(u.range)
+                    if b.size:
+                        pieces.append((base + i, b.start - layout.offsets[i], b.end - layout.offsets[i],
+                                       b.start - u.range.start))
+                out.append((u.shards[0], pieces))
+                base += len(layout.numels)
+            else:
+                raise TypeError(f"{self.name}: cannot tell how unit {u!r} stores its parameters; "
+                                "override param_holders()")
+        return out
+
+    def target_pieces(self) -> list[list[tuple[int, int, int, int]]]:
+        """For each optimizer target (`self.optim.targets`), the parameter pieces it covers:
+        the holder's pieces re-expressed in the target's local index space."""
+        holders = self.param_holders()
+        out = []
+        for t in self.optim.targets:
+            if t.numel() == 0:
+                out.append([])
+                continue
+            for h, pieces in holders:
+                if (h.numel() and h.dtype == t.dtype
+                        and h.untyped_storage().data_ptr() == t.untyped_storage().data_ptr()):
+                    off = t.storage_offset() - h.storage_offset()
+                    if 0 <= off and off + t.numel() <= h.numel():
+                        break
+            else:
+                raise TypeError(f"{self.name}: an optimizer target is not a view of any parameter holder")
+            mine = []
+            for i, ps, pe, ls in pieces:  # intersect [ls, ls+len) with the target's [off, off+numel)
+                s, e = max(ls, off), min(ls + pe - ps, off + t.numel())
+                if e > s:
+                    mine.append((i, ps + s - ls, ps + e - ls, s - off))
+            out.append(mine)
+        return out
+
+    @torch.no_grad()
+    def load_full_state(self, params: list[torch.Tensor], m: list[torch.Tensor],
+                        v: list[torch.Tensor], step: int) -> None:
+        """Take this rank's shards of full fp32 parameters and Adam m/v (model.parameters()
+        order) after `step` optimizer steps: how a checkpoint is resharded into any strategy.
+        Call right after construction, on every rank; no communication is needed because
+        every rank is handed the full tensors."""
+        def copy(dst, src, pieces):
+            flat = dst.view(-1)
+            for i, ps, pe, ls in pieces:
+                flat[ls:ls + pe - ps].copy_(src[i].reshape(-1)[ps:pe])
+
+        for h, pieces in self.param_holders():
+            copy(h, params, pieces)
+        opt = self.optim
+        for k, (t, pieces) in enumerate(zip(opt.targets, self.target_pieces())):
+            copy(opt.masters[k] if opt.masters else t, params, pieces)
+            copy(opt.m[k], m, pieces)
+            copy(opt.v[k], v, pieces)
+        opt.t = int(step)
