@@ -130,9 +130,10 @@ def loss_rel_diff(report: dict) -> float:
     return max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(report["losses"], report["reference_losses"]))
 
 
-# Relative loss tolerance per recipe: fp32 is exact up to summation order; low-precision recipes
-# round parameters/gradients to 8 (bf16) or 11 (fp16) mantissa bits, so they only agree loosely.
-LOSS_TOLERANCE = {"fp32": 1e-6, "megatron-bf16": 5e-2, "mixed-bf16": 5e-2, "fp16": 2e-2}
+# Relative loss tolerance per recipe: fp32 agrees up to summation order; low-precision recipes
+# round parameters/gradients to 8 (bf16) or 11 (fp16) significant bits, so over a few steps the
+# losses drift by ~1e-3 (measured ~5e-4 for bf16 DDP, tests/test_ddp_bucketed.py): 1e-2 leaves room.
+LOSS_TOLERANCE = {"fp32": 1e-6, "megatron-bf16": 1e-2, "mixed-bf16": 1e-2, "fp16": 1e-2}
 
 
 def assert_match(report: dict) -> bool:
@@ -141,7 +142,7 @@ def assert_match(report: dict) -> bool:
     the recipe's tolerance."""
     ok_states, ok_comm = report["match"]["model_states"], report["match"]["comm"]
     diff = loss_rel_diff(report)
-    tol = LOSS_TOLERANCE.get(report["recipe"], 5e-2)
+    tol = LOSS_TOLERANCE.get(report["recipe"], 1e-2)
     ok_loss = diff <= tol
     ok = bool(ok_states and ok_comm and ok_loss)
     print(f"{report['strategy']} on N={report['n']}" + (f", M={report['m']}" if report.get("m", 1) > 1 else "")

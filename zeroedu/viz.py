@@ -27,7 +27,7 @@ from typing import Iterable, Sequence
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from . import catalog, theory
+from . import analysis, catalog, theory
 from .recipes import get_recipe
 
 # One colour per ledger category, shared by every figure so "grad" is always the same colour.
@@ -95,7 +95,8 @@ def sharding_diagram(strategy: str, n: int = 4, m: int = 1, recipe: str | None =
                 mine = (not on_inner or s_inner == r) and (not on_outer or s_outer == domain)
                 y0 = s / segs
                 ax.add_patch(Rectangle((x0, y0), 0.28, 1 / segs, facecolor=COLORS[cat] if mine else "white",
-                                       edgecolor=COLORS[cat], linewidth=0.6))
+                                       edgecolor=COLORS[cat], linewidth=0.6,
+                                       gid=f"gpu{g}/{cat}/{'held' if mine else 'elsewhere'}"))
         ax.text(g * 1.15 + 0.47, -0.08, f"GPU {g}", ha="center", va="top", fontsize=8)
     ax.set_xlim(-0.1, shown * 1.15)
     ax.set_ylim(-0.38, 1.02)
@@ -318,21 +319,20 @@ def overlap_timeline(report: dict, rank: int = 0, step: int | None = None) -> Fi
     """One step on one rank: the backward interval and each collective's [start, end] interval.
 
     Bars that sit inside the backward band are communication hidden behind compute (bucketed
-    DDP, FSDP's reduce-scatter); bars after it are exposed time the step waits for."""
+    DDP, FSDP's reduce-scatter); bars after it are exposed time the step waits for. The share
+    hidden is `zeroedu.analysis.overlap_fraction`."""
     r = _rank(report, rank)
     tl = r["timeline"]
     step = report["steps"] - 1 if step is None else step
-    marks = [mk for mk in tl["marks"] if mk["step"] == step]
-    begin = next((mk["t"] for mk in marks if mk["label"] == "backward begin"), None)
-    end = next((mk["t"] for mk in marks if mk["label"] == "backward end"), None)
+    windows = analysis.backward_windows(tl, step)
     comm = [c for c in tl["comm"] if c["step"] == step]
     fig = _fig(7.5, 1.4 + 0.22 * max(len(comm), 1))
     ax = fig.add_subplot()
-    t0 = min([c["t_start"] for c in comm] + [begin if begin is not None else float("inf")])
+    t0 = min([c["t_start"] for c in comm] + [b for b, _ in windows] + [float("inf")])
     t0 = 0.0 if t0 == float("inf") else t0
     ms = 1e3
-    if begin is not None and end is not None:
-        ax.axvspan((begin - t0) * ms, (end - t0) * ms, color="#DDDDDD", label="backward")
+    for b, e in windows:
+        ax.axvspan((b - t0) * ms, (e - t0) * ms, color="#DDDDDD")
     for i, c in enumerate(comm):
         te = c["t_end"] if c["t_end"] is not None else c["t_start"]
         ax.broken_barh([((c["t_start"] - t0) * ms, max((te - c["t_start"]) * ms, 1e-3))], (i - 0.4, 0.8),
@@ -340,28 +340,15 @@ def overlap_timeline(report: dict, rank: int = 0, step: int | None = None) -> Fi
     ax.set_yticks(range(len(comm)), [c["tag"] for c in comm], fontsize=6)
     ax.invert_yaxis()
     ax.set_xlabel("milliseconds")
-    ax.set_title(f"{report['strategy']} rank {rank}, step {step}: collectives vs backward", fontsize=9)
+    frac = analysis.overlap_fraction(tl, step)
+    ax.set_title(f"{report['strategy']} rank {rank}, step {step}: collectives vs backward"
+                 + (f" ({100 * frac:.0f}% of gradient-reduction time inside backward)" if frac is not None else ""),
+                 fontsize=9)
     ops = sorted({c["op"] for c in comm})
     ax.legend(handles=[Patch(color="#DDDDDD", label="backward")] +
               [Patch(color=COLORS.get(o, "#4C72B0"), label=o) for o in ops], fontsize=7, frameon=False,
               loc="lower right")
     return fig
-
-
-def overlap_fraction(report: dict, rank: int = 0, step: int | None = None) -> float:
-    """Share of this step's communication time that falls inside the backward interval."""
-    tl = _rank(report, rank)["timeline"]
-    step = report["steps"] - 1 if step is None else step
-    marks = {mk["label"]: mk["t"] for mk in tl["marks"] if mk["step"] == step}
-    b, e = marks.get("backward begin"), marks.get("backward end")
-    total = hidden = 0.0
-    for c in tl["comm"]:
-        if c["step"] != step or c["t_end"] is None:
-            continue
-        total += c["t_end"] - c["t_start"]
-        if b is not None and e is not None:
-            hidden += max(0.0, min(c["t_end"], e) - max(c["t_start"], b))
-    return hidden / total if total else 0.0
 
 
 def fsdp_lifecycle(n_units: int = 3, reshard_after_forward: bool = True) -> Figure:
@@ -426,4 +413,4 @@ def loss_curves(report: dict) -> Figure:
 
 __all__ = ["COLORS", "human_bytes", "sharding_diagram", "theory_memory", "theory_memory_bars",
            "theory_comm", "theory_comm_bars", "memory_bars", "comm_bars", "timeline_axes",
-           "memory_timeline", "overlap_timeline", "overlap_fraction", "fsdp_lifecycle", "loss_curves"]
+           "memory_timeline", "overlap_timeline", "fsdp_lifecycle", "loss_curves"]
