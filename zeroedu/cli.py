@@ -13,6 +13,7 @@ import importlib
 SUBCOMMANDS = [
     "zeroedu.cli_memory",
     "zeroedu.cli_run",
+    "zeroedu.cli_quiz",
 ]
 
 
