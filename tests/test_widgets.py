@@ -1,0 +1,105 @@
+"""The dashboards without a browser: observers fire, values clamp, bad input is rejected with a
+visible message (never an exception), and the run panel drives a real run whose events reach
+its live plot. Expected numbers come from `zeroedu.theory` and from the run's own report.
+"""
+import pytest
+
+from zeroedu import catalog, theory, widgets
+
+
+def test_explorer_observers_recompute_from_theory():
+    e = widgets.memory_explorer(psi=7e9, n=8)
+    before = e.updates
+    e.psi.value = 70e9  # as a slider drag does: the observer calls update()
+    e.n.value = 16
+    assert e.updates == before + 2
+    for s in catalog.STRATEGIES:
+        assert e.data[s]["total"] == pytest.approx(float(theory.model_states(s, e.psi.value, 16).total))
+        assert sum(e.data[s]["comm"].values()) == pytest.approx(float(theory.comm_per_rank(s, e.psi.value, 16).total()))
+    assert "70" in e.plot.value  # the title carries Ψ
+    e.strategy.value = "zero2"
+    assert "<b>zero2</b>" in e.summary.value
+    assert e.message.value == ""
+
+
+def test_explorer_fits_agrees_with_theory():
+    e = widgets.memory_explorer(psi=7e9, n=8, gpu_gb=80)
+    for s in catalog.STRATEGIES:
+        assert e.data[s]["fits"] == theory.fits(s, 7e9, 8, gpu_bytes=80e9)
+    assert not e.data["ddp"]["fits"] and e.data["fsdp1"]["fits"]  # 112 GB vs 14 GB (ZeRO §5.1)
+    e.set(tp=2, pp=2, offload="optimizer")
+    for s in catalog.STRATEGIES:
+        assert e.data[s]["fits"] == theory.fits(s, 7e9, 8, gpu_bytes=80e9, tp=2, pp=2, offload="optimizer")
+
+
+def test_explorer_clamps_and_rejects_visibly():
+    e = widgets.memory_explorer()
+    e.n.value = 5000  # the slider model itself clamps to its range
+    assert e.n.value == 1024
+    assert e.set(n=0) and e.n.value == 1 and "clamped" in e.message.value
+    assert e.set(psi=1e15) and e.psi.value == pytest.approx(1e12) and "clamped" in e.message.value
+    psi = e.psi.value
+    assert not e.set(psi="a lot") and e.psi.value == psi and "rejected" in e.message.value
+    assert not e.set(n=2.5) and "rejected" in e.message.value
+    assert not e.set(recipe="fp8") and "rejected" in e.message.value
+    assert not e.set(strategy="zero4") and "rejected" in e.message.value
+    # a combination the closed forms refuse: the row says n/a and the message says why
+    assert e.set(strategy="zero1", offload="optimizer+params")
+    assert "error" in e.data["zero1"] and "shards params" in e.message.value
+    assert "n/a" in e.plot.value
+    assert e.set(m=4) and "only affects hybrid" in e.message.value
+
+
+def test_explorer_is_displayable():
+    e = widgets.memory_explorer()
+    bundle = e._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+
+
+@pytest.fixture(scope="module")
+def panel_run():
+    p = widgets.run_panel("ddp", n=2, steps=3, recipe="fp32")
+    p.button.click()  # the button's handler is the run() method
+    return p
+
+
+def test_run_panel_runs_and_streams(panel_run):
+    p = panel_run
+    rep = p.report
+    assert rep is not None and p.message.value == ""
+    assert rep["strategy"] == "ddp" and rep["world_size"] == 2 and rep["steps"] == 3
+    assert rep["match"] == {"model_states": True, "comm": True}
+    # every ledger event of every rank reached the live plot's callback while the job ran
+    assert p.events_received == sum(len(r["timeline"]["events"]) for r in rep["ranks"]) > 0
+    assert p.live_redraws >= 1 and p.image.value[:4] == b"\x89PNG"
+    assert p.progress.value == p.progress.max == 3
+    assert "match" in p.status.value and "True" in p.status.value
+    assert p.table.value.count("<tr>") == 1 + 2 * 5  # header + (4 states + 1 collective) per rank
+
+
+def test_run_panel_live_plot_receives_events():
+    p = widgets.run_panel("ddp", n=2, steps=2, recipe="fp32")
+    p._predicted, p._world, p._last_step, p._last_draw = {0: 100.0, 1: 100.0}, 2, {}, 0.0
+    p.progress.max = 2
+    msg = {"kind": "event", "rank": 0, "t": 0.1, "label": "x", "step": 0, "bytes": {"param": 10}}
+    p.on_event(msg)
+    p.on_event(dict(msg, rank=1, step=1, t=0.2))
+    assert p.events_received == 2 and p.events == {0: [msg], 1: [dict(msg, rank=1, step=1, t=0.2)]}
+    assert p.live_redraws == 1  # throttled: the second event came within redraw_every
+    assert p.progress.value == 1  # rank 0 finished step 0 only
+
+
+def test_run_panel_bad_config_is_a_message():
+    p = widgets.run_panel("hsdp", n=2, steps=1)
+    p.m.value = 3  # M must divide the world size
+    assert p.run() is None
+    assert "ValueError" in p.message.value and "divide" in p.message.value
+    assert not p.button.disabled
+
+
+def test_run_panel_rank_error_is_a_message():
+    p = widgets.run_panel("ddp", n=2, steps=1, recipe="megatron-bf16")  # ddp refuses fp32 grads
+    assert p.run() is None
+    assert "RankError" in p.message.value and "megatron" in p.message.value
+    assert "Traceback" not in p.message.value
+    assert p.status.value == "failed"
