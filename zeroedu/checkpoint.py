@@ -268,6 +268,13 @@ def load_checkpoint(path: str) -> FullState:
     return FullState(man["step"], adam.pop(), full["params"], full["m"], full["v"], rng, man, d)
 
 
+def load_any(path: str, model: ModelConfig) -> FullState:
+    """A zeroedu checkpoint (root or step directory) or a DCP checkpoint directory."""
+    from .checkpoint_dcp import is_dcp, load_dcp
+
+    return load_dcp(path, model) if is_dcp(path) else load_checkpoint(path)
+
+
 def check_compatible(state: FullState, cfg: RunConfig) -> None:
     """The run must build the model the checkpoint was saved from."""
     want = param_shapes(cfg.model)
@@ -300,12 +307,13 @@ def _train(ctx, cfg: dict, ckpt_dir: str | None, save_at, resume_from: str | Non
                      get_recipe(cfg.recipe), cfg.adam, **cfg.options)
     start = 0
     if resume_from is not None:
-        state = load_checkpoint(resume_from)
+        state = load_any(resume_from, cfg.model)
         check_compatible(state, cfg)
         strategy.load_full_state(state.params, state.m, state.v, state.adam_step)
         start = state.step
         # Same rank count: each rank gets its own generator state back; otherwise rank 0's.
-        torch.set_rng_state(state.rng[ctx.rank] if len(state.rng) == ctx.world_size else state.rng[0])
+        if state.rng:
+            torch.set_rng_state(state.rng[ctx.rank] if len(state.rng) == ctx.world_size else state.rng[0])
     sl = local_slice(cfg.global_batch, ctx.world_size, ctx.rank)
     losses = []
     for step in range(start, cfg.steps):
@@ -357,10 +365,10 @@ def train_and_save(cfg: RunConfig, ckpt_dir: str, save_at, *, pool=None, timeout
 
 def resume(cfg: RunConfig, resume_from: str, *, ckpt_dir: str | None = None, save_at=(), pool=None,
            timeout=None, fault: dict | None = None) -> dict[str, Any]:
-    """Load a checkpoint into `cfg`'s strategy and world size (validated here, in the parent,
+    """Load a checkpoint (zeroedu's, or DCP) into `cfg`'s strategy and world size (validated here, in the parent,
     so a bad checkpoint is a ValueError rather than a rank failure) and train to cfg.steps."""
-    state = load_checkpoint(resume_from)
-    check_compatible(state, cfg.resolved())
+    cfg = cfg.resolved()
+    check_compatible(load_any(resume_from, cfg.model), cfg)
     return _launch(resume_job, cfg, {"resume_from": os.path.abspath(resume_from),
                                      "ckpt_dir": ckpt_dir and os.path.abspath(ckpt_dir),
                                      "save_at": sorted(save_at), "fault": fault}, pool, timeout)
