@@ -31,5 +31,8 @@ def test_bucketed_ddp_equals_torch_ddp(n):
     # torch DDP itself matches single-process training (the common reference)
     assert _param_rel(theirs[0]["params"], ours["reference_params"]) <= TOL
     # and its replicas agree with each other, as ours do by construction
+    # torch re-buckets after its first iteration in gradient-arrival order, capped by
+    # bucket_cap_mb: the same buckets as zeroedu's reverse-order greedy packing
+    assert theirs[0]["bucket_bytes"] == [b["bytes"] for b in ours["ranks"][0]["extra"]["buckets"]]
     for r in range(1, n):
         assert _param_rel(theirs[r]["params"], theirs[0]["params"]) <= TOL

@@ -47,12 +47,13 @@ def _torch_step(ddp, opt, x, y) -> float:
 
 
 def torch_bucket_bytes(ddp) -> list[int]:
-    """Sizes of torch DDP's gradient buckets in bytes (from its logging data, when present)."""
-    data = ddp._get_ddp_logging_data()
-    sizes = data.get("bucket_sizes")
-    if isinstance(sizes, str):
-        return [int(s) for s in sizes.split(",") if s.strip()]
-    return list(sizes or [])
+    """Sizes of torch DDP's gradient buckets in bytes, as they are now.
+
+    torch starts with a single bucket and re-buckets by `bucket_cap_mb` after the first
+    iteration, in the order gradients actually arrived; the reducer's bucket-shaped tensors
+    show the current assignment."""
+    return [b.buffer().numel() * b.buffer().element_size()
+            for b in ddp.reducer._get_zeros_like_grad_buckets()]
 
 
 def torch_ddp_job(ctx, model: dict, steps: int = 5, global_batch: int = 24,
