@@ -14,9 +14,10 @@ Algorithm (ZeRO paper, Rajbhandari et al. 2019, §5.1 "P_os", communication in �
 Memory per rank: (P + G)Ψ + KΨ/N = 4Ψ + 12Ψ/N with `mixed-bf16`, Ψ counted with padding.
 The full gradient buffer stays allocated; freeing it is ZeRO-2 (`zero2.py`).
 
-Communication per rank: reduce-scatter of Ψ·G plus all-gather of Ψ·P, each (N-1)/N of the
-buffer under the ring = 2Ψ·(N-1)/N·2 bytes, the same as DDP's all-reduce (an all-reduce *is* a
-reduce-scatter followed by an all-gather; ZeRO-1 just runs the optimizer in between).
+Communication per rank: reduce-scatter of the Ψ·G gradient bytes plus all-gather of the Ψ·P
+parameter bytes, each sending (N-1)/N of its buffer under the ring: 2(N-1)/N·Ψ·2 bytes with
+bf16, the same as DDP's all-reduce (an all-reduce *is* a reduce-scatter followed by an
+all-gather; ZeRO-1 just runs the optimizer in between).
 
 `ZeRO1AllReduce` is ZeRO-1 as it is often coded: all-reduce the whole gradient, then update
 the own chunk and all-gather. That moves 3Ψ: the all-reduce's gather half is wasted, because

@@ -17,8 +17,9 @@ Memory per rank at the optimizer step: PΨ + (G + K)Ψ/N = 2Ψ + 14Ψ/N with `mi
 During backward a unit's full gradient lives only from its first gradient until its
 reduce-scatter is done, so at most a few units' worth is alive at once.
 
-Communication per rank: the same as ZeRO-1, reduce-scatter Ψ·G + all-gather Ψ·P = 2Ψ
-(N-1)/N·2 bytes; only the reduce-scatter moved into backward, where it overlaps compute.
+Communication per rank: the same as ZeRO-1, reduce-scatter of Ψ·G + all-gather of Ψ·P bytes,
+2(N-1)/N·Ψ·2 bytes with bf16; only the reduce-scatter moved into backward, where it overlaps
+the gradient computation of earlier layers.
 No gradient accumulation over micro-batches here: the full gradient does not outlive one
 backward (accumulating would mean accumulating the shards after each reduce-scatter).
 """
