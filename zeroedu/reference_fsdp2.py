@@ -83,6 +83,34 @@ def fully_shard_job(ctx, cfg: dict, track_memory: bool = True) -> dict:
     return out
 
 
+def _count_sent() -> dict:
+    """Count bytes fully_shard's collectives send (ring model) by wrapping the two functions
+    FSDP2 calls (`dist.all_gather_single`, `dist.reduce_scatter_single`) in this rank only."""
+    from fractions import Fraction
+
+    import torch.distributed as dist
+
+    sent: dict = {}
+
+    def wrap(name, which):
+        fn = getattr(dist, name)
+
+        def counted(*args, **kwargs):
+            # FSDP2 passes (output, input) by position or by keyword, group= by keyword
+            g = dist.get_world_size(kwargs.get("group"))
+            names = ("output_tensor", "output") if which == "out" else ("input_tensor", "input")
+            i = 0 if which == "out" else 1
+            t = args[i] if len(args) > i else next(kwargs[k] for k in names if k in kwargs)
+            sent[name] = sent.get(name, 0) + Fraction(g - 1, g) * t.numel() * t.element_size()
+            return fn(*args, **kwargs)
+
+        setattr(dist, name, counted)
+
+    wrap("all_gather_single", "out")
+    wrap("reduce_scatter_single", "in")
+    return sent
+
+
 def timed_job(ctx, cfg: dict, impl: str, warmup: int = 2) -> dict:
     """Per-step wall times of `impl` ("zeroedu": strategies.build(cfg.strategy), or "torch":
     fully_shard), plus peak bytes and bytes sent per step by this rank."""
@@ -99,11 +127,14 @@ def timed_job(ctx, cfg: dict, impl: str, warmup: int = 2) -> dict:
     torch.distributed.barrier()
     if impl == "torch":
         model, opt = _build(cfg, ctx.world_size)
+        sent = _count_sent()
         for s, (x, y) in enumerate(batches):
             torch.distributed.barrier()
+            sent.clear()
             t = time.perf_counter()
             _train_step(model, opt, x[sl], y[sl])
             times.append(time.perf_counter() - t)
+        out["sent"] = float(sum(sent.values()))  # last step, ring model as zeroedu.comm counts
     elif impl == "zeroedu":
         ledger = Ledger(ctx.rank)
         dist = DistState(ctx.rank, ctx.world_size, ctx.device, ctx.world_axis(), Comm(ledger), ledger)
