@@ -1,0 +1,105 @@
+"""Faults inside real training and checkpoint jobs (tests/test_harness.py covers toy jobs).
+
+A rank that raises, exits hard or hangs in a collective in the middle of training: the parent
+raises one `RankError` naming that rank within a bounded time, every rank process is gone, and
+the next run works. A rank killed in the middle of a checkpoint leaves `latest` on the
+previous, complete checkpoint, which still resumes exactly."""
+import json
+import os
+import time
+
+import pytest
+
+from zeroedu import cluster
+from zeroedu.checkpoint import (LATEST, load_checkpoint, resume, step_dir_name, train_and_save)
+from zeroedu.train import RunConfig, reference, run
+
+TIMEOUT = 5.0  # collective timeout of the ranks: a peer waiting this long reports the hang
+JOB_TIMEOUT = 30.0  # the parent's deadline for the whole job (a backstop; the peers report first)
+STEPS = 6
+
+
+def _cfg(strategy="fsdp1", world=4, **kw):
+    return RunConfig(strategy, world, steps=STEPS, recipe="fp32", **kw)
+
+
+def _assert_gone(pool):
+    for p in pool.procs:
+        p.join(timeout=5)
+        assert not p.is_alive(), f"orphan rank process {p.pid}"
+        with pytest.raises(OSError):
+            os.kill(p.pid, 0)  # the pid no longer exists (reaped)
+
+
+def _fails(tmp_path, fault, strategy="fsdp1"):
+    pool = cluster.Pool(4, timeout=TIMEOUT)
+    t0 = time.monotonic()
+    with pytest.raises(cluster.RankError) as ei:
+        train_and_save(_cfg(strategy), str(tmp_path), [2, 4], pool=pool, fault=fault,
+                       timeout=JOB_TIMEOUT)
+    dt, now = time.monotonic() - t0, time.time()
+    _assert_gone(pool)
+    # The fault strikes right after the step-2 checkpoint: time from its manifest to the error.
+    man = tmp_path / step_dir_name(2) / "manifest.json"
+    since = now - json.loads(man.read_text())["saved_at"] if man.exists() else float("nan")
+    print(f"\n{fault}: RankError {dt:.2f} s after the run started, {since:.2f} s after the fault")
+    return ei.value, dt
+
+
+def _next_run_works():
+    r = run(_cfg("zero2", 2))
+    assert max(abs(a - b) / b for a, b in zip(r["losses"], r["reference_losses"])) <= 1e-6
+
+
+def test_rank_raises_mid_training(tmp_path):
+    err, dt = _fails(tmp_path, {"rank": 2, "kind": "raise", "where": "step", "at": 3})
+    assert err.rank == 2 and "raised" in str(err)
+    assert "deliberate failure on rank 2 at step 3" in err.detail and "Traceback" in err.detail
+    assert dt < TIMEOUT + 5
+    _next_run_works()
+
+
+def test_rank_exits_hard_mid_training(tmp_path):
+    err, dt = _fails(tmp_path, {"rank": 1, "kind": "exit", "where": "step", "at": 3, "code": 9},
+                     strategy="zero2")
+    assert err.rank == 1 and "exited with code 9" in str(err)
+    assert dt < TIMEOUT + 5
+    _next_run_works()
+
+
+def test_rank_hangs_in_collective(tmp_path):
+    # Rank 3 sleeps at step 3; its peers block in the first all-gather of that step.
+    err, dt = _fails(tmp_path, {"rank": 3, "kind": "hang", "where": "step", "at": 3})
+    assert err.rank == 3 and "did not finish" in str(err)
+    assert TIMEOUT <= dt < JOB_TIMEOUT  # found by the peers' collective timeout, not the backstop
+    _next_run_works()
+
+
+def test_rank_killed_mid_checkpoint_keeps_previous(tmp_path):
+    # Rank 2 dies after writing its file of the step-4 checkpoint, before the manifest.
+    err, dt = _fails(tmp_path, {"rank": 2, "kind": "exit", "where": "save", "at": 4})
+    assert err.rank == 2
+    assert open(tmp_path / LATEST).read().strip() == step_dir_name(2)
+    assert os.path.isdir(tmp_path / step_dir_name(4))  # partial files, but no manifest
+    with pytest.raises(ValueError, match="incomplete"):
+        load_checkpoint(str(tmp_path / step_dir_name(4)))
+    st = load_checkpoint(str(tmp_path))
+    assert st.step == 2
+    # ... and the previous checkpoint resumes exactly, on another strategy and world size
+    r = resume(_cfg("fsdp2", 3), str(tmp_path))
+    ref, _ = reference(_cfg("fsdp2", 3))
+    assert r["start"] == 2
+    assert max(abs(a - b) / b for a, b in zip(r["losses"], ref[2:])) <= 1e-6
+
+
+def test_rank_raises_while_resuming_then_retry_works(tmp_path):
+    train_and_save(_cfg("ddp", 2), str(tmp_path), [3])
+    pool = cluster.Pool(2, timeout=TIMEOUT)
+    with pytest.raises(cluster.RankError) as ei:
+        resume(_cfg("fsdp1", 2), str(tmp_path), pool=pool,
+               fault={"rank": 0, "kind": "raise", "where": "step", "at": 4}, timeout=JOB_TIMEOUT)
+    assert ei.value.rank == 0
+    _assert_gone(pool)
+    r = resume(_cfg("fsdp1", 2), str(tmp_path))  # the retry, on a fresh pool
+    ref, _ = reference(_cfg("fsdp1", 2))
+    assert max(abs(a - b) / b for a, b in zip(r["losses"], ref[3:])) <= 1e-6
