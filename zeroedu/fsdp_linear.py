@@ -26,9 +26,9 @@ from . import shard
 def _gather_rows(part: torch.Tensor, d0: int, layer) -> torch.Tensor:
     """All-gather dim-0 shards into the full tensor (pad each to c rows on the wire)."""
     c = shard.dim0_chunk_rows(d0, layer.axis.size)
-    padded = torch.zeros((c, *part.shape[1:]), dtype=part.dtype)
+    padded = torch.zeros((c, *part.shape[1:]), dtype=part.dtype, device=part.device)
     padded[:part.shape[0]] = part
-    full = torch.empty((c * layer.axis.size, *part.shape[1:]), dtype=part.dtype)
+    full = torch.empty((c * layer.axis.size, *part.shape[1:]), dtype=part.dtype, device=part.device)
     layer.comm.all_gather(full, padded, layer.axis, tag=f"{layer.tag}/all_gather")
     return full[:d0]
 
@@ -37,9 +37,9 @@ def _scatter_rows(full: torch.Tensor, rows: shard.Range, layer) -> torch.Tensor:
     """Reduce-scatter (SUM) a full gradient; return this rank's rows, divided by N."""
     n = layer.axis.size
     c = shard.dim0_chunk_rows(full.shape[0], n)
-    padded = torch.zeros((c * n, *full.shape[1:]), dtype=full.dtype)
+    padded = torch.zeros((c * n, *full.shape[1:]), dtype=full.dtype, device=full.device)
     padded[:full.shape[0]] = full
-    mine = torch.empty((c, *full.shape[1:]), dtype=full.dtype)
+    mine = torch.empty((c, *full.shape[1:]), dtype=full.dtype, device=full.device)
     layer.comm.reduce_scatter(mine, padded, layer.axis, tag=f"{layer.tag}/reduce_scatter")
     return mine[:rows.size] / n
 

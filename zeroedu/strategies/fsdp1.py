@@ -45,7 +45,7 @@ class FlatUnit(Unit):
         padded = self.layout.padded_numel
         self.range = shard.shard_range(padded, axis.size, axis.rank)  # buffer-wide, this rank's chunk
         with torch.no_grad():
-            flat = torch.zeros(padded)
+            flat = torch.zeros(padded, device=self.device)
             for i, (_, p) in enumerate(self.params):
                 r = self.layout.param_range(i)
                 flat[r.start:r.end] = p.detach().reshape(-1)

@@ -51,6 +51,7 @@ class Unit:
         self.comm, self.ledger, self.tag = comm, ledger, tag
         self.param_dtype, self.grad_dtype = param_dtype, grad_dtype
         self.params = list(module.named_parameters())  # original (fp32) parameters, for sharding
+        self.device = self.params[0][1].device
         # Where each parameter lives in the module tree, so pre_forward can rebind it.
         self.slots = []
         for name, _ in self.params:
@@ -71,7 +72,7 @@ class Unit:
 
     def _new_leaf(self, shape) -> torch.Tensor:
         """An unsharded buffer with no storage yet; unshard gives it bytes, reshard takes them."""
-        leaf = torch.empty(shape, dtype=self.param_dtype, requires_grad=True)
+        leaf = torch.empty(shape, dtype=self.param_dtype, device=self.device, requires_grad=True)
         leaf.untyped_storage().resize_(0)
         self.ledger.track(leaf, "gathered")
         return leaf
