@@ -142,7 +142,7 @@ def test_fsdp_lifecycle_counts_gathers(reshard):
 
 def test_assert_match_and_table():
     rep = _report("ddp", 2)
-    assert nbtools.assert_match(rep)
+    nbtools.assert_match(rep)  # raises when they disagree
     rows = nbtools.match_rows(rep)
     assert all(r[4] for r in rows) and len(rows) == 2 * 5
     bad = dict(rep, match={"model_states": False, "comm": True})

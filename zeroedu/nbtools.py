@@ -77,16 +77,16 @@ def _close(got, expected, rel: float) -> bool:
     return got == expected
 
 
-def check(name: str, answer: Any, expected: Any, rel: float = 1e-9, hint: str = "") -> bool:
+def check(name: str, answer: Any, expected: Any, rel: float = 1e-9, hint: str = "") -> None:
     """Exercise checker. `answer` is the learner's value, `expected` comes from zeroedu (theory
     or a run). Leaving the answer as `...` prints the hint instead of failing, so a notebook with
     unanswered exercises still runs top to bottom; a wrong answer raises AssertionError."""
     if answer is Ellipsis:
         print(f"{name}: not answered yet." + (f" Hint: {hint}" if hint else ""))
-        return False
+        return
     if _close(answer, expected, rel):
         print(f"{name}: correct ✓")
-        return True
+        return
     raise AssertionError(f"{name}: {answer!r} is not right." + (f" Hint: {hint}" if hint else ""))
 
 
@@ -136,7 +136,7 @@ def loss_rel_diff(report: dict) -> float:
 LOSS_TOLERANCE = {"fp32": 1e-6, "megatron-bf16": 1e-2, "mixed-bf16": 1e-2, "fp16": 1e-2}
 
 
-def assert_match(report: dict) -> bool:
+def assert_match(report: dict) -> None:
     """Print "predicted vs measured — match: True" and assert it: every rank's model-state bytes
     and bytes sent equal the closed forms, and the losses equal single-process training within
     the recipe's tolerance."""
@@ -152,8 +152,20 @@ def assert_match(report: dict) -> bool:
     if not ok:
         raise AssertionError(f"prediction and measurement disagree:\n{match_table(report).text}\n"
                              f"loss rel. diff {diff:.3g} (tolerance {tol:g})")
-    return ok
 
 
-__all__ = ["source", "show_source", "show_diff", "check", "match_rows", "match_table", "loss_rel_diff",
+def assert_bytes(predicted: dict, measured: dict, what: str = "bytes sent") -> None:
+    """Print and assert "predicted vs measured — match: True" for two {name: bytes} dicts
+    (e.g. the ring formulas vs a job's ledger records)."""
+    keys = sorted(set(predicted) | set(measured))
+    for k in keys:
+        p, m = predicted.get(k, 0), measured.get(k, 0)
+        print(f"  {what} by {k}: predicted {_fmt(p)}, measured {_fmt(m)}")
+    ok = all(Fraction(predicted.get(k, 0)) == Fraction(measured.get(k, 0)) for k in keys)
+    print(f"predicted vs measured — match: {ok}")
+    if not ok:
+        raise AssertionError(f"{what}: predicted {predicted} != measured {measured}")
+
+
+__all__ = ["assert_bytes", "source", "show_source", "show_diff", "check", "match_rows", "match_table", "loss_rel_diff",
            "LOSS_TOLERANCE", "assert_match"]

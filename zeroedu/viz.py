@@ -10,6 +10,7 @@ each mesh axis), how many bytes from `zeroedu.theory`, so a strategy added to th
 drawn without touching this module.
 
 Figures
+    ring_scaling          bytes a rank sends per collective as N grows (ring model)
     sharding_diagram      per-GPU param / grad / optimizer bars, full vs 1/N segments
     theory_memory_bars    bytes per GPU by category for several strategies (closed form)
     theory_comm_bars      bytes sent per GPU per step by collective (closed form)
@@ -204,6 +205,32 @@ def theory_comm_bars(strategies=None, psi=7e9, n=8, m=1, recipe=None, highlight:
     ax.set_title(f"communication per step (ring model): Ψ={psi:.3g}, N={n}, M={m}", fontsize=9)
     ax.legend(handles=[Patch(color=COLORS[c], label=c) for c in theory.COLLECTIVES], fontsize=7,
               frameon=False)
+    return fig
+
+
+def ring_scaling(nbytes: float, n_max: int = 16, measured: dict | None = None) -> Figure:
+    """Bytes one rank sends for a payload of `nbytes` as the group grows (ring model): an
+    all-reduce tends to 2S, a reduce-scatter or an all-gather to S, whatever N is.
+    `measured` = {n: {collective: bytes}} adds points from real runs."""
+    if not isinstance(n_max, int) or n_max < 1:
+        raise ValueError(f"n_max must be an integer >= 1, got {n_max!r}")
+    ns = list(range(1, n_max + 1))
+    fig = _fig(5.5, 3.0)
+    ax = fig.add_subplot()
+    for c in theory.COLLECTIVES:
+        ax.plot(ns, [float(theory.sent_bytes(c, nbytes, n)) / nbytes for n in ns], "-", color=COLORS[c],
+                label=f"{c} (formula)")
+        for n, d in sorted((measured or {}).items()):
+            if c in d:
+                ax.plot([n], [d[c] / nbytes], "o", color=COLORS[c], markersize=7, markeredgecolor="black")
+    if measured:
+        ax.plot([], [], "o", color="white", markeredgecolor="black", label="measured on real ranks")
+    ax.axhline(2, color="grey", linestyle=":", linewidth=0.8)
+    ax.axhline(1, color="grey", linestyle=":", linewidth=0.8)
+    ax.set_xlabel("N (ranks in the group)")
+    ax.set_ylabel("bytes sent per rank / S")
+    ax.set_title(f"ring collectives, payload S = {human_bytes(nbytes)}", fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
     return fig
 
 
@@ -411,6 +438,6 @@ def loss_curves(report: dict) -> Figure:
     return fig
 
 
-__all__ = ["COLORS", "human_bytes", "sharding_diagram", "theory_memory", "theory_memory_bars",
+__all__ = ["COLORS", "human_bytes", "ring_scaling", "sharding_diagram", "theory_memory", "theory_memory_bars",
            "theory_comm", "theory_comm_bars", "memory_bars", "comm_bars", "timeline_axes",
            "memory_timeline", "overlap_timeline", "fsdp_lifecycle", "loss_curves"]
