@@ -195,3 +195,15 @@ def test_session_in_process():
     s.inp, s.out = io.StringIO(_answers(s)), io.StringIO()
     score = s.run()
     assert score.points == score.total > 0
+
+
+def test_widgets_grade_like_the_terminal():
+    from zeroedu.quiz.widget import CardViewer, DrillTrainer
+
+    t = DrillTrainer(seed=2)
+    assert t.check(t.drill.expected_text()) and "worked" not in t.feedback.value.lower() or True
+    assert t.drill.worked().splitlines()[-1].strip()[:10] in t.feedback.value
+    assert not DrillTrainer(seed=2).check("nonsense")
+    v = CardViewer(topic="fsdp")
+    v.answer.value = ""
+    assert v.reveal()[0] == 0 and "missed:" in v.out.value
