@@ -5,6 +5,8 @@
   (each parameter cut by rows, uneven last chunk). Drawn from `zeroedu.shard` only
   (`FlatLayout.param_slices`, `dim0_rows`), so the picture is the same index math the
   strategies and the closed forms use.
+* `cross_domain_figure` / `cross_domain_widget`: `zeroedu.theory.hybrid.cross_domain_table`
+  (flat ZeRO-3 over M·N vs HSDP vs HFSDP) as three bar panels, and under an M slider.
 * `fsdp2_state_dict_job`: a rank job that trains FSDP2 for a few steps and then takes its
   *local* state dict (`FSDP2.local_state_dict`), recording how many bytes that sends (none),
   next to the gathered full parameters for comparison. `stitch_local_state_dicts` puts the
@@ -107,6 +109,53 @@ def ownership_figure(unit_shapes, n: int) -> Figure:
     return fig
 
 
+def cross_domain_figure(psi=7e9, n: int = 8, m: int = 2, recipe=None, bandwidth=None) -> Figure:
+    """Bytes per rank, bytes crossing domains per rank per step, and communication seconds per
+    step for the three layouts of `theory.hybrid.cross_domain_table` (closed forms only)."""
+    from .theory.hybrid import cross_domain_table
+
+    rows = cross_domain_table(psi, n, m, recipe, bandwidth)
+    names = [r["layout"] for r in rows]
+    fig = Figure(figsize=(8.0, 2.6), layout="constrained")
+    axes = fig.subplots(1, 3)
+    panels = (("model states per rank (GB)", [float(r["bytes_per_rank"]) / 1e9 for r in rows]),
+              ("cross-domain bytes per rank/step (GB)", [float(r["cross_domain_per_rank"]) / 1e9 for r in rows]),
+              ("communication per step (ms)", [1e3 * r["comm_seconds"] for r in rows]))
+    for ax, (title, vals) in zip(axes, panels):
+        ax.bar(range(len(rows)), vals, color=[_rank_color(i) for i in range(len(rows))])
+        ax.set_xticks(range(len(rows)), names, fontsize=8)
+        ax.set_title(title, fontsize=8)
+        for i, v in enumerate(vals):
+            ax.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=7)
+    fig.suptitle(f"Ψ={float(psi):.3g}, {m} domains × {n} ranks", fontsize=9)
+    return fig
+
+
+def cross_domain_widget(psi=7e9, n: int = 8, m: int = 2, recipe=None):
+    """An M slider (and N) over `cross_domain_table`: the text table and `cross_domain_figure`."""
+    import io
+
+    import ipywidgets as W
+
+    from .theory.hybrid import cross_domain_table, format_table
+
+    ms = W.IntSlider(value=m, min=1, max=16, description="M (domains)")
+    ns = W.IntSlider(value=n, min=1, max=16, description="N (per domain)")
+    table, image = W.HTML(), W.Image(format="png", layout=W.Layout(width="720px"))
+
+    def update(_=None):
+        rows = cross_domain_table(psi, ns.value, ms.value, recipe)
+        table.value = f"<pre>{format_table(rows)}</pre>"
+        buf = io.BytesIO()
+        cross_domain_figure(psi, ns.value, ms.value, recipe).savefig(buf, format="png", dpi=72)
+        image.value = buf.getvalue()
+
+    for w in (ms, ns):
+        w.observe(update, names="value")
+    update()
+    return W.VBox([W.HBox([ms, ns]), table, image])
+
+
 def fsdp2_state_dict_job(ctx, cfg: dict) -> dict:
     """Train FSDP2 for cfg.steps on this rank, then take the local state dict and count the bytes
     that sent; `full_parameters()` (an all-gather) afterwards, for comparison."""
@@ -153,5 +202,6 @@ def stitch_local_state_dicts(per_rank: list[dict]) -> dict[str, torch.Tensor]:
     return out
 
 
-__all__ = ["flat_ownership", "dim0_ownership", "ownership_figure", "fsdp2_state_dict_job",
+__all__ = ["flat_ownership", "dim0_ownership", "ownership_figure", "cross_domain_figure",
+           "cross_domain_widget", "fsdp2_state_dict_job",
            "stitch_local_state_dicts"]
