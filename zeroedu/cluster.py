@@ -151,8 +151,10 @@ def _worker(rank, n, backend, store_port, ppid, log_path, timeout, tasks, result
     try:
         store = dist.TCPStore("127.0.0.1", store_port, n + 1, is_master=False,
                               timeout=datetime.timedelta(seconds=timeout))
+        # Collectives give up before the parent's deadline, so peers of a hung rank report a
+        # timeout and the parent can name the rank that never arrived.
         dist.init_process_group(backend, store=store, rank=rank, world_size=n,
-                                timeout=datetime.timedelta(seconds=timeout))
+                                timeout=datetime.timedelta(seconds=max(1.0, 0.75 * timeout)))
     except Exception:
         results.put(("error", rank, -1, traceback.format_exc()))
         return

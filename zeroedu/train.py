@@ -25,7 +25,7 @@ from .ledger import Ledger
 from .models import ModelConfig, local_slice, make_batch, make_model, unit_shapes
 from .optim import AdamConfig
 from .recipes import get_recipe
-from .strategies import build
+from .strategies import build, option_names
 from .strategies.base import DistState
 
 
@@ -55,6 +55,12 @@ class RunConfig:
         n = self.world_size // m
         local_slice(self.global_batch, self.world_size, 0)  # validates divisibility
         recipe = get_recipe(self.recipe or spec.default_recipe).name
+        # Unknown options are caught here, in the parent, not as a failure on every rank.
+        allowed = option_names(spec.name)
+        unknown = sorted(set(self.options) - set(allowed))
+        if unknown:
+            raise ValueError(f"{spec.name} does not take option(s) {unknown}; it takes "
+                             f"{sorted(allowed) or 'none'}")
         return replace(self, strategy=spec.name, recipe=recipe, m=m)
 
     @property

@@ -11,12 +11,12 @@ from ..catalog import get_spec
 
 REGISTRY: dict[str, str] = {
     "ddp": "zeroedu.strategies.ddp:DDP",
+    "fsdp1": "zeroedu.strategies.fsdp1:FSDP1",
+    "fsdp2": "zeroedu.strategies.fsdp2:FSDP2",
     "ddp_bucketed": "zeroedu.strategies.ddp_bucketed:DDPBucketed",
     "zero1": "zeroedu.strategies.zero1:ZeRO1",
     "zero1_allreduce": "zeroedu.strategies.zero1:ZeRO1AllReduce",
     "zero2": "zeroedu.strategies.zero2:ZeRO2",
-    "fsdp1": "zeroedu.strategies.fsdp1:FSDP1",
-    "fsdp2": "zeroedu.strategies.fsdp2:FSDP2",
     "megatron_distopt": "zeroedu.strategies.megatron_distopt:MegatronDistOpt",
     "hsdp": "zeroedu.strategies.hybrid:HSDP",
     "hfsdp": "zeroedu.strategies.hybrid:HFSDP",
@@ -38,3 +38,16 @@ def strategy_class(name: str):
 
 def build(name: str, model, dist, recipe, adam=None, **opts):
     return strategy_class(name)(model, dist, recipe, adam, **opts)
+
+
+def option_names(name: str) -> tuple[str, ...]:
+    """The options a strategy's constructor accepts (its OPTIONS, or its keyword parameters)."""
+    import inspect
+
+    cls = strategy_class(name)
+    if hasattr(cls, "OPTIONS"):
+        return tuple(cls.OPTIONS)
+    skip = {"self", "model", "dist", "recipe", "adam"}
+    return tuple(p for p, v in inspect.signature(cls.__init__).parameters.items()
+                 if p not in skip and v.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
+

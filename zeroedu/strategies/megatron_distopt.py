@@ -71,6 +71,8 @@ class FlatUnit:
 class MegatronDistOpt(Strategy):
     name = "megatron_distopt"
 
+    OPTIONS = ("overlap_grad_reduce",)
+
     def __init__(self, model, dist, recipe, adam=None, **opts):
         super().__init__(model, dist, recipe, *(() if adam is None else (adam,)))
         overlap = opts.pop("overlap_grad_reduce", True)
