@@ -1,0 +1,211 @@
+"""Real-browser check: JupyterLab in headless Chromium runs every notebook and renders its widgets.
+
+nbval executes notebooks but never renders a widget; only a browser shows whether the widget
+manager is present ("Error displaying widget", or a text fallback like ``IntSlider(value=...)``
+instead of a slider). Steps, per notebook: open it, clear outputs, run all cells, wait until every
+code cell has an execution count, then fail on an error output, a broken widget or a text
+fallback. In 10_dashboard a slider is moved and the explorer's plot must change; in 02_ddp the
+run panel's button is pressed and its live plot screenshotted to ``test-artifacts/``.
+
+Needs Debian's chromium (``make browser-deps``); driven by Python Playwright.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROME_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync", "--no-first-run"]
+RUN_TIMEOUT_S = 150  # one notebook, all cells, on a loaded 2-core machine
+BROKEN = ("Error displaying widget", "IntSlider(value=", "FloatLogSlider(", "VBox(children=",
+          "Traceback (most recent call last)")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def lab():
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} missing: run `make browser-deps` (apt-get install -y chromium)")
+    port = _free_port()
+    tmp = tempfile.mkdtemp(prefix="zeroedu-lab-")
+    jupyter = str(Path(sys.executable).parent / "jupyter")
+    cmd = [jupyter, "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+           "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.allow_root=True",
+           f"--ServerApp.root_dir={ROOT / 'notebooks'}", "--LabApp.expose_app_in_browser=True",
+           f"--LabApp.workspaces_dir={tmp}", f"--LabApp.user_settings_dir={tmp}",
+           "--ServerApp.disable_check_xsrf=True"]
+    # Render every cell (JupyterLab 4 otherwise only attaches the cells in view) and skip the news toast.
+    settings = {"notebook-extension/tracker": '{"windowingMode": "none"}',
+                "apputils-extension/notification": '{"fetchNews": "false"}'}
+    for key, text in settings.items():
+        ext, name = key.split("/")
+        d = Path(tmp, "@jupyterlab", ext)
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{name}.jupyterlab-settings").write_text(text)
+    log = open(os.path.join(tmp, "lab.log"), "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT / "notebooks")
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/api/status", timeout=2)
+            break
+        except Exception:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail("JupyterLab did not start:\n" + open(os.path.join(tmp, "lab.log")).read()[-3000:])
+            time.sleep(0.5)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    log.close()
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROME_ARGS)
+        yield b
+        b.close()
+
+
+# JS run inside the page: the state of the notebook that is currently shown
+_STATE_JS = """() => {
+  const panel = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden)');
+  if (!panel) return null;
+  const cells = [...panel.querySelectorAll('.jp-CodeCell')];
+  const prompts = cells.map(c => (c.querySelector('.jp-InputArea-prompt') || {}).textContent || '');
+  const outputs = [...panel.querySelectorAll('.jp-OutputArea-output')].map(o => o.innerText || '');
+  const errors = [...panel.querySelectorAll('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')]
+                   .map(o => o.innerText || '');
+  return {prompts, outputs, errors, widgets: panel.querySelectorAll('.jupyter-widgets').length};
+}"""
+
+
+def _cmd(page, command: str):
+    page.evaluate(f"window.jupyterapp.commands.execute('{command}')")
+
+
+def _run_all(page, url: str, name: str) -> dict:
+    page.goto(f"{url}/lab/tree/{name}?reset")  # ?reset: a fresh workspace, no earlier tabs reopened
+    page.wait_for_selector(".jp-NotebookPanel .jp-CodeCell", timeout=60_000)
+    page.wait_for_function("() => window.jupyterapp && document.querySelector('.jp-Notebook-ExecutionIndicator')",
+                           timeout=60_000)
+    # wait for the kernel, then start from a blank page so every output below is from this run
+    page.wait_for_function("() => { const p = window.jupyterapp.shell.currentWidget;"
+                           " return p && p.sessionContext && p.sessionContext.session &&"
+                           " p.sessionContext.session.kernel &&"
+                           " p.sessionContext.session.kernel.connectionStatus === 'connected' &&"
+                           " p.sessionContext.session.kernel.status === 'idle'; }", timeout=90_000)
+    _cmd(page, "notebook:clear-all-cell-outputs")
+    _cmd(page, "notebook:run-all-cells")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    state = None
+    while time.monotonic() < deadline:
+        state = page.evaluate(_STATE_JS)
+        if state and state["prompts"] and all(p.strip().startswith("[") and p.strip()[1:-2].isdigit()
+                                             for p in state["prompts"]):
+            return state
+        if state and any("Traceback" in e or "Error" in e for e in state["errors"]):
+            return state  # an error stops run-all: report it now
+        time.sleep(1.0)
+    raise AssertionError(f"{name}: cells still running after {RUN_TIMEOUT_S} s; prompts {state and state['prompts']}")
+
+
+def _check(name: str, state: dict):
+    errs = [e for e in state["errors"] if "Traceback" in e or "Error" in e]
+    assert not errs, f"{name}: error output:\n{errs[0][-2000:]}"
+    for text in state["outputs"]:
+        for bad in BROKEN:
+            assert bad not in text, f"{name}: widget/output broken ({bad!r}):\n{text[:500]}"
+
+
+def _shot(page, name: str):
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+
+
+def test_every_notebook_runs_and_renders(lab, browser):
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = ctx.new_page()
+    try:
+        for name in NOTEBOOKS:
+            state = _run_all(page, lab, name)
+            _check(name, state)
+            if name.startswith("10_"):
+                _slider_changes_plot(page)
+            if name.startswith("02_"):
+                _run_panel_live(page)
+            _shutdown_kernel(page, lab)  # free its rank pool before the next notebook starts
+    except BaseException:
+        _shot(page, "browser-failure.png")
+        raise
+    finally:
+        ctx.close()
+
+
+def _shutdown_kernel(page, url: str):
+    kid = page.evaluate("() => window.jupyterapp.shell.currentWidget.sessionContext.session.kernel.id")
+    req = urllib.request.Request(f"{url}/api/kernels/{kid}", method="DELETE")
+    urllib.request.urlopen(req, timeout=30)
+
+
+def _slider_changes_plot(page):
+    plot = page.locator(".zeroedu-explorer-plot").first
+    plot.scroll_into_view_if_needed()
+    before_png, before_html = plot.screenshot(), plot.inner_html()
+    handle = page.locator(".jupyter-widgets .widget-slider .noUi-handle").first  # the Ψ slider
+    handle.focus()
+    for _ in range(10):
+        page.keyboard.press("ArrowRight")
+    page.wait_for_function("(h) => document.querySelector('.zeroedu-explorer-plot').innerHTML !== h",
+                           arg=before_html, timeout=20_000)
+    time.sleep(0.3)
+    after_png = plot.screenshot()
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "explorer-before.png").write_bytes(before_png)
+    (ARTIFACTS / "explorer-after.png").write_bytes(after_png)
+    assert after_png != before_png, "moving the Ψ slider did not change the explorer's plot"
+
+
+def _run_panel_live(page):
+    button = page.locator("button", has_text="Run on").first
+    button.scroll_into_view_if_needed()
+    panel = button.locator("xpath=ancestor::div[contains(@class,'widget-vbox')][last()]")
+    button.click()
+    page.wait_for_function("() => [...document.querySelectorAll('.widget-html-content')]"
+                           ".some(e => e.innerText.includes('predicted vs measured'))", timeout=90_000)
+    img = panel.locator("img").first
+    img.wait_for(state="visible", timeout=10_000)
+    page.wait_for_function("(el) => el.naturalWidth > 0", arg=img.element_handle(), timeout=10_000)
+    ARTIFACTS.mkdir(exist_ok=True)
+    panel.screenshot(path=str(ARTIFACTS / "run-panel-live.png"))
+    text = panel.inner_text()
+    assert "match: True" in text, text[-500:]
+    assert "Error" not in text
