@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from zeroedu import cli, cluster, shard, theory
 from zeroedu.models import ModelConfig, local_slice, make_model
-from zeroedu.train import RunConfig, run
+from zeroedu.train import config_to_dict, RunConfig, run
 
 
 # ------------------------------------------------------------------------------ CLI
@@ -100,10 +100,13 @@ def test_api_bad_model_and_batch():
 
 
 def test_api_unknown_strategy_option():
-    # Today strategy options are checked by the strategy's constructor, i.e. on the ranks: the
-    # parent sees a RankError whose traceback ends in the ValueError (not a parent ValueError).
-    with pytest.raises(cluster.RankError, match=r"ValueError: fsdp1 options are \['backward_prefetch'"):
+    # Checked in the parent by RunConfig.resolved(), before any rank starts.
+    with pytest.raises(ValueError, match=r"fsdp1 does not take option\(s\) \['bogus'\]; it takes \['backward_prefetch'"):
         run(RunConfig("fsdp1", 1, steps=1, options={"bogus": 1}))
+    # and the strategy itself still refuses one if it is built directly on the ranks
+    with pytest.raises(cluster.RankError, match=r"ValueError: ddp_bucketed takes only bucket_bytes"):
+        cluster.run("zeroedu.train:train_job", 1, {"cfg": {**config_to_dict(RunConfig("ddp_bucketed", 1).resolved()),
+                                                           "options": {"bogus": 1}}})
 
 
 @pytest.mark.parametrize("strategy,world,m", [("zero2", 8, 1), ("fsdp1", 4, 1), ("fsdp2", 4, 1),
