@@ -122,3 +122,17 @@ def test_torchrun_environment_detection(monkeypatch):
     assert not cluster.under_torchrun()
     monkeypatch.setenv("RANK", "0"); monkeypatch.setenv("WORLD_SIZE", "1"); monkeypatch.setenv("LOCAL_RANK", "0")
     assert cluster.under_torchrun()
+
+
+def test_events_stream_to_the_parent_while_the_job_runs():
+    """Ledger events reach the parent during the run (what a live plot draws), from every rank,
+    and end with the same bytes the final report measures."""
+    from zeroedu.train import RunConfig, run
+
+    seen = []
+    report = run(RunConfig("ddp", 2, steps=2), on_event=seen.append)
+    assert {e["rank"] for e in seen} == {0, 1}
+    assert any(e["label"] == "optimizer step" for e in seen)
+    last = [e for e in seen if e["rank"] == 0 and e["label"] == "optimizer step"][-1]
+    model_states = sum(last["bytes"][c] for c in ("param", "grad", "master", "main_grad", "m", "v"))
+    assert model_states == report["ranks"][0]["measured"]["total"]
