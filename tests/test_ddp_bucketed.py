@@ -82,8 +82,12 @@ def test_overlap_is_measured_and_comm_starts_inside_backward():
     for rank in r["ranks"]:
         assert 0.0 <= rank["overlap"] <= 1.0
         tl = rank["timeline"]
-        # bucket 0 (the last layers) is launched by a hook while backward is still running
-        assert analysis.launched_in_backward(tl) >= 1
+        # every bucket's all-reduce is launched by a hook while backward is still running, in
+        # every step: the deterministic part of the overlap (its fraction is a noisy timing)
+        n_buckets = len(rank["extra"]["buckets"])
+        assert n_buckets >= 2
+        for s in range(r["steps"]):
+            assert analysis.launched_in_backward(tl, step=s) == n_buckets
         labels = [m["label"] for m in tl["marks"]]
         assert "bucket 0 ready" in labels and "backward end" in labels
         assert len(analysis.backward_windows(tl, step=4)) == 1

@@ -55,7 +55,7 @@ def test_rank_raises_mid_training(tmp_path):
     err, dt = _fails(tmp_path, {"rank": 2, "kind": "raise", "where": "step", "at": 3})
     assert err.rank == 2 and "raised" in str(err)
     assert "deliberate failure on rank 2 at step 3" in err.detail and "Traceback" in err.detail
-    assert dt < TIMEOUT + 5
+    assert dt < JOB_TIMEOUT  # bounded (a generous backstop: times are not asserted tightly)
     _next_run_works()
 
 
@@ -63,7 +63,7 @@ def test_rank_exits_hard_mid_training(tmp_path):
     err, dt = _fails(tmp_path, {"rank": 1, "kind": "exit", "where": "step", "at": 3, "code": 9},
                      strategy="zero2")
     assert err.rank == 1 and "exited with code 9" in str(err)
-    assert dt < TIMEOUT + 5
+    assert dt < JOB_TIMEOUT  # bounded (a generous backstop: times are not asserted tightly)
     _next_run_works()
 
 
@@ -71,7 +71,10 @@ def test_rank_hangs_in_collective(tmp_path):
     # Rank 3 sleeps at step 3; its peers block in the first all-gather of that step.
     err, dt = _fails(tmp_path, {"rank": 3, "kind": "hang", "where": "step", "at": 3})
     assert err.rank == 3 and "did not finish" in str(err)
-    assert TIMEOUT <= dt < JOB_TIMEOUT  # found by the peers' collective timeout, not the backstop
+    # Found through the peers' collective timeout (their report is carried along), not by the
+    # parent's backstop deadline, which would name no rank.
+    assert "never reached the collective" in str(err)
+    assert dt < 2 * JOB_TIMEOUT  # bounded; a generous backstop, not a timing assertion
     _next_run_works()
 
 

@@ -73,7 +73,7 @@ def test_failing_rank_is_named_and_pool_cleaned(job, kind):
     t0 = time.monotonic()
     with pytest.raises(cluster.RankError) as ei:
         pool.run(job, {"bad_rank": 1})
-    assert time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 < 60  # bounded (generous: not a timing assertion)
     assert ei.value.rank == 1 and kind in str(ei.value)
     if job is faults.raise_on:
         assert "deliberate failure on rank 1" in str(ei.value)  # the rank's traceback travels
@@ -90,7 +90,7 @@ def test_hanging_rank_times_out_and_next_run_works():
         pool.run(faults.hang_on, {"bad_rank": 1})
     elapsed = time.monotonic() - t0
     assert "did not finish within 4 s" in str(ei.value)
-    assert elapsed < 15  # bounded: the deadline plus killing the pool
+    assert elapsed < 60  # bounded: the deadline plus killing the pool (generous backstop)
     _assert_dead(pool)
     assert [r["sum"] for r in cluster.run(faults.ok, 2, warm=False)] == [8.0, 8.0]
 

@@ -10,6 +10,9 @@ algorithm that NCCL and gloo use for large messages. With S the payload bytes an
     broadcast                  sends S              root's view, pipelined chain
     send / recv                sends S / 0
 
+Harness plumbing that is not training traffic (result gathering under torchrun, barriers
+around a checkpoint write) uses torch.distributed directly and is deliberately not recorded.
+
 These are exact rationals (`fractions.Fraction`), so they can be compared for equality with the
 closed forms in `zeroedu.theory`. `ring_all_reduce` builds the all-reduce by hand from send/recv
 (reduce-scatter phase then all-gather phase) to show where 2(g-1)/g comes from.

@@ -20,8 +20,12 @@ Model states
 
 Timeline
     ``event(label)`` appends (time, label, bytes by category) and updates the peak. The peak is
-    the largest total seen at an event: every allocation-changing step of a strategy is an event.
-    Events can be streamed to the parent while a job runs (``sink``), for live plots.
+    the largest total seen at an event: strategies emit one at every lifecycle step that changes
+    what they hold (unshard, reshard, buffer allocated or freed). Short-lived temporaries inside
+    one operation (autograd's gradients of activations, an fp32 cast of a gradient inside the
+    optimizer) are not tracked, so torch's own tracker, which sees every allocation, reads a
+    somewhat higher peak; `tests/test_fsdp.py` bounds that margin. Events can be streamed to the
+    parent while a job runs (``sink``), for live plots.
 
 Communication
     `zeroedu.comm` appends a `CommRecord` per collective: op, tag, mesh axis, group size, payload

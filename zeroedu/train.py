@@ -126,7 +126,7 @@ def train_job(ctx, cfg: dict) -> dict:
     if extra is not None:
         out["extra"] = extra()
     params = strategy.full_parameters()  # a collective for sharded strategies: every rank calls it
-    if cfg.return_params and ctx.rank == 0:
+    if cfg.return_params:
         out["params"] = params
     return out
 
@@ -193,12 +193,18 @@ def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
         "reference_losses": ref_losses,
         "match": {
             "model_states": all(_states_match(r) for r in ranks),
-            "comm": all(r["measured"]["comm"] == r["predicted"]["comm"] for r in ranks),
+            "comm": all(r["measured"]["comm"] == r["predicted"]["comm"]
+                        and r["measured"]["comm_by_axis"] == r["predicted"]["comm_by_axis"] for r in ranks),
         },
     }
     if ranks and "params" in ranks[0]:
         report["params"] = ranks[0]["params"]
         report["reference_params"] = ref_params
+        # Every rank ends with the same full parameters (replicas stay identical; sharded
+        # strategies gather the same shards): the largest difference from rank 0's.
+        report["replica_max_diff"] = max(
+            (float((a - b).abs().max()) for r in ranks[1:] for a, b in zip(r.pop("params"), report["params"])),
+            default=0.0)
     return report
 
 

@@ -104,6 +104,11 @@ class DDPBucketed(Strategy):
             self.require_sync = old
 
     def forward_backward(self, x, y):
+        if any(b.handle is not None for b in self.buckets):
+            # The all-reduces of the last backward are still reading the buckets: accumulating
+            # into them now would race. Accumulation goes through no_sync() instead.
+            raise RuntimeError("ddp_bucketed: call step() after a synchronised backward "
+                               "(accumulate micro-batches inside no_sync())")
         if self.require_sync:
             for b in self.buckets:
                 b.reset()

@@ -175,6 +175,7 @@ class FSDPStrategy(Strategy):
             for leaf in u.leaves:
                 leaf.register_post_accumulate_grad_hook(lambda _t, u=u: self._leaf_grad_ready(u))
         self.optim = self.build_optimizer()
+        self._reduced: set[int] = set()  # units whose post_backward ran this step
         self.ledger.event("units sharded")
 
     # ---------------------------------------------------------------- what subclasses choose
@@ -232,6 +233,7 @@ class FSDPStrategy(Strategy):
         u.ready += 1
         if u.ready == len(u.leaves):  # every leaf of the unit has its full gradient
             u.ready = 0
+            self._reduced.add(u.index)
             self.post_backward(u)
 
     def post_backward(self, u: Unit) -> list[torch.Tensor]:
@@ -241,8 +243,24 @@ class FSDPStrategy(Strategy):
         u.reshard()
         return shards
 
+    def reduce_unused_units(self) -> None:
+        """A unit that got no (or partial) gradient this step, e.g. frozen or unused, still
+        joins its collectives, with zeros, in a fixed order on every rank: otherwise a peer
+        that did get gradients would wait in a reduce-scatter nobody matches, and Adam would
+        apply last step's grad shards again."""
+        for u in reversed(self.units):
+            if u.index not in self._reduced:
+                for leaf in u.leaves:
+                    if leaf.grad is None:
+                        leaf.grad = torch.zeros(leaf.shape, dtype=leaf.dtype, device=leaf.device)
+                u.ready = 0
+                self.post_backward(u)
+        self._reduced.clear()
+
     def finish_grad_sync(self) -> None:
-        """Gradient reductions run synchronously inside post_backward: nothing is pending."""
+        """Inner reductions run synchronously inside post_backward; only units that got no
+        gradient are left to reduce."""
+        self.reduce_unused_units()
 
     # ---------------------------------------------------------------- step
     def step(self):

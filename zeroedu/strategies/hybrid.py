@@ -71,6 +71,7 @@ class HSDP(FSDP1):
                 g, self.outer, tag=f"{self.name}/unit{u.index}/outer/grads", async_op=True))
 
     def finish_grad_sync(self):
+        super().finish_grad_sync()  # units without gradients join the inner and outer reductions
         for h in self.outer_handles:
             h.wait()
         self.outer_handles = []

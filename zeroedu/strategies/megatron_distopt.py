@@ -33,6 +33,8 @@ Communication per rank per step: reduce-scatter of the padded gradient buffer in
 (Ψ·4 with fp32 grads) plus all-gather of the padded parameter buffer in P bytes (Ψ·2), each
 (N-1)/N of that under the ring. Reducing in fp32 costs twice the bytes of bf16, for accuracy.
 No loss scaling is applied with ``fp16`` (the model is small and well-conditioned).
+Gradient accumulation over micro-batches is not implemented: a second backward before
+``step()`` raises, since the first one's reduce-scatters are still reading the buffer.
 """
 from __future__ import annotations
 
@@ -92,6 +94,14 @@ class MegatronDistOpt(Strategy):
         # the recipe it keeps an fp32 copy of the chunk; with fp32 it updates the chunk in place.
         self.optim = AdamState([u.param_shard for u in self.units], recipe, self.adam, self.ledger)
         self.ledger.event("buffers built")
+
+    def forward_backward(self, x, y):
+        if any(u.handle is not None for u in self.units):
+            # A reduce-scatter launched by the last backward is still reading the fp32 buffer:
+            # a second backward would add into it mid-flight. No gradient accumulation here.
+            raise RuntimeError("megatron_distopt reduces gradients during backward: call step() "
+                               "after each backward (gradient accumulation is not implemented)")
+        return super().forward_backward(x, y)
 
     # ------------------------------------------------------------------ backward hooks
     def _make_grad_hook(self, k, i):

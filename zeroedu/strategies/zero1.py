@@ -68,8 +68,10 @@ class ZeRO1(Strategy):
         for u in reversed(self.units):
             tag = f"{self.name}/grads/{u.name}"
             if self.grad_sync == "reduce_scatter":
-                # In place: the output is this rank's chunk of the input buffer (Megatron does
-                # the same), so the reduced chunk lands where `grad_shard` looks.
+                # In place: the output is this rank's chunk of the input buffer, exactly NCCL's
+                # in-place convention (recvbuff == sendbuff + rank * count), which gloo also
+                # honours (checked by the equivalence tests); the reduced chunk lands where
+                # `grad_shard` looks, with no extra buffer.
                 handles.append(self.comm.reduce_scatter(u.grad_shard, u.grad_buffer, axis, tag,
                                                         async_op=True))
             else:
@@ -79,7 +81,8 @@ class ZeRO1(Strategy):
         self.ledger.mark("grads synced")
 
     def unshard(self) -> None:
-        """All-gather each unit's updated chunks into its full parameter buffer (in place)."""
+        """All-gather each unit's updated chunks into its full parameter buffer (in place: the
+        input is this rank's chunk of the output, NCCL's in-place convention for all-gather)."""
         handles = [self.comm.all_gather(u.param_buffer, u.param_shard, self.dist.inner,
                                         f"{self.name}/params/{u.name}", async_op=True)
                    for u in self.units]
