@@ -58,7 +58,7 @@ tour: setup
 	$(VENV)/bin/zeroedu tour --world-size 4
 
 bench: setup
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -22,7 +22,7 @@ def main(argv=None):
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--batch", type=int, default=128, help="global batch")
     ap.add_argument("--steps", type=int, default=10, help="timed steps per repetition")
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--bucket-mib", type=float, default=1.0)
     a = ap.parse_args(argv)
     model = ModelConfig(d_in=a.hidden, hidden=a.hidden, depth=a.depth, d_out=a.hidden)

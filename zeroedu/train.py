@@ -122,6 +122,12 @@ def train_job(ctx, cfg: dict) -> dict:
         "losses": losses,
         "timeline": ledger.timeline(),
     }
+    if ctx.device.startswith("cuda"):
+        import torch
+
+        # The allocator's own count, to set beside the ledger's peak (its peak adds CUDA
+        # workspace, the caching allocator's 512-byte rounding and kernel temporaries).
+        out["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated(ctx.device)
     extra = getattr(strategy, "report_extra", None)
     if extra is not None:
         out["extra"] = extra()
