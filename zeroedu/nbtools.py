@@ -15,6 +15,8 @@ from fractions import Fraction
 from numbers import Number
 from typing import Any
 
+from .report import match_rows, max_rel_diff
+
 
 class _Rich:
     """A value that shows as Markdown/HTML in Jupyter and as plain text elsewhere.
@@ -98,19 +100,6 @@ def _fmt(x) -> str:
     return f"{x:,}" if isinstance(x, int) else f"{x:.6g}"
 
 
-def match_rows(report: dict) -> list[tuple[int, str, Any, Any, bool]]:
-    """(rank, quantity, predicted, measured, equal) for model states and comm, every rank."""
-    rows = []
-    for r in report["ranks"]:
-        pr, me = r["predicted"], r["measured"]
-        for k in ("param", "grad", "optim", "total"):
-            rows.append((r["rank"], k, pr[k], me[k], pr[k] == me[k]))
-        for c in sorted(set(pr["comm"]) | set(me["comm"])):
-            rows.append((r["rank"], f"sent by {c}", pr["comm"].get(c, 0), me["comm"].get(c, 0),
-                         pr["comm"].get(c, 0) == me["comm"].get(c, 0)))
-    return rows
-
-
 def match_table(report: dict, ranks: list[int] | None = None) -> _Rich:
     """Predicted (closed form) vs measured (ledger) bytes, per rank: a table with a match column."""
     rows = [row for row in match_rows(report) if ranks is None or row[0] in ranks]
@@ -127,7 +116,7 @@ def match_table(report: dict, ranks: list[int] | None = None) -> _Rich:
 
 def loss_rel_diff(report: dict) -> float:
     """Largest relative difference between the run's losses and the single-process reference."""
-    return max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(report["losses"], report["reference_losses"]))
+    return max_rel_diff(report["losses"], report["reference_losses"])
 
 
 # Relative loss tolerance per recipe: fp32 agrees up to summation order; low-precision recipes

@@ -14,15 +14,25 @@ def comm_total(block: dict) -> float:
     return sum(block.get("comm", {}).values())
 
 
-def rank_rows(report: dict[str, Any]) -> list[list[str]]:
+def match_rows(report: dict[str, Any]) -> list[tuple[int, str, Any, Any, bool]]:
+    """(rank, quantity, predicted, measured, equal) for model states and comm, every rank."""
     rows = []
     for r in report["ranks"]:
-        me, pr = r["measured"], r["predicted"]
-        for c in CATS:
-            rows.append([str(r["rank"]), c, _fmt(me[c]), _fmt(pr[c]), "yes" if me[c] == pr[c] else "NO"])
-        for op in sorted(set(me["comm"]) | set(pr["comm"])):
-            a, b = me["comm"].get(op, 0), pr["comm"].get(op, 0)
-            rows.append([str(r["rank"]), f"sent/{op}", _fmt(a), _fmt(b), "yes" if a == b else "NO"])
+        pr, me = r["predicted"], r["measured"]
+        for k in CATS:
+            rows.append((r["rank"], k, pr[k], me[k], pr[k] == me[k]))
+        for c in sorted(set(pr["comm"]) | set(me["comm"])):
+            rows.append((r["rank"], f"sent by {c}", pr["comm"].get(c, 0), me["comm"].get(c, 0),
+                         pr["comm"].get(c, 0) == me["comm"].get(c, 0)))
+    return rows
+
+
+def rank_rows(report: dict[str, Any]) -> list[list[str]]:
+    """`match_rows` as text cells (measured first), each rank followed by its peak."""
+    rows, compared = [], match_rows(report)
+    for r in report["ranks"]:
+        rows += [[str(rank), what, _fmt(meas), _fmt(pred), "yes" if equal else "NO"]
+                 for rank, what, pred, meas, equal in compared if rank == r["rank"]]
         rows.append([str(r["rank"]), "peak", _fmt(r["peak"]), "", f"at '{r.get('peak_label', '')}'"])
     return rows
 
