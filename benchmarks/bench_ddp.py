@@ -11,7 +11,7 @@ Times are measurements, noisy on a shared machine; the bytes are exact.
 import argparse
 import statistics
 
-from zeroedu import cluster
+from zeroedu.runtime import cluster
 from zeroedu.models import ModelConfig
 
 
@@ -27,7 +27,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     model = ModelConfig(d_in=a.hidden, hidden=a.hidden, depth=a.depth, d_out=a.hidden)
     bucket = int(a.bucket_mib * 2 ** 20)
-    res = cluster.run("zeroedu.reference_torch:bench_job", a.n,
+    res = cluster.run("zeroedu.references.torch_ddp:bench_job", a.n,
                       {"model": model.as_dict(), "steps": a.steps, "reps": a.reps,
                        "global_batch": a.batch, "bucket_bytes": bucket}, timeout=600)
     r0 = res[0]

@@ -14,9 +14,10 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from zeroedu import cluster, shard, theory
+from zeroedu import shard, theory
+from zeroedu.runtime import cluster
 from zeroedu.models import ModelConfig, make_model, unit_shapes
-from zeroedu.reference_fsdp2 import fully_shard_job, timed_job
+from zeroedu.references.torch_fsdp2 import fully_shard_job, timed_job
 from zeroedu.train import RunConfig, config_to_dict
 
 

@@ -5,7 +5,7 @@
 import statistics
 import time
 
-from zeroedu import cluster
+from zeroedu.runtime import cluster
 from zeroedu.train import RunConfig, run
 
 

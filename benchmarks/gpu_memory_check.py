@@ -13,7 +13,8 @@ import sys
 
 import torch
 
-from zeroedu import catalog, cluster
+from zeroedu import catalog
+from zeroedu.runtime import cluster
 from zeroedu.models import ModelConfig
 from zeroedu.train import RunConfig, run
 

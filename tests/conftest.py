@@ -1,6 +1,6 @@
 import pytest
 
-from zeroedu import cluster
+from zeroedu.runtime import cluster
 
 
 @pytest.fixture(scope="session", autouse=True)

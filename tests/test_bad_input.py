@@ -14,7 +14,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zeroedu import cli, cluster, shard, theory
+from zeroedu import cli, shard, theory
+from zeroedu.runtime import cluster
 from zeroedu.models import ModelConfig, local_slice, make_model
 from zeroedu.train import config_to_dict, RunConfig, run
 
@@ -104,8 +105,8 @@ def test_api_unknown_strategy_option():
     with pytest.raises(ValueError, match=r"fsdp1 does not take option\(s\) \['bogus'\]; it takes \['backward_prefetch'"):
         run(RunConfig("fsdp1", 1, steps=1, options={"bogus": 1}))
     # and the strategy itself still refuses one if it is built directly on the ranks
-    with pytest.raises(cluster.RankError, match=r"ValueError: ddp_bucketed takes only bucket_bytes"):
-        cluster.run("zeroedu.train:train_job", 1, {"cfg": {**config_to_dict(RunConfig("ddp_bucketed", 1).resolved()),
+    with pytest.raises(cluster.RankError, match=r"ValueError: ddp_bucketed does not take option\(s\) \['bogus'\]; it takes \['bucket_bytes'\]"):
+        cluster.run("zeroedu.train.launch:train_job", 1, {"cfg": {**config_to_dict(RunConfig("ddp_bucketed", 1).resolved()),
                                                            "options": {"bogus": 1}}})
 
 
@@ -124,7 +125,7 @@ def test_model_smaller_than_n_works_with_empty_shards(strategy, world, m):
 
 # ------------------------------------------------------------------------------ widgets
 def test_memory_explorer_messages():
-    from zeroedu.widgets import MemoryExplorer
+    from zeroedu.notebook.widgets import MemoryExplorer
 
     w = MemoryExplorer()
     assert w.set(psi=-5) is True and "clamped" in w.message.value and w.psi.value == w.PSI_RANGE[0]
@@ -138,7 +139,7 @@ def test_memory_explorer_messages():
 
 
 def test_run_panel_bad_mesh_shows_message_without_starting_ranks():
-    from zeroedu.widgets import RunPanel
+    from zeroedu.notebook.widgets import RunPanel
 
     p = RunPanel("hsdp", n=4)
     p.m.value = 3

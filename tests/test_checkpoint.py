@@ -11,10 +11,11 @@ import shutil
 import pytest
 import torch
 
-from zeroedu import cluster
+from zeroedu.runtime import cluster
 from zeroedu.checkpoint import (LATEST, MANIFEST, load_checkpoint, rank_file_name, resume,
                                 step_dir_name, train_and_save)
-from zeroedu.checkpoint_dcp import export_dcp, fsdp2_resume_job, fsdp2_save_job, load_dcp
+from zeroedu.checkpoint.dcp import export_dcp, load_dcp
+from zeroedu.references.torch_dcp import fsdp2_resume_job, fsdp2_save_job
 from zeroedu.models import ModelConfig, make_batch, make_model
 from zeroedu.train import RunConfig, config_to_dict, reference
 
@@ -108,7 +109,7 @@ def test_files_layout_metadata_and_padding(sources):
         assert st["rank"] == r and st["n"] == 4 and st["step"] == SAVE
         for u, t in zip(st["units"], st["targets"]):
             assert u["padded_numel"] % 4 == 0 and u["padded_numel"] >= u["numel"]
-            lo, hi = u["buffer_range"]
+            lo, hi = u["shard_range"]
             assert hi - lo == u["padded_numel"] // 4 == t["master"].numel()
             # padding is never data: the pieces cover exactly the real elements of this chunk
             data = sum(pe - ps for _, ps, pe, _ in t["pieces"])

@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from zeroedu import catalog, cli
-from zeroedu.cli_memory import parse_psi
+from zeroedu.cli.args import parse_psi
 
 GB = 10**9
 

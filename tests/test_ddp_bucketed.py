@@ -8,14 +8,15 @@ from functools import lru_cache
 import pytest
 import torch
 
-from zeroedu import analysis, cluster, theory
-from zeroedu.comm import Axis, Comm
-from zeroedu.ledger import Ledger
+from zeroedu import theory
+from zeroedu.runtime import analysis, cluster
+from zeroedu.runtime.comm import Axis, Comm
+from zeroedu.runtime.ledger import Ledger
 from zeroedu.models import ModelConfig, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
 from zeroedu.strategies import build
 from zeroedu.strategies.base import DistState
-from zeroedu.train import RunConfig, reference, run
+from zeroedu.train import RunConfig, config_to_dict, reference, run
 
 FP32_TOL = 1e-6
 # bf16 keeps 8 significant bits (relative rounding up to 2^-8 per value) in params and grads;
@@ -96,8 +97,8 @@ def test_overlap_is_measured_and_comm_starts_inside_backward():
 @pytest.mark.parametrize("n,k", [(1, 4), (2, 3), (3, 2), (4, 2)])
 def test_no_sync_accumulation_equals_one_big_batch(n, k):
     cfg = RunConfig("ddp_bucketed", n, recipe="fp32")
-    out = cluster.run("zeroedu.reference_torch:accumulation_job", n,
-                      {"model": ModelConfig().as_dict(), "micro_batches": k})
+    out = cluster.run("zeroedu.train.jobs:accumulation_job", n,
+                      {"cfg": config_to_dict(cfg), "micro_batches": k})
     ref_losses, ref_params = reference(cfg)
     losses = [sum(o["losses"][s] for o in out) / n for s in range(cfg.steps)]
     assert max(_rel(a, b) for a, b in zip(losses, ref_losses)) <= FP32_TOL

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from zeroedu import cluster
+from zeroedu.runtime import cluster
 from zeroedu.checkpoint import (LATEST, load_checkpoint, resume, step_dir_name, train_and_save)
 from zeroedu.train import RunConfig, reference, run
 

@@ -13,12 +13,13 @@ from fractions import Fraction
 import pytest
 import torch
 
-from zeroedu import cluster, shard, theory
-from zeroedu.comm import Axis, Comm
-from zeroedu.ledger import Ledger
+from zeroedu import shard, theory
+from zeroedu.runtime import cluster
+from zeroedu.runtime.comm import Axis, Comm
+from zeroedu.runtime.ledger import Ledger
 from zeroedu.models import ModelConfig, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
-from zeroedu.reference_fsdp2 import fully_shard_job
+from zeroedu.references.torch_fsdp2 import fully_shard_job
 from zeroedu.strategies import build
 from zeroedu.strategies.base import DistState
 from zeroedu.train import RunConfig, config_to_dict, run
@@ -202,3 +203,18 @@ def test_fsdp1_unit_takes_axis_and_padding_multiple():
     s.forward_backward(torch.randn(4, 12), torch.randn(4, 7))
     s.step()
     assert all(g.numel() == u.shards[0].numel() for u in s.units for g in u.grad_shards)
+
+
+def test_counting_torch_bytes_leaves_nothing_patched_in_a_warm_pool():
+    # The torch timing job wraps dist.all_gather_single / reduce_scatter_single to count bytes;
+    # the next job on the same warm ranks must see torch's own functions again.
+    from zeroedu.references.torch_fsdp2 import patched_collectives, timed_job
+
+    cfg = RunConfig("fsdp2", 2, steps=3, recipe="fp32").resolved()
+    with cluster.Pool(2) as pool:
+        assert pool.run(patched_collectives) == [{}, {}]
+        out = pool.run(timed_job, {"cfg": config_to_dict(cfg), "impl": "torch", "warmup": 1})
+        assert all(o["sent"] > 0 for o in out)  # the count happened
+        assert pool.run(patched_collectives) == [{}, {}]
+        pool.run(timed_job, {"cfg": config_to_dict(cfg), "impl": "torch", "warmup": 1})
+        assert pool.run(patched_collectives) == [{}, {}]

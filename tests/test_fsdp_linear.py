@@ -7,8 +7,9 @@ batch (values), `zeroedu.shard.dim0_rows` (which rows each rank keeps) and the c
 import pytest
 import torch
 
-from zeroedu import cluster, shard, theory
-from zeroedu.fsdp_linear import linear_job, make_linear, make_linear_batch
+from zeroedu import shard, theory
+from zeroedu.runtime import cluster
+from zeroedu.strategies.fsdp_linear import linear_job, make_linear, make_linear_batch
 
 STEPS, BATCH, LR, TOL = 5, 24, 0.1, 1e-6
 

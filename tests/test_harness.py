@@ -6,8 +6,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from zeroedu import cluster, faults
-from zeroedu.collectives import collectives_job, rank_tensor
+from zeroedu.runtime import cluster, faults
+from zeroedu.runtime.collectives import collectives_job, rank_tensor
 
 
 def _expected_sum(n, numel):

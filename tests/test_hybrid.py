@@ -10,7 +10,8 @@ import pytest
 
 from zeroedu import shard, theory
 from zeroedu.models import ModelConfig, make_model, unit_shapes
-from zeroedu.theory.hybrid import cross_domain_bytes, cross_domain_table, format_table, step_comm_time
+from zeroedu.theory.hybrid import cross_domain_bytes, cross_domain_table, step_comm_time
+from zeroedu.notebook.report import format_cross_domain_table
 from zeroedu.train import RunConfig, run
 
 GB = 10**9
@@ -84,7 +85,7 @@ def test_seed_7b_two_domains_of_8():
     inner = 3 * Fraction(7, 8) * 2 * psi
     assert rows["hsdp"]["comm_seconds"] == pytest.approx(float(inner) / 450e9 + 1.75 * GB / 50e9)
     assert rows["flat_zero3"]["comm_seconds"] > 6 * rows["hsdp"]["comm_seconds"]
-    assert "hfsdp" in format_table(list(rows.values()))
+    assert "hfsdp" in format_cross_domain_table(list(rows.values()))
 
 
 def test_one_domain_and_bandwidth_choices():

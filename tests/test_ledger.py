@@ -5,8 +5,8 @@ import pytest
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
-from zeroedu.comm import Axis, Comm
-from zeroedu.ledger import Ledger
+from zeroedu.runtime.comm import Axis, Comm
+from zeroedu.runtime.ledger import Ledger
 from zeroedu.models import ModelConfig, make_batch, make_model
 from zeroedu.optim import AdamConfig
 from zeroedu.recipes import get_recipe

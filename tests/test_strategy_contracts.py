@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from zeroedu.catalog import STRATEGIES
-from zeroedu.comm import Axis, Comm
-from zeroedu.ledger import Ledger
+from zeroedu.runtime.comm import Axis, Comm
+from zeroedu.runtime.ledger import Ledger
 from zeroedu.models import ModelConfig, make_batch, make_model
 from zeroedu.optim import AdamConfig
 from zeroedu.recipes import get_recipe

@@ -6,7 +6,7 @@ fp32 afterwards, so with fp32 the two agree to rounding (≤ 1e-6 relative), not
 """
 import pytest
 
-from zeroedu import cluster
+from zeroedu.runtime import cluster
 from zeroedu.models import ModelConfig
 from zeroedu.train import RunConfig, run
 
@@ -22,7 +22,7 @@ def test_bucketed_ddp_equals_torch_ddp(n):
     bucket = 1024
     ours = run(RunConfig("ddp_bucketed", n, steps=5, recipe="fp32", return_params=True,
                          options={"bucket_bytes": bucket}))
-    theirs = cluster.run("zeroedu.reference_torch:torch_ddp_job", n,
+    theirs = cluster.run("zeroedu.references.torch_ddp:torch_ddp_job", n,
                          {"model": ModelConfig().as_dict(), "steps": 5, "bucket_bytes": bucket})
     for r in range(n):  # per rank: same local batch, same local loss
         a, b = ours["ranks"][r]["losses"], theirs[r]["losses"]

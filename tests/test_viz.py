@@ -11,7 +11,8 @@ import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
-from zeroedu import catalog, nbtools, theory, viz
+from zeroedu import catalog, theory
+from zeroedu.notebook import nbtools, viz
 from zeroedu.recipes import get_recipe
 from zeroedu.train import RunConfig, run
 
@@ -71,7 +72,7 @@ def test_theory_bars_match_closed_forms():
     for i, s in enumerate(names):
         tops = max(b.get_y() + b.get_height() for b in bars[k * i:k * i + k])
         want = float(theory.comm_per_rank(s, psi, n).total())
-        div, _ = viz._scale([want])
+        div, _ = viz.byte_scale([want])
         assert tops * 1e9 == pytest.approx(want) or tops * div == pytest.approx(want) or want == 0
     _png(fig)
 
@@ -91,11 +92,11 @@ def test_report_figures_show_the_report():
     fig = viz.memory_bars(rep, rank=1)
     bars = fig.axes[0].patches
     keys = ["param", "grad", "optim", "total"]
-    div, _ = viz._scale([rep["ranks"][1]["measured"][k] for k in keys])
+    div, _ = viz.byte_scale([rep["ranks"][1]["measured"][k] for k in keys])
     assert [b.get_height() * div for b in bars[:4]] == pytest.approx([rep["ranks"][1]["predicted"][k] for k in keys])
     assert [b.get_height() * div for b in bars[4:]] == pytest.approx([rep["ranks"][1]["measured"][k] for k in keys])
     fig = viz.comm_bars(rep)
-    assert [b.get_height() for b in fig.axes[0].patches][1] * viz._scale(rep["ranks"][0]["measured"]["comm"].values())[0] \
+    assert [b.get_height() for b in fig.axes[0].patches][1] * viz.byte_scale(rep["ranks"][0]["measured"]["comm"].values())[0] \
         == pytest.approx(rep["ranks"][0]["measured"]["comm"]["all_reduce"])
     _png(fig)
 
@@ -106,7 +107,7 @@ def test_report_figures_show_the_report():
     for r, ln in enumerate(lines):
         assert len(ln.get_xdata()) == len(rep["ranks"][r]["timeline"]["events"])
     evs = rep["ranks"][0]["timeline"]["events"]
-    div, _ = viz._scale([sum(e["bytes"].values()) for e in evs] + [rep["ranks"][0]["predicted"]["total"]])
+    div, _ = viz.byte_scale([sum(e["bytes"].values()) for e in evs] + [rep["ranks"][0]["predicted"]["total"]])
     dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and len(ln.get_ydata()) == 2]
     assert any(ln.get_ydata()[0] * div == pytest.approx(rep["ranks"][0]["predicted"]["total"]) for ln in dashed)
     assert len(fig.axes) == 2 and fig.axes[1].collections  # the stacked per-category panel

@@ -4,7 +4,8 @@ its live plot. Expected numbers come from `zeroedu.theory` and from the run's ow
 """
 import pytest
 
-from zeroedu import catalog, theory, widgets
+from zeroedu import catalog, theory
+from zeroedu.notebook import widgets
 
 
 def test_explorer_observers_recompute_from_theory():

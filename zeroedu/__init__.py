@@ -1,6 +1,15 @@
 """zeroedu: data parallelism from scratch on torch.distributed, predicted and measured.
 
-Layers (see README): theory (closed forms) -> cluster (ranks) -> comm + ledger (the only
-instrumentation) -> strategies (one module each) -> train -> viz/widgets -> cli.
+The subpackages are the layers, lowest first (README, "How it is built"):
+
+    catalog, recipes, shard, fmt, optim   shared vocabulary (pure, or plain torch for Adam)
+    theory/      closed forms             runtime/    ranks, comm, ledger (all instrumentation)
+    models/      models and data          strategies/ one module per strategy
+    train/       runner, reference, launcher
+    checkpoint/, references/              sharded checkpoints; torch's own DDP / FSDP2 / DCP
+    notebook/, quiz/, labs/               figures, dashboards, text tables; rehearsal; labs
+    cli/                                  zeroedu memory | run | tour | quiz
+
+A module imports only from its own layer's package and the layers below it.
 """
 __version__ = "0.1.0"

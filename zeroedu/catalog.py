@@ -40,29 +40,34 @@ class StrategySpec:
     default_recipe: str = "mixed-bf16"
     grad_sync: str = "reduce_scatter"  # how gradients are reduced: all_reduce | reduce_scatter
     summary: str = ""
+    impl: str = ""  # the implementing class, "module:Class" inside zeroedu.strategies
 
 
 STRATEGIES: dict[str, StrategySpec] = {
     s.name: s
     for s in [
         StrategySpec("ddp", "no_shard", layout="replicated", grad_sync="all_reduce",
-                     summary="naive DDP: all-reduce every gradient after backward"),
+                     summary="naive DDP: all-reduce every gradient after backward", impl="ddp:DDP"),
         StrategySpec("ddp_bucketed", "no_shard", layout="replicated", grad_sync="all_reduce",
-                     summary="DDP: bucketed async all-reduce overlapped with backward"),
-        StrategySpec("zero1", "optim", summary="ZeRO-1: optimizer state sharded, reduce-scatter grads"),
+                     summary="DDP: bucketed async all-reduce overlapped with backward",
+                     impl="ddp_bucketed:DDPBucketed"),
+        StrategySpec("zero1", "optim", summary="ZeRO-1: optimizer state sharded, reduce-scatter grads",
+                     impl="zero1:ZeRO1"),
         StrategySpec("zero1_allreduce", "optim", grad_sync="all_reduce",
-                     summary="ZeRO-1 as often coded: all-reduce grads + all-gather params (3Ψ)"),
-        StrategySpec("zero2", "optim_grads", summary="ZeRO-2: gradients sharded too"),
+                     summary="ZeRO-1 as often coded: all-reduce grads + all-gather params (3Ψ)",
+                     impl="zero1:ZeRO1AllReduce"),
+        StrategySpec("zero2", "optim_grads", summary="ZeRO-2: gradients sharded too", impl="zero2:ZeRO2"),
         StrategySpec("fsdp1", "optim_grads_params",
-                     summary="ZeRO-3 / FSDP1: flat-parameter units gathered per layer"),
+                     summary="ZeRO-3 / FSDP1: flat-parameter units gathered per layer", impl="fsdp1:FSDP1"),
         StrategySpec("fsdp2", "optim_grads_params", layout="dim0",
-                     summary="FSDP2: per-parameter dim-0 sharding"),
+                     summary="FSDP2: per-parameter dim-0 sharding", impl="fsdp2:FSDP2"),
         StrategySpec("megatron_distopt", "optim", default_recipe="megatron-bf16",
-                     summary="Megatron distributed optimizer: fp32 grad buffer, sharded optimizer"),
+                     summary="Megatron distributed optimizer: fp32 grad buffer, sharded optimizer",
+                     impl="megatron_distopt:MegatronDistOpt"),
         StrategySpec("hsdp", "optim_grads_params", "no_shard", hybrid=True,
-                     summary="HSDP: ZeRO-3 inside a domain, replicate across domains"),
+                     summary="HSDP: ZeRO-3 inside a domain, replicate across domains", impl="hybrid:HSDP"),
         StrategySpec("hfsdp", "optim_grads_params", "optim", hybrid=True,
-                     summary="HFSDP: ZeRO-3 inside a domain, ZeRO-1 across domains"),
+                     summary="HFSDP: ZeRO-3 inside a domain, ZeRO-1 across domains", impl="hybrid:HFSDP"),
     ]
 }
 

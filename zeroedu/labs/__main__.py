@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         p.error(str(e))
     finally:
-        from .. import cluster
+        from ..runtime import cluster
 
         cluster.shutdown_pools()
     return 0 if all(r.ok for r in results) else 1

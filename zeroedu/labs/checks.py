@@ -1,7 +1,7 @@
 """Checks for the classroom labs: run the student's file on real ranks, compare with a reference.
 
 `check(lab, path)` loads the student's file *inside each rank* (so an edit is picked up without
-restarting anything), runs the lab's function on N ranks of `zeroedu.cluster`, and compares the
+restarting anything), runs the lab's function on N ranks of `zeroedu.runtime.cluster`, and compares the
 results with values computed independently here, in the parent process, from the same inputs
 (sums and matrix products in plain torch; the HFSDP lab against `zeroedu.theory`). It also
 compares the bytes the student's code sent, read from the ledger, with the ring-model figure
@@ -22,9 +22,10 @@ from pathlib import Path
 
 import torch
 
-from .. import cluster, shard, theory
-from ..comm import Comm
-from ..ledger import Ledger
+from .. import shard, theory
+from ..runtime import cluster
+from ..runtime.comm import Comm
+from ..runtime.ledger import Ledger
 from .generate import default_out
 
 DEFAULT_N = 4

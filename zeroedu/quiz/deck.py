@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .. import catalog, recipes, theory
+from ..fmt import significant
 from ..theory import hybrid
 
 # Names a figure expression may use: the theory layer and nothing else.
@@ -27,12 +28,7 @@ NAMESPACE = {"theory": theory, "hybrid": hybrid, "recipes": recipes, "catalog": 
              "Fraction": Fraction, "float": float}
 
 
-def fmt_number(x, digits: int = 4) -> str:
-    """112, 38.5, 26.25, 1.5: at most `digits` significant digits, no trailing zeros."""
-    x = float(x)
-    if x.is_integer() and abs(x) < 1e15:
-        return str(int(x))
-    return f"{x:.{digits}g}"
+fmt_number = significant  # the package's one formatter for quoted figures (`zeroedu.fmt`)
 
 
 @dataclass(frozen=True)

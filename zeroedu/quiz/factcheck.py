@@ -15,6 +15,7 @@ from fractions import Fraction
 
 from .. import recipes, theory
 from ..models import ModelConfig, param_count
+from ..runtime.ledger import OPTIMIZER_STEP
 from ..train import RunConfig, run
 
 FACT_MODEL = ModelConfig(d_out=8)
@@ -98,14 +99,14 @@ def zero2_gathers_grads() -> dict:
     rk = z2["ranks"][0]
     last = z2["steps"] - 1
     records = [c for c in rk["timeline"]["comm"] if c["step"] == last]
-    step_t = [e["t"] for e in rk["timeline"]["events"] if e["step"] == last and e["label"] == "optimizer step"][0]
+    step_t = [e["t"] for e in rk["timeline"]["events"] if e["step"] == last and e["label"] == OPTIMIZER_STEP][0]
     rec = recipes.get_recipe(z2["recipe"])
     rows = [{"op": c["op"], "tag": c["tag"], "payload": c["payload"],
              "after_optimizer_step": c["t_start"] >= step_t} for c in records]
     gathers = [r for r in rows if r["op"] == "all_gather"]
     grad_bytes = rk["measured"]["grad"]
     return {"claim": "ZeRO-2 all-gathers gradients before the next forward", "records": rows,
-            "gather_tags": sorted({r["tag"].split("/")[1] for r in gathers}),
+            "gather_tags": sorted({r["tag"].split("/")[2] for r in gathers}),
             "gathers_after_step": all(r["after_optimizer_step"] for r in gathers),
             "gathered_bytes": sum(r["payload"] for r in gathers),
             "param_bytes_full": psi() * rec.param_bytes,

@@ -1,53 +1,31 @@
 """One module per strategy. `build` looks a name up in `zeroedu.catalog` and imports its class.
 
-The registry maps catalog names to "module:Class"; a strategy exists for `zeroedu run` exactly
-when it is listed here.
+The catalog is the registry: each `StrategySpec.impl` names the implementing class
+("module:Class" in this package), so a strategy's name is written once, there.
 """
 from __future__ import annotations
 
 import importlib
 
-from ..catalog import get_spec
-
-REGISTRY: dict[str, str] = {
-    "ddp": "zeroedu.strategies.ddp:DDP",
-    "fsdp1": "zeroedu.strategies.fsdp1:FSDP1",
-    "fsdp2": "zeroedu.strategies.fsdp2:FSDP2",
-    "ddp_bucketed": "zeroedu.strategies.ddp_bucketed:DDPBucketed",
-    "zero1": "zeroedu.strategies.zero1:ZeRO1",
-    "zero1_allreduce": "zeroedu.strategies.zero1:ZeRO1AllReduce",
-    "zero2": "zeroedu.strategies.zero2:ZeRO2",
-    "megatron_distopt": "zeroedu.strategies.megatron_distopt:MegatronDistOpt",
-    "hsdp": "zeroedu.strategies.hybrid:HSDP",
-    "hfsdp": "zeroedu.strategies.hybrid:HFSDP",
-}
+from .. import catalog
 
 
 def available() -> list[str]:
-    return list(REGISTRY)
+    """Every strategy the catalog lists (each has an implementation)."""
+    return list(catalog.STRATEGIES)
 
 
 def strategy_class(name: str):
-    spec = get_spec(name)
-    ref = REGISTRY.get(spec.name)
-    if ref is None:
-        raise ValueError(f"strategy {name!r} is not implemented yet; available: {', '.join(REGISTRY)}")
-    mod, _, cls = ref.partition(":")
-    return getattr(importlib.import_module(mod), cls)
+    spec = catalog.get_spec(name)
+    mod, _, cls = spec.impl.partition(":")
+    return getattr(importlib.import_module(f"{__name__}.{mod}"), cls)
 
 
-def build(name: str, model, dist, recipe, adam=None, **opts):
-    return strategy_class(name)(model, dist, recipe, adam, **opts)
+def build(name: str, model, dist, recipe, adam=None, **options):
+    """Construct a strategy: `Strategy(model, dist, recipe, adam, **options)`."""
+    return strategy_class(name)(model, dist, recipe, adam, **options)
 
 
 def option_names(name: str) -> tuple[str, ...]:
-    """The options a strategy's constructor accepts (its OPTIONS, or its keyword parameters)."""
-    import inspect
-
-    cls = strategy_class(name)
-    if hasattr(cls, "OPTIONS"):
-        return tuple(cls.OPTIONS)
-    skip = {"self", "model", "dist", "recipe", "adam"}
-    return tuple(p for p, v in inspect.signature(cls.__init__).parameters.items()
-                 if p not in skip and v.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD)
-
+    """The options a strategy takes (the keys of its class's `OPTIONS` table)."""
+    return tuple(strategy_class(name).OPTIONS)

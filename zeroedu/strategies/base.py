@@ -9,6 +9,12 @@ A strategy owns the model's parameters on this rank and implements
 
 and never prints, times or plots: it tells the ledger what each tensor is and marks lifecycle
 points, and all traffic goes through `dist.comm`.
+
+Construction is the same for every strategy: ``Strategy(model, dist, recipe, adam=None,
+**options)``. Each class lists the options it takes with their defaults in `OPTIONS`; anything
+else is a ValueError before any tensor moves. Sharded strategies keep their units in
+`self.units` (flat buffers, FSDP units), and every unit type says which parameter elements it
+holds through one method, `param_pieces()`; checkpoints are built from that alone.
 """
 from __future__ import annotations
 
@@ -17,10 +23,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..comm import Axis, Comm
-from ..ledger import Ledger
+from ..models import units as model_units
 from ..optim import AdamConfig, adam_update
-from ..recipes import Recipe, torch_dtype
+from ..recipes import Recipe, get_recipe, torch_dtype
+from ..runtime import ledger as L
+from ..runtime.comm import Axis, Comm, tag
+from ..runtime.ledger import Ledger
 
 
 @dataclass
@@ -78,11 +86,27 @@ class AdamState:
 
 class Strategy:
     name = "base"
+    OPTIONS: dict = {}  # option name -> default; the only options the class accepts
+    # DDP and ZeRO-1/2 reduce gradients in the parameter's own dtype; a recipe with another
+    # grad dtype (fp32 grads for bf16 params) is Megatron's distributed optimizer's.
+    GRADS_IN_PARAM_DTYPE = False
 
-    def __init__(self, model: nn.Module, dist: DistState, recipe: Recipe, adam: AdamConfig = AdamConfig()):
-        self.model, self.dist, self.recipe, self.adam = model, dist, recipe, adam
-        self.param_dtype = torch_dtype(recipe.param)
-        self.grad_dtype = torch_dtype(recipe.grad)
+    def __init__(self, model: nn.Module, dist: DistState, recipe: Recipe | str, adam: AdamConfig | None = None,
+                 **options):
+        unknown = sorted(set(options) - set(self.OPTIONS))
+        if unknown:
+            raise ValueError(f"{self.name} does not take option(s) {unknown}; it takes "
+                             f"{sorted(self.OPTIONS) or 'none'}")
+        self.options = {**self.OPTIONS, **options}
+        self.model, self.dist, self.recipe = model, dist, get_recipe(recipe)
+        self.adam = adam if adam is not None else AdamConfig()
+        self.param_dtype = torch_dtype(self.recipe.param)
+        self.grad_dtype = torch_dtype(self.recipe.grad)
+        if self.GRADS_IN_PARAM_DTYPE and self.grad_dtype != self.param_dtype:
+            raise ValueError(f"{self.name} reduces gradients in the parameter's dtype; recipe "
+                             f"{self.recipe.name} wants {self.recipe.grad} grads for {self.recipe.param} "
+                             "params (fp32 grads are megatron_distopt's recipe)")
+        self.units: list = []  # sharded strategies: one entry per unit, in unit order
 
     @property
     def ledger(self) -> Ledger:
@@ -92,6 +116,14 @@ class Strategy:
     def comm(self) -> Comm:
         return self.dist.comm
 
+    def unit_modules(self) -> list[nn.Module]:
+        """The modules communicated as one unit (one FSDP unit / ZeRO bucket each)."""
+        return model_units(self.model)
+
+    def tag(self, where: str, payload: str, *detail: str) -> str:
+        """A collective's tag, in the package's one format (`zeroedu.runtime.comm.tag`)."""
+        return tag(self.name, where, payload, *detail)
+
     def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         # Mean over the local batch; equal local batches make the mean of rank means the global mean.
         return torch.nn.functional.mse_loss(out.float(), y)
@@ -100,10 +132,10 @@ class Strategy:
         with self.ledger.saving_activations():
             out = self.model(x.to(self.dist.device, self.param_dtype))
             loss = self.loss(out, y.to(self.dist.device))
-            self.ledger.event("forward end")
-            self.ledger.mark("backward begin")
+            self.ledger.event(L.FORWARD_END)
+            self.ledger.mark(L.BACKWARD_BEGIN)
             loss.backward()
-        self.ledger.mark("backward end")
+        self.ledger.mark(L.BACKWARD_END)
         return loss.item()
 
     def step(self) -> None:
@@ -111,6 +143,10 @@ class Strategy:
 
     def full_parameters(self) -> list[torch.Tensor]:
         raise NotImplementedError
+
+    def report_extra(self) -> dict | list | None:
+        """Strategy-specific plain data for the report (buckets, index spaces); None: nothing."""
+        return None
 
     # ---------------------------------------------------------------- checkpoints (generic)
     # One mechanism for every strategy, built only from what strategies already hold: the
@@ -122,39 +158,21 @@ class Strategy:
     # of the holder or target flattened (its *local* index space). Padding is in no piece.
 
     def param_holders(self) -> list[tuple[torch.Tensor, list[tuple[int, int, int, int]]]]:
-        """Every tensor that stores parameter values on this rank, with the pieces it holds.
-        Found from the unit structures the strategies keep (flat buffers, flat shards, dim-0
-        shards); without units, the model's own parameters (replicated layout)."""
-        from .. import shard
-
-        units = getattr(self, "units", None)
-        if units is None:
+        """Every tensor that stores parameter values on this rank, with the pieces it holds:
+        each unit's own `param_pieces()`, parameter indices shifted to model order; without
+        units (replicated layout), the model's parameters, whole."""
+        if not self.units:
             return [(p, [(i, 0, p.numel(), 0)]) for i, p in enumerate(self.model.parameters())]
         out, base = [], 0
-        for u in units:
-            layout = getattr(u, "layout", None)
-            if hasattr(u, "param_buffer") and layout is not None:  # whole padded flat buffer
-                out.append((u.param_buffer, [(base + i, 0, k, layout.offsets[i])
-                                             for i, k in enumerate(layout.numels)]))
-                base += len(layout.numels)
-            elif hasattr(u, "rows"):  # dim-0: one shard per parameter, rows [start, end)
-                for j, (sh, rows, s) in enumerate(zip(u.shards, u.rows, u.shapes)):
-                    rest = shard.numel(s[1:])
-                    out.append((sh, [(base + j, rows.start * rest, rows.end * rest, 0)] if rows.size else []))
-                base += len(u.shapes)
-            elif layout is not None:  # flat shard: this rank's chunk `u.range` of the buffer
-                pieces = []
-                for i in range(len(layout.numels)):
-                    b = layout.param_range(i).intersect(u.range)
-                    if b.size:
-                        pieces.append((base + i, b.start - layout.offsets[i], b.end - layout.offsets[i],
-                                       b.start - u.range.start))
-                out.append((u.shards[0], pieces))
-                base += len(layout.numels)
-            else:
-                raise TypeError(f"{self.name}: cannot tell how unit {u!r} stores its parameters; "
-                                "override param_holders()")
+        for u in self.units:
+            for t, pieces in u.param_pieces():
+                out.append((t, [(base + i, s, e, ls) for i, s, e, ls in pieces]))
+            base += u.num_params
         return out
+
+    def describe_units(self) -> list[dict]:
+        """Plain description of each unit's layout (for checkpoint files and notebooks)."""
+        return [u.describe() for u in self.units]
 
     def target_pieces(self) -> list[list[tuple[int, int, int, int]]]:
         """For each optimizer target (`self.optim.targets`), the parameter pieces it covers:

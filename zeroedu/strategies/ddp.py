@@ -16,19 +16,16 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime import ledger as L
 from .base import AdamState, Strategy
 
 
 class DDP(Strategy):
     name = "ddp"
+    GRADS_IN_PARAM_DTYPE = True
 
-    def __init__(self, model, dist, recipe, adam=None, **opts):
-        super().__init__(model, dist, recipe, *(() if adam is None else (adam,)))
-        if opts:
-            raise ValueError(f"ddp takes no options, got {sorted(opts)}")
-        if self.grad_dtype != self.param_dtype:
-            raise ValueError(f"ddp keeps gradients in the parameter's dtype; recipe {recipe.name} "
-                             "wants a different one (fp32 grads are megatron_distopt's recipe)")
+    def __init__(self, model, dist, recipe, adam=None, **options):
+        super().__init__(model, dist, recipe, adam, **options)
         self.model.to(dist.device, self.param_dtype)
         self.params = [p for p in self.model.parameters()]
         for p in self.params:
@@ -36,19 +33,19 @@ class DDP(Strategy):
             # Keep one gradient buffer for the whole run: autograd accumulates into an existing
             # `.grad` in place, so the storage the ledger tracks is the one actually used.
             p.grad = self.ledger.track(torch.zeros_like(p, dtype=self.grad_dtype), "grad")
-        self.optim = AdamState(self.params, recipe, self.adam, self.ledger)
+        self.optim = AdamState(self.params, self.recipe, self.adam, self.ledger)
         self.ledger.event("replicas built")
 
     def step(self):
         axis = self.dist.inner
         for i, p in enumerate(self.params):
-            self.comm.all_reduce(p.grad, axis, tag=f"ddp/grad{i}")
+            self.comm.all_reduce(p.grad, axis, self.tag(f"param{i}", "grads"))
         self.ledger.record_model_states()
         with torch.no_grad():
             self.optim.step([p.grad for p in self.params], scale=1.0 / axis.size)
             for p in self.params:
                 p.grad.zero_()
-        self.ledger.event("step end")
+        self.ledger.event(L.STEP_END)
 
     def full_parameters(self):
         return [p.detach().float().cpu().clone() for p in self.params]

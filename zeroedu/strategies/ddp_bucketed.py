@@ -29,6 +29,7 @@ from contextlib import contextmanager
 
 import torch
 
+from ..runtime import ledger as L
 from .base import AdamState, Strategy
 
 
@@ -48,16 +49,14 @@ class Bucket:
 
 class DDPBucketed(Strategy):
     name = "ddp_bucketed"
+    OPTIONS = {"bucket_bytes": 1024}
+    GRADS_IN_PARAM_DTYPE = True
 
-    def __init__(self, model, dist, recipe, adam=None, bucket_bytes: int = 1024, **opts):
-        super().__init__(model, dist, recipe, *(() if adam is None else (adam,)))
-        if opts:
-            raise ValueError(f"ddp_bucketed takes only bucket_bytes, got {sorted(opts)}")
+    def __init__(self, model, dist, recipe, adam=None, **options):
+        super().__init__(model, dist, recipe, adam, **options)
+        bucket_bytes = self.options["bucket_bytes"]
         if not isinstance(bucket_bytes, int) or bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be a positive integer, got {bucket_bytes!r}")
-        if self.grad_dtype != self.param_dtype:
-            raise ValueError(f"ddp_bucketed keeps gradients in the parameter's dtype; recipe "
-                             f"{recipe.name} wants a different one (megatron_distopt's recipe)")
         self.model.to(dist.device, self.param_dtype)
         self.params = list(self.model.parameters())
         for p in self.params:
@@ -73,7 +72,7 @@ class DDPBucketed(Strategy):
                 off += p.numel()
                 self.bucket_of[i] = b
                 p.register_post_accumulate_grad_hook(self._post_accumulate_hook(i))
-        self.optim = AdamState(self.params, recipe, self.adam, self.ledger)
+        self.optim = AdamState(self.params, self.recipe, self.adam, self.ledger)
         self.require_sync = True
         self.micro_batches = 0  # backward passes accumulated since the last optimizer step
         self.next_bucket = 0  # buckets launch strictly in order, the same on every rank
@@ -137,7 +136,7 @@ class DDPBucketed(Strategy):
     def start_grad_sync(self, b: Bucket) -> None:
         # SUM now, in the grad dtype (gloo has neither AVG nor PREMUL_SUM); the 1/(N·K) is
         # applied later in fp32 by the optimizer, so a bf16 gradient is rounded once, not twice.
-        b.handle = self.comm.all_reduce(b.buffer, self.dist.inner, tag=f"ddp_bucketed/bucket{b.index}",
+        b.handle = self.comm.all_reduce(b.buffer, self.dist.inner, self.tag(f"bucket{b.index}", "grads"),
                                         async_op=True)
         b.launched = True
 
@@ -151,7 +150,7 @@ class DDPBucketed(Strategy):
         for b in self.buckets:
             b.handle.wait()
             b.handle = None  # the work object keeps the buffer referenced until dropped
-        self.ledger.mark("grads synced")
+        self.ledger.mark(L.GRADS_SYNCED)
 
     def step(self):
         if self.micro_batches == 0:
@@ -164,7 +163,7 @@ class DDPBucketed(Strategy):
             for b in self.buckets:
                 b.buffer.zero_()
         self.micro_batches = 0
-        self.ledger.event("step end")
+        self.ledger.event(L.STEP_END)
 
     def full_parameters(self):
         return [p.detach().float().cpu().clone() for p in self.params]

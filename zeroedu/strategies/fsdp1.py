@@ -23,59 +23,53 @@ Communication per rank per step: all-gather ΨP twice + reduce-scatter ΨG, each
 padded buffer: 3Ψ in the paper's units, 1.5x DDP's 2Ψ (ZeRO §7.2.3). With
 reshard_after_forward=False the backward all-gather is skipped: 2Ψ.
 
-Hybrid strategies reuse `FlatUnit` with another shard axis and padding multiple, and override
-`post_backward` to reduce the returned grad shard over dp_outer.
+The flat buffer itself is `flat.FlatUnit` with ``shard_params=True`` (the same unit ZeRO-1/2
+and Megatron's distributed optimizer use with whole parameters); `FlatParamUnit` adds the FSDP
+lifecycle around it. Hybrid strategies reuse it with another shard axis and padding multiple,
+and override `post_backward` to reduce the returned grad shard over dp_outer.
 """
 from __future__ import annotations
 
-import torch
-
-from .. import shard
+from .flat import FlatUnit
 from .fsdp_units import FSDPStrategy, Unit
 
 
-class FlatUnit(Unit):
-    """One FlatParameter: `leaves[0]` is the padded flat buffer, `shards[0]` this rank's chunk."""
+class FlatParamUnit(Unit):
+    """FSDP's lifecycle around one `FlatUnit`: `leaves[0]` is the padded flat buffer (the
+    FlatParameter), `shards[0]` this rank's chunk, `grad_shards[0]` its reduced gradient."""
 
     def __init__(self, index, module, axis, pad_multiple, comm, ledger, param_dtype, grad_dtype, tag):
         super().__init__(index, module, axis, comm, ledger, param_dtype, grad_dtype, tag)
-        if pad_multiple % axis.size:
-            raise ValueError(f"padding multiple {pad_multiple} must be a multiple of the shard count {axis.size}")
-        self.layout = shard.FlatLayout([tuple(p.shape) for _, p in self.params], pad_multiple)
-        padded = self.layout.padded_numel
-        self.range = shard.shard_range(padded, axis.size, axis.rank)  # buffer-wide, this rank's chunk
-        with torch.no_grad():
-            flat = torch.zeros(padded, device=self.device)
-            for i, (_, p) in enumerate(self.params):
-                r = self.layout.param_range(i)
-                flat[r.start:r.end] = p.detach().reshape(-1)
-            self.shards = [ledger.track(flat[self.range.start:self.range.end].to(param_dtype).clone(), "param")]
-        self.grad_shards = [ledger.track(torch.zeros_like(self.shards[0], dtype=grad_dtype), "grad")]
-        self.leaves = [self._new_leaf((padded,))]
+        self.flat = FlatUnit(self.name, [p for _, p in self.params], axis.size, axis.rank, param_dtype,
+                             grad_dtype, ledger, pad_multiple=pad_multiple, shard_params=True)
+        self.layout = self.flat.layout
+        self.shards = [self.flat.param_shard]
+        self.grad_shards = [self.flat.alloc_grad_shard()]
+        self.leaves = [self.flat.param_buffer]
         self._detach_module_params()
 
     def _all_gather(self):
         # `.data`: write the gathered values without bumping the leaf's version counter, which
         # autograd's saved views share; they are meant to see exactly these values.
         return [self.comm.all_gather(self.leaves[0].data, self.shards[0], self.axis,
-                                     tag=f"{self.tag}/unit{self.index}/all_gather", async_op=True)]
+                                     self.tag(self.name, "params"), async_op=True)]
 
     def _reduce_scatter(self, full_grads):
-        self.comm.reduce_scatter(self.grad_shards[0], full_grads[0], self.axis,
-                                 tag=f"{self.tag}/unit{self.index}/reduce_scatter")
+        self.comm.reduce_scatter(self.grad_shards[0], full_grads[0], self.axis, self.tag(self.name, "grads"))
 
     def _views(self):
-        flat = self.leaves[0]
-        out = []
-        for i, shape in enumerate(self.layout.shapes):
-            r = self.layout.param_range(i)
-            out.append(flat[r.start:r.end].view(shape))
-        return out
+        return self.flat.param_views()
+
+    def param_pieces(self):
+        return self.flat.param_pieces()
+
+    def describe(self):
+        return self.flat.describe()
 
 
 class FSDP1(FSDPStrategy):
     name = "fsdp1"
 
     def make_unit(self, index, module):
-        return FlatUnit(index, module, self.shard_axis(), self.pad_multiple(), self.comm, self.ledger,
-                        self.param_dtype, self.grad_dtype, tag=self.name)
+        return FlatParamUnit(index, module, self.shard_axis(), self.pad_multiple(), self.comm, self.ledger,
+                             self.param_dtype, self.grad_dtype, tag=self.tag)

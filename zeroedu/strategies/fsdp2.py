@@ -61,18 +61,30 @@ class Dim0Unit(Unit):
 
     def _all_gather(self):
         return [self.comm.all_gather(leaf.data, self._padded(sh, c), self.axis,  # .data: see FlatUnit
-                                     tag=f"{self.tag}/unit{self.index}/param{j}/all_gather", async_op=True)
+                                     self.tag(self.name, "params", f"param{j}"), async_op=True)
                 for j, (leaf, sh, c) in enumerate(zip(self.leaves, self.shards, self.chunk_rows))]
 
     def _reduce_scatter(self, full_grads):
         for j, (g, gs, c) in enumerate(zip(full_grads, self.grad_shards, self.chunk_rows)):
             out = gs if gs.shape[0] == c else self.ledger.track(g.new_empty((c, *g.shape[1:])), "comm_buffer")
-            self.comm.reduce_scatter(out, g, self.axis, tag=f"{self.tag}/unit{self.index}/param{j}/reduce_scatter")
+            self.comm.reduce_scatter(out, g, self.axis, self.tag(self.name, "grads", f"param{j}"))
             if out is not gs:
                 gs.copy_(out[:gs.shape[0]])  # drop the wire padding
 
     def _views(self):
         return [leaf[:shape[0]] for leaf, shape in zip(self.leaves, self.shapes)]
+
+    def param_pieces(self):
+        """One holder per parameter: its rows [start, end) are elements [start·rest, end·rest)."""
+        out = []
+        for j, (sh, rows, s) in enumerate(zip(self.shards, self.rows, self.shapes)):
+            rest = shard.numel(s[1:])
+            out.append((sh, [(j, rows.start * rest, rows.end * rest, 0)] if rows.size else []))
+        return out
+
+    def describe(self):
+        return {"layout": "dim0", "shapes": [list(s) for s in self.shapes],
+                "rows": [[r.start, r.end] for r in self.rows]}
 
 
 class FSDP2(FSDPStrategy):
@@ -80,7 +92,7 @@ class FSDP2(FSDPStrategy):
 
     def make_unit(self, index, module):
         return Dim0Unit(index, module, self.shard_axis(), self.comm, self.ledger,
-                        self.param_dtype, self.grad_dtype, tag=self.name)
+                        self.param_dtype, self.grad_dtype, tag=self.tag)
 
     def local_state_dict(self) -> dict[str, tuple[int, torch.Tensor]]:
         """This rank's parameters as (first row, shard) per parameter name: no communication."""

@@ -26,19 +26,30 @@ freed) at once; a prefetch that would exceed it is skipped and that unit gathers
 needed. It bounds the "+ prefetched unit" on top of the current one (FSDP1's rate limiter).
 
 Subclasses say how a unit stores its parameters (`Unit`: `_all_gather`, `_reduce_scatter`,
-`_views`, `_full_numel`) and how to shard the strategy (`FSDPStrategy.make_unit`,
+`_views`, `param_pieces`) and how to shard the strategy (`FSDPStrategy.make_unit`,
 `shard_axis`, `pad_multiple`). Hybrid strategies override `post_backward` (it returns the
 reduced grad shards, ready to be all-reduced or reduce-scattered over dp_outer) and
 `build_optimizer` / `grad_scale`.
 """
 from __future__ import annotations
 
+import enum
+
 import torch
 
-from ..models import units as model_units
+from ..runtime import ledger as L
 from .base import AdamState, Strategy
 
-SHARDED, UNSHARDING, UNSHARDED = "sharded", "unsharding", "unsharded"
+
+class UnitState(enum.Enum):
+    """Where a unit is in its lifecycle."""
+
+    SHARDED = "sharded"  # only this rank's shard has storage
+    UNSHARDING = "unsharding"  # all-gather issued, not yet waited for
+    UNSHARDED = "unsharded"  # full parameters present
+
+
+SHARDED, UNSHARDING, UNSHARDED = UnitState.SHARDED, UnitState.UNSHARDING, UnitState.UNSHARDED
 
 
 class Unit:
@@ -48,7 +59,9 @@ class Unit:
 
     def __init__(self, index, module, axis, comm, ledger, param_dtype, grad_dtype, tag):
         self.index, self.module, self.axis = index, module, axis
-        self.comm, self.ledger, self.tag = comm, ledger, tag
+        self.name = f"unit{index}"
+        self.comm, self.ledger = comm, ledger
+        self.tag = tag  # the strategy's tag builder: tag(where, payload, *detail)
         self.param_dtype, self.grad_dtype = param_dtype, grad_dtype
         self.params = list(module.named_parameters())  # original (fp32) parameters, for sharding
         self.device = self.params[0][1].device
@@ -77,7 +90,19 @@ class Unit:
         self.ledger.track(leaf, "gathered")
         return leaf
 
+    @property
+    def num_params(self) -> int:
+        return len(self.params)
+
     # ---------------------------------------------------------------- subclass hooks
+    def param_pieces(self) -> list:
+        """(tensor, pieces) for every tensor holding this rank's parameter values (see
+        `Strategy.param_holders`)."""
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        raise NotImplementedError
+
     def _all_gather(self) -> list:
         """Start the all-gather(s) into the leaves' (re-allocated) storage; return handles."""
         raise NotImplementedError
@@ -155,12 +180,9 @@ class FSDPStrategy(Strategy):
     OPTIONS = {"reshard_after_forward": True, "forward_prefetch": False,
                "backward_prefetch": True, "limit_all_gathers": None}
 
-    def __init__(self, model, dist, recipe, adam=None, **opts):
-        super().__init__(model, dist, recipe, *(() if adam is None else (adam,)))
-        unknown = set(opts) - set(self.OPTIONS)
-        if unknown:
-            raise ValueError(f"{self.name} options are {sorted(self.OPTIONS)}, got {sorted(unknown)}")
-        o = {**self.OPTIONS, **opts}
+    def __init__(self, model, dist, recipe, adam=None, **options):
+        super().__init__(model, dist, recipe, adam, **options)
+        o = self.options
         self.reshard_after_forward = bool(o["reshard_after_forward"])
         self.forward_prefetch, self.backward_prefetch = bool(o["forward_prefetch"]), bool(o["backward_prefetch"])
         self.limit_all_gathers = o["limit_all_gathers"]
@@ -168,7 +190,7 @@ class FSDPStrategy(Strategy):
             raise ValueError(f"limit_all_gathers must be >= 1 or None, got {self.limit_all_gathers}")
         self.axis = self.shard_axis()
         self.model.to(dist.device)
-        self.units = [self.make_unit(i, m) for i, m in enumerate(model_units(model))]
+        self.units = [self.make_unit(i, m) for i, m in enumerate(self.unit_modules())]
         for u in self.units:
             u.module.register_forward_pre_hook(lambda _m, _a, u=u: self.pre_forward(u))
             u.module.register_forward_hook(lambda _m, _a, out, u=u: self.post_forward(u, out))
@@ -268,7 +290,7 @@ class FSDPStrategy(Strategy):
         self.ledger.record_model_states()
         with torch.no_grad():
             self.optim.step([g for u in self.units for g in u.grad_shards], scale=self.grad_scale())
-        self.ledger.event("step end")
+        self.ledger.event(L.STEP_END)
 
     def full_parameters(self):
         return [p for u in self.units for p in u.full_parameters()]

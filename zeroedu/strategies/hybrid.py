@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime import ledger as L
 from .base import AdamState
 from .fsdp1 import FSDP1
 
@@ -44,12 +45,12 @@ class HSDP(FSDP1):
 
     name = "hsdp"
 
-    def __init__(self, model, dist, recipe, adam=None, **opts):
+    def __init__(self, model, dist, recipe, adam=None, **options):
         if dist.outer is None:
             raise ValueError(f"{self.name} needs a 2-D mesh: DistState.outer (dp_outer) is missing")
         self.outer = dist.outer
         self.outer_handles: list = []
-        super().__init__(model, dist, recipe, adam, **opts)
+        super().__init__(model, dist, recipe, adam, **options)
 
     def pad_multiple(self) -> int:
         # N·M, so the inner chunk c = padded/N is itself a multiple of M (HFSDP cuts it again).
@@ -68,7 +69,7 @@ class HSDP(FSDP1):
         # Async: the slow cross-domain all-reduce of this unit runs while lower layers compute.
         for g in shards:
             self.outer_handles.append(self.comm.all_reduce(
-                g, self.outer, tag=f"{self.name}/unit{u.index}/outer/grads", async_op=True))
+                g, self.outer, self.tag(u.name, "grads", "outer"), async_op=True))
 
     def finish_grad_sync(self):
         super().finish_grad_sync()  # units without gradients join the inner and outer reductions
@@ -101,7 +102,7 @@ class HFSDP(HSDP):
         out = self.ledger.track(torch.empty_like(self._sub(g)), "comm_buffer")
         self.outer_grads[u.index] = out
         self.outer_handles.append(self.comm.reduce_scatter(
-            out, g, self.outer, tag=f"{self.name}/unit{u.index}/outer/grads", async_op=True))
+            out, g, self.outer, self.tag(u.name, "grads", "outer"), async_op=True))
 
     def step(self):
         self.finish_grad_sync()
@@ -113,5 +114,5 @@ class HFSDP(HSDP):
                 (s,) = u.shards
                 # Our sub-chunk of the param shard was just updated; fetch the other M-1.
                 mine = self.ledger.track(self._sub(s).clone(), "comm_buffer")
-                self.comm.all_gather(s, mine, self.outer, tag=f"{self.name}/unit{u.index}/outer/params")
-        self.ledger.event("step end")
+                self.comm.all_gather(s, mine, self.outer, self.tag(u.name, "params", "outer"))
+        self.ledger.event(L.STEP_END)

@@ -19,10 +19,12 @@ with Megatron's buffers):
      parameter buffer is all-gathered, so every rank again holds the full updated weights.
 
 Index spaces (named as in Megatron's ``DistributedOptimizer``, computed by `zeroedu.shard`):
-*buffer-wide* range = positions in a unit's padded flat buffer; *local* range = positions in
-this rank's chunk 0..c; *per-parameter* range = positions inside one parameter's flattened
-tensor. `FlatLayout.param_slices(r)` lists, for each parameter overlapping chunk r, the same
-slice in all three spaces; `report_extra` returns them for the notebooks.
+*buffer-wide* range = positions in a unit's padded flat buffer (this rank's chunk is
+`FlatUnit.shard_range` there); *local* range = positions in this rank's chunk 0..c;
+*per-parameter* range = positions inside one parameter's flattened tensor.
+`FlatLayout.param_slices(r)` lists, for each parameter overlapping chunk r, the same slice in
+all three spaces; `report_extra` returns them for the notebooks. The buffers are
+`flat.FlatUnit`'s, the same unit ZeRO-1/2 and FSDP1 use.
 
 Memory per rank (P, G, K bytes of param, grad, optimizer state; ``megatron-bf16``: 2, 4, 12):
 (P + G)Ψ + KΨ/N = 6Ψ + 12Ψ/N; ``fp16``: 4Ψ + 16Ψ/N (fp16 grads, an fp32 main-grad copy of
@@ -40,63 +42,39 @@ from __future__ import annotations
 
 import torch
 
-from ..models import units
-from ..shard import FlatLayout
 from .base import AdamState, Strategy
-
-
-class FlatUnit:
-    """One unit's parameter and gradient buffers, and the parameters viewing into them."""
-
-    def __init__(self, params, n, rank, param_dtype, grad_dtype, device):
-        self.params = params
-        self.layout = FlatLayout([tuple(p.shape) for p in params], n)
-        L = self.layout
-        self.param_buffer = torch.zeros(L.padded_numel, dtype=param_dtype, device=device)
-        self.grad_buffer = torch.zeros(L.padded_numel, dtype=grad_dtype, device=device)
-        self.main_grads = []
-        for i, p in enumerate(params):
-            r = L.param_range(i)  # buffer-wide range of parameter i
-            self.param_buffer[r.start:r.end].copy_(p.detach().reshape(-1))
-            # The parameter now *is* a view of the buffer: the all-gather into the buffer
-            # updates the model's weights with no extra copy.
-            p.data = self.param_buffer[r.start:r.end].view(p.shape)
-            self.main_grads.append(self.grad_buffer[r.start:r.end].view(p.shape))
-        self.local = L.shard_range(rank)  # buffer-wide range this rank owns
-        self.param_shard = self.param_buffer[self.local.start:self.local.end]
-        self.grad_shard = self.grad_buffer[self.local.start:self.local.end]
-        self.pending = len(params)  # parameters still waiting for their gradient this step
-        self.handle = None
-        self.reduced = None  # the reduce-scatter's output while it is in flight
+from .flat import FlatUnit
 
 
 class MegatronDistOpt(Strategy):
     name = "megatron_distopt"
+    OPTIONS = {"overlap_grad_reduce": True}
 
-    OPTIONS = ("overlap_grad_reduce",)
-
-    def __init__(self, model, dist, recipe, adam=None, **opts):
-        super().__init__(model, dist, recipe, *(() if adam is None else (adam,)))
-        overlap = opts.pop("overlap_grad_reduce", True)
-        if opts:
-            raise ValueError(f"megatron_distopt takes only overlap_grad_reduce, got {sorted(opts)}")
-        self.overlap_grad_reduce = bool(overlap)
+    def __init__(self, model, dist, recipe, adam=None, **options):
+        super().__init__(model, dist, recipe, adam, **options)
+        self.overlap_grad_reduce = bool(self.options["overlap_grad_reduce"])
         ax = dist.inner
         self.model.to(dist.device, self.param_dtype)
-        self.units = [FlatUnit(list(u.parameters()), ax.size, ax.rank, self.param_dtype,
-                               self.grad_dtype, dist.device) for u in units(self.model)]
+        self.units = [FlatUnit(f"unit{k}", list(m.parameters()), ax.size, ax.rank, self.param_dtype,
+                               self.grad_dtype, self.ledger) for k, m in enumerate(self.unit_modules())]
         for k, unit in enumerate(self.units):
-            self.ledger.track(unit.param_buffer, "param")
-            self.ledger.track(unit.grad_buffer, "grad")
+            # The whole gradient buffer, kept for the run: each parameter's `main_grad` is a
+            # view of it, and `param.grad` is not bound to it (autograd's bf16 gradient is
+            # folded in by the hook below, then dropped).
+            unit.alloc_grad(bind=False)
+            unit.grad_shard_view()
             for i, p in enumerate(unit.params):
                 p.register_post_accumulate_grad_hook(self._make_grad_hook(k, i))
+        self.pending = [len(u.params) for u in self.units]  # parameters still waiting this step
+        self.handles: list = [None] * len(self.units)
+        self.reduced: list = [None] * len(self.units)  # each reduce-scatter's output in flight
         # The optimizer sees only this rank's chunk of each parameter buffer: with a master in
         # the recipe it keeps an fp32 copy of the chunk; with fp32 it updates the chunk in place.
-        self.optim = AdamState([u.param_shard for u in self.units], recipe, self.adam, self.ledger)
+        self.optim = AdamState([u.param_shard for u in self.units], self.recipe, self.adam, self.ledger)
         self.ledger.event("buffers built")
 
     def forward_backward(self, x, y):
-        if any(u.handle is not None for u in self.units):
+        if any(h is not None for h in self.handles):
             # A reduce-scatter launched by the last backward is still reading the fp32 buffer:
             # a second backward would add into it mid-flight. No gradient accumulation here.
             raise RuntimeError("megatron_distopt reduces gradients during backward: call step() "
@@ -111,10 +89,10 @@ class MegatronDistOpt(Strategy):
             with torch.no_grad():
                 # Accumulate in the grad dtype (fp32 main_grad), then drop the bf16 grad so that
                 # autograd's copy is freed as soon as it is folded in.
-                unit.main_grads[i].add_(p.grad)
+                unit.grad_view(i).add_(p.grad)
             p.grad = None
-            unit.pending -= 1
-            if unit.pending == 0 and self.overlap_grad_reduce:
+            self.pending[k] -= 1
+            if self.pending[k] == 0 and self.overlap_grad_reduce:
                 self.start_grad_sync(k)
 
         return hook
@@ -124,19 +102,19 @@ class MegatronDistOpt(Strategy):
         unit = self.units[k]
         # A separate output keeps the collective's input and output from aliasing (gloo does
         # not promise in-place reduce-scatter); it is copied into the local range afterwards.
-        unit.reduced = self.ledger.track(torch.empty_like(unit.grad_shard), "comm_buffer")
-        unit.handle = self.comm.reduce_scatter(unit.reduced, unit.grad_buffer, self.dist.inner,
-                                               tag=f"megatron/unit{k}/grads", async_op=True)
+        self.reduced[k] = self.ledger.track(torch.empty_like(unit.grad_shard), "comm_buffer")
+        self.handles[k] = self.comm.reduce_scatter(self.reduced[k], unit.grad_buffer, self.dist.inner,
+                                                   self.tag(unit.name, "grads"), async_op=True)
         self.ledger.event(f"unit {k} reduce-scatter started")
 
     def finish_grad_sync(self):
         for k, unit in enumerate(self.units):
-            if unit.handle is None:  # no overlap, or a parameter got no gradient
+            if self.handles[k] is None:  # no overlap, or a parameter got no gradient
                 self.start_grad_sync(k)
-            unit.handle.wait()
-            unit.grad_shard.copy_(unit.reduced)
-            unit.handle = unit.reduced = None  # drop the output buffer
-            unit.pending = len(unit.params)
+            self.handles[k].wait()
+            unit.grad_shard.copy_(self.reduced[k])
+            self.handles[k] = self.reduced[k] = None  # drop the output buffer
+            self.pending[k] = len(unit.params)
         self.ledger.event("grads reduce-scattered")
 
     # ------------------------------------------------------------------ optimizer step
@@ -147,13 +125,13 @@ class MegatronDistOpt(Strategy):
         with torch.no_grad():
             # Adam on the local range only; SUM then 1/N in fp32 inside AdamState.
             self.optim.step([u.grad_shard for u in self.units], scale=1.0 / ax.size)
-            for k, unit in enumerate(self.units):
+            for unit in self.units:
                 # Our chunk of the param buffer now holds the updated (cast) weights; gather the
                 # rest. The input is a copy so the collective's input and output do not alias.
                 mine = self.ledger.track(unit.param_shard.clone(), "comm_buffer")
-                self.comm.all_gather(unit.param_buffer, mine, ax, tag=f"megatron/unit{k}/params")
+                self.comm.all_gather(unit.param_buffer, mine, ax, self.tag(unit.name, "params"))
                 del mine
-                unit.grad_buffer.zero_()
+                unit.zero_grad()
         self.ledger.event("params all-gathered")
 
     def full_parameters(self):
@@ -167,7 +145,7 @@ class MegatronDistOpt(Strategy):
         for k, u in enumerate(self.units):
             out.append({
                 "unit": k, "numel": u.layout.numel, "padded": u.layout.padded_numel,
-                "local": [u.local.start, u.local.end],
+                "shard_range": [u.shard_range.start, u.shard_range.end],
                 "slices": [{"param": s.index, "buffer": [s.buffer.start, s.buffer.end],
                             "param_range": [s.param.start, s.param.end],
                             "local": [s.local.start, s.local.end]}

@@ -21,70 +21,63 @@ all-gather; ZeRO-1 just runs the optimizer in between).
 
 `ZeRO1AllReduce` is ZeRO-1 as it is often coded: all-reduce the whole gradient, then update
 the own chunk and all-gather. That moves 3Ψ: the all-reduce's gather half is wasted, because
-every rank reads only its own chunk of the reduced gradient.
+every rank reads only its own chunk of the reduced gradient. It differs from `ZeRO1` in one
+method, `reduce_grads`.
 """
 from __future__ import annotations
 
 import torch
 
-from ..models import units as model_units
+from ..runtime import ledger as L
 from .base import AdamState, Strategy
-from .flat import flat_units
+from .flat import FlatUnit
 
 
 class ZeRO1(Strategy):
     name = "zero1"
-    grad_sync = "reduce_scatter"
+    GRADS_IN_PARAM_DTYPE = True
 
-    def __init__(self, model, dist, recipe, adam=None, **opts):
-        super().__init__(model, dist, recipe, *(() if adam is None else (adam,)))
-        if opts:
-            raise ValueError(f"{self.name} takes no options, got {sorted(opts)}")
-        if self.grad_dtype != self.param_dtype:
-            raise ValueError(f"{self.name} reduces gradients in the parameter's dtype; recipe "
-                             f"{recipe.name} wants {recipe.grad} grads for {recipe.param} params "
-                             "(that is megatron_distopt's recipe)")
+    def __init__(self, model, dist, recipe, adam=None, **options):
+        super().__init__(model, dist, recipe, adam, **options)
         self.model.to(dist.device, self.param_dtype)
         axis = dist.inner
-        self.units = flat_units(model_units(self.model), axis.size, axis.rank, self.param_dtype,
-                                self.grad_dtype, self.ledger)
+        self.units = [FlatUnit(f"unit{k}", list(m.parameters()), axis.size, axis.rank, self.param_dtype,
+                               self.grad_dtype, self.ledger) for k, m in enumerate(self.unit_modules())]
         self.init_grads()
         # Optimizer state for the own chunk of each unit only: this is the 1/N of ZeRO-1.
-        self.optim = AdamState([u.param_shard for u in self.units], recipe, self.adam, self.ledger)
+        self.optim = AdamState([u.param_shard for u in self.units], self.recipe, self.adam, self.ledger)
         self.ledger.event("flat units built")
 
     def init_grads(self) -> None:
+        """Full gradient buffers for the whole run; the reduced chunk lands in its own slice."""
         for u in self.units:
             u.alloc_grad()
-
-    def grad_shards(self) -> list[torch.Tensor]:
-        return [u.grad_shard for u in self.units]
+            u.grad_shard_view()
 
     # ------------------------------------------------------------------ step
+    def reduce_grads(self, u: FlatUnit):
+        """Reduce-scatter (SUM) the unit's gradient buffer into `grad_shard`; async.
+
+        Here in place: `grad_shard` is this rank's chunk of the input buffer, exactly NCCL's
+        in-place convention (recvbuff == sendbuff + rank * count), which gloo also honours
+        (checked by the equivalence tests), so no extra buffer is needed. (ZeRO-2's
+        `grad_shard` is a tensor of its own.)"""
+        return self.comm.reduce_scatter(u.grad_shard, u.grad_buffer, self.dist.inner,
+                                        self.tag(u.name, "grads"), async_op=True)
+
     def finish_grad_sync(self) -> None:
-        axis, handles = self.dist.inner, []
         # Phase 1: launch every unit's reduction (last unit first, as backward produced them),
         # then wait; SUM now, 1/N later in fp32 (gloo has no AVG/PREMUL_SUM).
-        for u in reversed(self.units):
-            tag = f"{self.name}/grads/{u.name}"
-            if self.grad_sync == "reduce_scatter":
-                # In place: the output is this rank's chunk of the input buffer, exactly NCCL's
-                # in-place convention (recvbuff == sendbuff + rank * count), which gloo also
-                # honours (checked by the equivalence tests); the reduced chunk lands where
-                # `grad_shard` looks, with no extra buffer.
-                handles.append(self.comm.reduce_scatter(u.grad_shard, u.grad_buffer, axis, tag,
-                                                        async_op=True))
-            else:
-                handles.append(self.comm.all_reduce(u.grad_buffer, axis, tag, async_op=True))
+        handles = [self.reduce_grads(u) for u in reversed(self.units)]
         for h in handles:
             h.wait()
-        self.ledger.mark("grads synced")
+        self.ledger.mark(L.GRADS_SYNCED)
 
     def unshard(self) -> None:
         """All-gather each unit's updated chunks into its full parameter buffer (in place: the
         input is this rank's chunk of the output, NCCL's in-place convention for all-gather)."""
         handles = [self.comm.all_gather(u.param_buffer, u.param_shard, self.dist.inner,
-                                        f"{self.name}/params/{u.name}", async_op=True)
+                                        self.tag(u.name, "params"), async_op=True)
                    for u in self.units]
         for h in handles:
             h.wait()
@@ -95,11 +88,11 @@ class ZeRO1(Strategy):
         self.ledger.record_model_states()
         with torch.no_grad():
             # Phase 2: Adam on the own chunk; masters are cast back into the parameter buffer.
-            self.optim.step(self.grad_shards(), scale=1.0 / self.dist.inner.size)
+            self.optim.step([u.grad_shard for u in self.units], scale=1.0 / self.dist.inner.size)
         # Phase 3: everyone gets everyone's updated chunk.
         self.unshard()
         self.zero_grad()
-        self.ledger.event("step end")
+        self.ledger.event(L.STEP_END)
 
     def zero_grad(self) -> None:
         for u in self.units:
@@ -111,9 +104,14 @@ class ZeRO1(Strategy):
 
     def report_extra(self):
         return {"units": [{"numel": u.layout.numel, "padded_numel": u.layout.padded_numel,
-                           "shard_numel": u.layout.shard_numel} for u in self.units]}
+                           "shard_numel": u.shard_range.size} for u in self.units]}
 
 
 class ZeRO1AllReduce(ZeRO1):
+    """ZeRO-1 with DDP's all-reduce: every rank receives the whole summed gradient and reads
+    only its own chunk of it (the all-reduce's gather half is traffic nobody uses)."""
+
     name = "zero1_allreduce"
-    grad_sync = "all_reduce"
+
+    def reduce_grads(self, u: FlatUnit):
+        return self.comm.all_reduce(u.grad_buffer, self.dist.inner, self.tag(u.name, "grads"), async_op=True)

@@ -2,7 +2,7 @@
 
 Algorithm (ZeRO paper, Rajbhandari et al. 2019, §5.2 "P_os+g", communication in §7.2.1):
   set-up: flat padded buffers per unit as in ZeRO-1 (`flat.FlatUnit`), but the persistent
-          gradient storage is only this rank's chunk of each unit (`grad_shards`).
+          gradient storage is only this rank's chunk of each unit (`FlatUnit.alloc_grad_shard`).
   1. backward, when the first gradient of a unit arrives (a tensor hook, which runs before
      autograd accumulates): allocate the unit's full gradient buffer and point `p.grad` into it;
   2. `post_backward` of a unit (its last post-accumulate-grad hook): launch an async
@@ -25,23 +25,18 @@ backward (accumulating would mean accumulating the shards after each reduce-scat
 """
 from __future__ import annotations
 
-import torch
-
+from ..runtime import ledger as L
 from .zero1 import ZeRO1
 
 
 class ZeRO2(ZeRO1):
     name = "zero2"
-    grad_sync = "reduce_scatter"
 
     def init_grads(self) -> None:
-        self._shards = []
         self._pending: list[int] = []
         self._handles: dict[int, object] = {}
         for k, u in enumerate(self.units):
-            self._shards.append(self.ledger.track(
-                torch.zeros(u.layout.shard_numel, dtype=self.grad_dtype, device=u.param_buffer.device),
-                "grad"))
+            u.alloc_grad_shard()  # persistent: only this rank's chunk outlives backward
             for p in u.params:
                 p.register_hook(self._pre_accumulate_hook(k))
                 p.register_post_accumulate_grad_hook(self._post_accumulate_hook(k))
@@ -49,9 +44,6 @@ class ZeRO2(ZeRO1):
 
     def _reset_counts(self) -> None:
         self._pending = [len(u.params) for u in self.units]
-
-    def grad_shards(self) -> list[torch.Tensor]:
-        return self._shards
 
     # ------------------------------------------------------------------ backward hooks
     def _pre_accumulate_hook(self, k: int):
@@ -76,14 +68,13 @@ class ZeRO2(ZeRO1):
     def post_backward(self, k: int) -> None:
         u = self.units[k]
         self.ledger.mark(f"{u.name} grads ready")
-        self._handles[k] = self.comm.reduce_scatter(self._shards[k], u.grad_buffer, self.dist.inner,
-                                                    f"zero2/grads/{u.name}", async_op=True)
+        self._handles[k] = self.reduce_grads(u)
 
     def free_finished(self, wait: bool = False) -> None:
         """Free the full buffers of units whose reduce-scatter is done (or wait for all)."""
         for k in list(self._handles):
             h = self._handles[k]
-            if not wait and h.rec.t_end is None:  # end time is set when the collective finished
+            if not wait and not h.done():
                 continue
             h.wait()
             # The work object references the buffer too: drop it with the views, or the
@@ -109,7 +100,7 @@ class ZeRO2(ZeRO1):
                 self._pending[k] = 0
                 self.post_backward(k)
         self.free_finished(wait=True)
-        self.ledger.mark("grads synced")
+        self.ledger.mark(L.GRADS_SYNCED)
 
     def zero_grad(self) -> None:
         # The reduce-scatter overwrites the shards each step, and the full buffers are gone.

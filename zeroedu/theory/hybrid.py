@@ -120,16 +120,5 @@ def cross_domain_table(psi, n, m, recipe=None, bandwidth: dict | None = None) ->
     return rows
 
 
-def format_table(rows: list[dict], unit: float = 1e9) -> str:
-    """Plain-text table (GB and ms) for the CLI and notebooks."""
-    head = f"{'layout':<11} {'ranks':>5} {'GB/rank':>9} {'sent GB':>9} {'cross GB':>9} {'comm ms':>9}"
-    lines = [head]
-    for r in rows:
-        lines.append(f"{r['layout']:<11} {r['ranks']:>5} {float(r['bytes_per_rank']) / unit:>9.3f} "
-                     f"{float(r['sent_per_rank']) / unit:>9.3f} "
-                     f"{float(r['cross_domain_per_rank']) / unit:>9.3f} {1e3 * r['comm_seconds']:>9.1f}")
-    return "\n".join(lines)
-
-
 __all__ = ["LAYOUTS", "cross_domain_table", "cross_domain_bytes", "step_comm_time",
-           "flat_zero3_cross_domain", "format_table"]
+           "flat_zero3_cross_domain"]

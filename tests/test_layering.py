@@ -1,0 +1,152 @@
+"""The package's folders are its layers: imports go down the layers, never up, and never round.
+
+Every import inside `zeroedu` (module level and inside functions, since a cycle through a local
+import is still a cycle in the design) is read from the source with `ast`, resolved to the
+module it names, and checked against the layer table below (README, "How it is built").
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1] / "zeroedu"
+
+# Lower number = lower layer. A module may import its own package and any lower layer; two
+# different packages on the same layer may not import each other.
+LAYERS = {
+    "zeroedu.catalog": 0, "zeroedu.recipes": 0, "zeroedu.shard": 0, "zeroedu.fmt": 0,
+    "zeroedu.theory": 1, "zeroedu.runtime": 1,
+    "zeroedu.optim": 2, "zeroedu.models": 2,
+    "zeroedu.strategies": 3,
+    "zeroedu.train": 4,
+    "zeroedu.checkpoint": 5, "zeroedu.references": 5,
+    "zeroedu.notebook": 6, "zeroedu.quiz": 6, "zeroedu.labs": 6,
+    "zeroedu.cli": 7,
+}
+TOP = {"zeroedu", "zeroedu.__main__"}  # the package's front door: may import anything
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in ROOT.rglob("*.py")}
+
+
+def is_package(mod: str) -> bool:
+    return MODULES[mod].name == "__init__.py"
+
+
+def resolve(mod: str, node: ast.AST) -> list[str]:
+    """The zeroedu modules an import statement in `mod` refers to."""
+    if isinstance(node, ast.Import):
+        return [a.name for a in node.names if a.name.split(".")[0] == "zeroedu"]
+    assert isinstance(node, ast.ImportFrom)
+    if node.level:
+        base = mod.split(".") if is_package(mod) else mod.split(".")[:-1]
+        base = base[:len(base) - node.level + 1]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    if target.split(".")[0] != "zeroedu":
+        return []
+    out = []
+    for a in node.names:  # `from pkg import sub` names the submodule when there is one
+        sub = f"{target}.{a.name}"
+        out.append(sub if sub in MODULES else target)
+    return out
+
+
+def imports() -> dict[str, set[str]]:
+    graph = {}
+    for mod, path in MODULES.items():
+        deps = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                deps.update(d for d in resolve(mod, node) if d != mod)
+        graph[mod] = deps
+    return graph
+
+
+def layer_of(mod: str) -> tuple[str, int] | None:
+    for prefix, rank in sorted(LAYERS.items(), key=lambda kv: -len(kv[0])):
+        if mod == prefix or mod.startswith(prefix + "."):
+            return prefix, rank
+    return None
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(m for m in MODULES if m not in TOP and layer_of(m) is None)
+    assert not missing, f"modules outside the layer table: {missing}"
+
+
+def test_imports_go_down_the_layers():
+    bad = []
+    for mod, deps in imports().items():
+        if mod in TOP:
+            continue
+        home, rank = layer_of(mod)
+        for d in deps:
+            if d in TOP:
+                bad.append(f"{mod} imports the package front door {d}")
+                continue
+            there, r = layer_of(d)
+            if there != home and r >= rank:
+                bad.append(f"{mod} (layer {rank}) imports {d} (layer {r})")
+    assert not bad, "imports that go up or across the layers:\n" + "\n".join(sorted(bad))
+
+
+def test_no_import_cycles():
+    graph = imports()
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_at_most_ten_top_level_modules():
+    top = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(top) <= 10, top
+
+
+@pytest.mark.parametrize("bad,expect", [
+    (("zeroedu.theory.memory", "zeroedu.notebook.viz"), "up"),
+    (("zeroedu.strategies.zero1", "zeroedu.cli"), "up"),
+    (("zeroedu.runtime.comm", "zeroedu.theory"), "across"),
+])
+def test_the_check_catches_a_bad_import(bad, expect):
+    # The rule itself, on imports that must be refused (so the test above can fail).
+    src, dst = bad
+    home, rank = layer_of(src)
+    there, r = layer_of(dst)
+    assert there != home and r >= rank

@@ -1,0 +1,44 @@
+"""Sharded checkpoints: save from any strategy, load into any other strategy and world size.
+
+On disk, one directory per saved step, and a pointer to the newest complete one::
+
+    ckpt/
+      latest                        "step-00000003"   (replaced atomically, last of all)
+      step-00000003/
+        rank-00000-of-00004.pt      what rank 0 holds: its shards + the index math for them
+        ...
+        manifest.json               written by rank 0 after every rank's file is on disk
+
+Each rank writes only what it owns (its parameter holders, and its optimizer targets' fp32
+master, Adam m and v), with *pieces* that say where every element comes from: (parameter,
+range in the flattened parameter, range in the local tensor), computed by the strategy itself
+(`Strategy.param_holders` / `target_pieces`, from the `zeroedu.shard` layouts). Padding is in
+no piece, so it is never read back as data. A rank file also records the layout kind
+(replicated / flat / dim0), per-unit padded sizes and this rank's buffer-wide ranges, N, M,
+strategy, recipe, model config, the data position (next step) and the RNG state.
+
+Every file is written to a temporary name in the same directory, fsynced, then `os.replace`d:
+a reader sees the old file or the new one, never half of one. The manifest (sizes and
+SHA-256 of every rank file) comes after all rank files, and `latest` after the manifest, so a
+run killed mid-checkpoint leaves `latest` on the previous, complete checkpoint.
+
+Resharding: `load_checkpoint` reads every rank file and rebuilds full fp32 per-parameter
+tensors (master, m, v) from the pieces, checking every element is covered; the target
+strategy then takes its own shards (`Strategy.load_full_state`). This is what DCP does with
+its global-offset metadata, minus the planner: at this model size every rank can read all.
+
+Modules: `format` (names, atomic writes, reading and verifying files), `save` (what a rank
+writes), `reshard` (undo the sharding: full fp32 tensors), `dcp` (torch.distributed.checkpoint
+interop), `jobs` (train-and-save / resume on real ranks, through `zeroedu.train.runner`).
+"""
+from .dcp import export_dcp, is_dcp, load_dcp
+from .format import (FORMAT, LATEST, MANIFEST, FullState, atomic_write_bytes, param_shapes,
+                     rank_file_name, resolve_step_dir, step_dir_name)
+from .jobs import resume, resume_job, train_and_save, train_and_save_job
+from .reshard import check_compatible, load_any, load_checkpoint
+from .save import save_sharded, shard_state
+
+__all__ = ["export_dcp", "is_dcp", "load_dcp", "FORMAT", "LATEST", "MANIFEST", "FullState",
+           "atomic_write_bytes", "param_shapes", "rank_file_name", "resolve_step_dir", "step_dir_name",
+           "resume", "resume_job", "train_and_save", "train_and_save_job", "check_compatible", "load_any",
+           "load_checkpoint", "save_sharded", "shard_state"]

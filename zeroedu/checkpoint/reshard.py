@@ -1,0 +1,60 @@
+"""Undo the sharding: read and verify every rank file, rebuild full fp32 per-parameter tensors
+(master, m, v) from the pieces, checking every element is covered. The target strategy then
+takes its own shards (`Strategy.load_full_state`). This is what DCP does with its global-offset
+metadata, minus the planner: at this model size every rank can read all."""
+from __future__ import annotations
+
+import os
+
+import torch
+
+from ..models import ModelConfig
+from ..train.config import RunConfig
+from .dcp import is_dcp, load_dcp
+from .format import FullState, param_shapes, read_manifest, read_rank_file, resolve_step_dir
+
+def load_checkpoint(path: str) -> FullState:
+    """Read and verify every rank file, undo the sharding: full fp32 params, m, v."""
+    d = resolve_step_dir(path)
+    man = read_manifest(d)
+    if len(man["files"]) != man["world_size"]:
+        raise ValueError(f"{d}: manifest lists {len(man['files'])} files for world size {man['world_size']}")
+    shapes = [tuple(s) for s in man["param_shapes"]]
+    full = {k: [torch.zeros(s) for s in shapes] for k in ("params", "m", "v")}
+    covered = [torch.zeros(s, dtype=torch.bool) for s in shapes]
+    rng, adam = [], set()
+    for r, info in enumerate(man["files"]):
+        st = read_rank_file(d, info, man, r)
+        rng.append(st["rng"])
+        adam.add(st["adam_step"])
+        for t in st["targets"]:
+            for i, ps, pe, ls in t["pieces"]:
+                if not (0 <= i < len(shapes) and 0 <= ps <= pe <= full["params"][i].numel()
+                        and 0 <= ls and ls + pe - ps <= t["master"].numel()):
+                    raise ValueError(f"{os.path.join(d, info['name'])}: piece {(i, ps, pe, ls)} out of range")
+                for key, src in (("params", "master"), ("m", "m"), ("v", "v")):
+                    full[key][i].view(-1)[ps:pe] = t[src].view(-1)[ls:ls + pe - ps].float()
+                covered[i].view(-1)[ps:pe] = True
+    missing = [i for i, c in enumerate(covered) if not bool(c.all())]
+    if missing:
+        raise ValueError(f"{d}: parameters {missing} are not fully covered by the shard files")
+    if len(adam) != 1:
+        raise ValueError(f"{d}: ranks disagree on the optimizer step: {sorted(adam)}")
+    return FullState(man["step"], adam.pop(), full["params"], full["m"], full["v"], rng, man, d)
+
+
+def load_any(path: str, model: ModelConfig) -> FullState:
+    """A zeroedu checkpoint (root or step directory) or a DCP checkpoint directory."""
+    return load_dcp(path, model) if is_dcp(path) else load_checkpoint(path)
+
+
+def check_compatible(state: FullState, cfg: RunConfig) -> None:
+    """The run must build the model the checkpoint was saved from."""
+    want = param_shapes(cfg.model)
+    if [list(s) for s in state.manifest["param_shapes"]] != want:
+        raise ValueError(f"{state.path}: checkpoint holds parameter shapes {state.manifest['param_shapes']}, "
+                         f"but this run's model has {want}")
+    if state.step > cfg.steps:
+        raise ValueError(f"{state.path}: checkpoint is at step {state.step}, beyond the run's {cfg.steps} steps")
+
+

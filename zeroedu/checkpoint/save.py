@@ -1,0 +1,72 @@
+"""What a rank writes: its parameter holders and optimizer targets with the pieces that place
+every element (`Strategy.param_holders` / `target_pieces`), and the run's metadata."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from typing import Callable
+
+import torch
+
+from ..catalog import get_spec
+from ..train.config import RunConfig
+from .format import (FORMAT, LATEST, MANIFEST, atomic_write_bytes, param_shapes, rank_file_name, sha256,
+                     step_dir_name)
+
+def shard_state(strategy, cfg: RunConfig, rank: int, world: int, next_step: int) -> dict:
+    """What this rank writes: plain tensors, ints, strings and lists (loadable with
+    torch.load(weights_only=True))."""
+    opt = strategy.optim
+    holders = [{"values": h.detach().cpu().clone(), "pieces": [list(p) for p in pieces]}
+               for h, pieces in strategy.param_holders()]
+    targets = []
+    for k, (t, pieces) in enumerate(zip(opt.targets, strategy.target_pieces())):
+        master = opt.masters[k] if opt.masters else t
+        targets.append({"master": master.detach().float().cpu().clone(),
+                        "m": opt.m[k].detach().cpu().clone(), "v": opt.v[k].detach().cpu().clone(),
+                        "pieces": [list(p) for p in pieces]})
+    return {
+        "format": FORMAT, "rank": rank, "world_size": world, "strategy": cfg.strategy,
+        "recipe": cfg.recipe, "n": cfg.n, "m": cfg.m, "layout": get_spec(cfg.strategy).layout,
+        "model": cfg.model.as_dict(), "param_shapes": param_shapes(cfg.model),
+        "step": next_step, "adam_step": opt.t, "rng": torch.get_rng_state(),
+        "units": strategy.describe_units(), "holders": holders, "targets": targets,
+    }
+
+
+def save_sharded(strategy, cfg: RunConfig, ctx, ckpt_dir: str, next_step: int,
+                 after_rank_file: Callable[[], None] | None = None) -> str:
+    """Collective: every rank writes its file; rank 0 writes the manifest, then `latest`.
+    `after_rank_file` runs between a rank's own file and the manifest (tests inject faults there)."""
+    import torch.distributed as dist
+
+    d = os.path.join(ckpt_dir, step_dir_name(next_step))
+    os.makedirs(d, exist_ok=True)
+    if ctx.rank == 0 and os.path.exists(os.path.join(d, MANIFEST)):
+        os.remove(os.path.join(d, MANIFEST))  # this step is being rewritten: not complete until the end
+    # Checkpoint coordination is not training traffic: it goes to torch.distributed directly,
+    # outside the ledger, so the measured bytes per step stay the strategy's own.
+    dist.barrier()
+    buf = io.BytesIO()
+    torch.save(shard_state(strategy, cfg, ctx.rank, ctx.world_size, next_step), buf)
+    data = buf.getvalue()
+    name = rank_file_name(ctx.rank, ctx.world_size)
+    atomic_write_bytes(os.path.join(d, name), data)
+    if after_rank_file is not None:
+        after_rank_file()  # a rank dying here: no manifest, old `latest`
+    infos = [None] * ctx.world_size
+    dist.all_gather_object(infos, {"name": name, "bytes": len(data), "sha256": sha256(data)})
+    if ctx.rank == 0:
+        manifest = {"format": FORMAT, "step": next_step, "world_size": ctx.world_size,
+                    "strategy": cfg.strategy, "recipe": cfg.recipe, "n": cfg.n, "m": cfg.m,
+                    "layout": get_spec(cfg.strategy).layout, "model": cfg.model.as_dict(),
+                    "param_shapes": param_shapes(cfg.model), "files": infos,
+                    "saved_at": time.time()}
+        atomic_write_bytes(os.path.join(d, MANIFEST), json.dumps(manifest, indent=1).encode())
+        atomic_write_bytes(os.path.join(ckpt_dir, LATEST), step_dir_name(next_step).encode())
+    dist.barrier()
+    return d
+
+

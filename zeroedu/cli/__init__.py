@@ -1,0 +1,37 @@
+"""The ``zeroedu`` command line: one subcommand per module, registered in `SUBCOMMANDS`.
+
+A subcommand module defines ``add_parser(subparsers)``, which adds its parser and sets
+``func=callable(args) -> int``. To add a subcommand, write ``zeroedu/cli/<name>.py`` and append
+its name below; nothing else changes. A subcommand signals bad input by raising `ValueError`,
+which becomes argparse's usual ``zeroedu: error: ...`` line and exit status 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+SUBCOMMANDS = ["memory", "run", "tour", "quiz"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="zeroedu",
+        description="Data-parallel training memory and bandwidth, predicted and measured.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in SUBCOMMANDS:
+        importlib.import_module(f"{__name__}.{name}").add_parser(subparsers)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as e:
+        parser.error(str(e))  # prints "zeroedu: error: ..." and exits with status 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

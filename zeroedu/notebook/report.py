@@ -1,0 +1,97 @@
+"""Turn reports and closed forms into text: the measured-vs-predicted tables the CLI, `make tour`
+and the notebooks print, and the cross-domain table of `zeroedu.theory.hybrid`."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..fmt import number as _fmt
+
+CATS = ("param", "grad", "optim", "total")
+
+
+def comm_total(block: dict) -> float:
+    return sum(block.get("comm", {}).values())
+
+
+def match_rows(report: dict[str, Any]) -> list[tuple[int, str, Any, Any, bool]]:
+    """(rank, quantity, predicted, measured, equal) for model states and comm, every rank."""
+    rows = []
+    for r in report["ranks"]:
+        pr, me = r["predicted"], r["measured"]
+        for k in CATS:
+            rows.append((r["rank"], k, pr[k], me[k], pr[k] == me[k]))
+        for c in sorted(set(pr["comm"]) | set(me["comm"])):
+            rows.append((r["rank"], f"sent by {c}", pr["comm"].get(c, 0), me["comm"].get(c, 0),
+                         pr["comm"].get(c, 0) == me["comm"].get(c, 0)))
+    return rows
+
+
+def rank_rows(report: dict[str, Any]) -> list[list[str]]:
+    """`match_rows` as text cells (measured first), each rank followed by its peak."""
+    rows, compared = [], match_rows(report)
+    for r in report["ranks"]:
+        rows += [[str(rank), what, _fmt(meas), _fmt(pred), "yes" if equal else "NO"]
+                 for rank, what, pred, meas, equal in compared if rank == r["rank"]]
+        rows.append([str(r["rank"]), "peak", _fmt(r["peak"]), "", f"at '{r.get('peak_label', '')}'"])
+    return rows
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
+    line = lambda cells: "  ".join(c.rjust(w) if i >= 2 else c.ljust(w)  # noqa: E731
+                                   for i, (c, w) in enumerate(zip(cells, widths)))
+    return "\n".join([line(header), line(["-" * w for w in widths])] + [line(r) for r in rows])
+
+
+def max_rel_diff(a: list[float], b: list[float]) -> float:
+    return max((abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b)), default=0.0)
+
+
+def summary(report: dict[str, Any]) -> str:
+    head = (f"strategy {report['strategy']}  world size {report['world_size']} "
+            f"(N = {report['n']}, M = {report['m']})  recipe {report['recipe']}  Ψ = {report['psi']}  "
+            f"steps {report['steps']}")
+    out = [head, "bytes per rank: measured at the optimizer step vs zeroedu.theory (exact mode)",
+           table(rank_rows(report), ["rank", "what", "measured", "predicted", "match"])]
+    losses = "  ".join(f"{x:.6f}" for x in report["losses"])
+    ref = "  ".join(f"{x:.6f}" for x in report["reference_losses"])
+    out += [f"losses            {losses}", f"reference losses  {ref}",
+            f"max relative loss difference vs single process: {max_rel_diff(report['losses'], report['reference_losses']):.2e}"]
+    if "overlap" in report["ranks"][0]:
+        out.append("overlap (comm hidden behind backward): "
+                   + "  ".join(f"rank {r['rank']} {r['overlap']:.0%}" for r in report["ranks"]))
+    m = report["match"]
+    out.append(f"predicted vs measured — match: {m['model_states'] and m['comm']}")
+    return "\n".join(out)
+
+
+def tour_row(report: dict[str, Any]) -> list[str]:
+    r0 = report["ranks"][0]
+    me, pr = r0["measured"], r0["predicted"]
+    return [report["strategy"], report["recipe"], _fmt(me["total"]), _fmt(pr["total"]),
+            _fmt(comm_total(me)), _fmt(comm_total(pr)), _fmt(r0["peak"]),
+            f"{max_rel_diff(report['losses'], report['reference_losses']):.1e}",
+            str(report["match"]["model_states"] and report["match"]["comm"])]
+
+
+TOUR_HEADER = ["strategy", "recipe", "bytes/rank", "predicted", "sent/step", "predicted",
+               "peak", "loss vs ref", "match"]
+
+
+def plain(report: dict[str, Any], timeline: bool = False) -> dict[str, Any]:
+    """The JSON-able part of a report (tensors dropped; timelines only on request)."""
+    out = {k: v for k, v in report.items() if k not in ("params", "reference_params", "ranks")}
+    out["ranks"] = [{k: v for k, v in r.items() if k != "params" and (timeline or k != "timeline")}
+                    for r in report["ranks"]]
+    return out
+
+
+def format_cross_domain_table(rows: list[dict], unit: float = 1e9) -> str:
+    """Plain-text table (GB and ms) for the CLI and notebooks."""
+    head = f"{'layout':<11} {'ranks':>5} {'GB/rank':>9} {'sent GB':>9} {'cross GB':>9} {'comm ms':>9}"
+    lines = [head]
+    for r in rows:
+        lines.append(f"{r['layout']:<11} {r['ranks']:>5} {float(r['bytes_per_rank']) / unit:>9.3f} "
+                     f"{float(r['sent_per_rank']) / unit:>9.3f} "
+                     f"{float(r['cross_domain_per_rank']) / unit:>9.3f} {1e3 * r['comm_seconds']:>9.1f}")
+    return "\n".join(lines)

@@ -1,0 +1,39 @@
+"""Matplotlib figures drawn from run reports (measured) and from `zeroedu.theory` (predicted).
+
+Every function is pure: it takes a report or closed-form inputs and returns a new
+`matplotlib.figure.Figure` built without pyplot, so there is no global figure state, nothing
+leaks between calls, and the functions run headless (tests, CLI) as well as inline in Jupyter,
+where a returned Figure renders as its PNG.
+
+Generic over strategies: what a strategy shards comes from `zeroedu.catalog` (its ZeRO level on
+each mesh axis), how many bytes from `zeroedu.theory`, so a strategy added to the catalog is
+drawn without touching this module.
+
+Modules: `theory` (closed-form figures), `runs` (one run's report), `layouts` (who owns which
+element under FSDP1 and FSDP2), `common` (colours, units). Everything is re-exported here.
+
+Figures
+    ring_scaling          bytes a rank sends per collective as N grows (ring model)
+    sharding_diagram      per-GPU param / grad / optimizer bars, full vs 1/N segments
+    theory_memory_bars    bytes per GPU by category for several strategies (closed form)
+    theory_comm_bars      bytes sent per GPU per step by collective (closed form)
+    memory_bars           one run: predicted vs measured model states by category
+    comm_bars             one run: predicted vs measured bytes sent by collective
+    memory_timeline       one run: bytes held per rank over time, prediction overlaid
+    overlap_timeline      one run: backward interval vs each collective's interval
+    fsdp_lifecycle        ZeRO-3 / FSDP unit lifecycle: unshard, compute, reshard, reduce-scatter
+    loss_curves           one run's losses against the single-process reference
+    ownership_figure      FSDP1 flat vs FSDP2 dim-0: which rank stores which element
+    cross_domain_figure   flat ZeRO-3 over M·N vs HSDP vs HFSDP: bytes, cross-domain bytes, time
+"""
+from .common import COLORS, RANK_COLORS, STATE_CATS, TIMELINE_CATS, byte_scale, human_bytes, new_figure, rank_color
+from .layouts import dim0_ownership, flat_ownership, ownership_figure
+from .runs import comm_bars, loss_curves, memory_bars, memory_timeline, overlap_timeline, timeline_axes
+from .theory import (cross_domain_figure, fsdp_lifecycle, ring_scaling, sharding_diagram, theory_comm,
+                     theory_comm_bars, theory_memory, theory_memory_bars)
+
+__all__ = ["COLORS", "RANK_COLORS", "STATE_CATS", "TIMELINE_CATS", "byte_scale", "human_bytes", "new_figure", "rank_color",
+           "dim0_ownership", "flat_ownership", "ownership_figure", "comm_bars", "loss_curves",
+           "memory_bars", "memory_timeline", "overlap_timeline", "timeline_axes", "cross_domain_figure",
+           "fsdp_lifecycle", "ring_scaling", "sharding_diagram", "theory_comm", "theory_comm_bars",
+           "theory_memory", "theory_memory_bars"]

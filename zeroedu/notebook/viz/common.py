@@ -1,0 +1,30 @@
+"""What every figure shares: one colour per category, a constrained-layout Figure, byte units."""
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from ...fmt import byte_scale, human_bytes
+
+COLORS = {
+    "param": "#4C72B0", "grad": "#DD8452", "optim": "#55A868",
+    "master": "#55A868", "main_grad": "#8C8C8C", "m": "#64B5CD", "v": "#8172B3",
+    "gathered": "#C44E52", "comm_buffer": "#937860", "activation": "#DA8BC3",
+    "all_reduce": "#4C72B0", "reduce_scatter": "#DD8452", "all_gather": "#55A868",
+    "send": "#8172B3", "recv": "#937860", "broadcast": "#8C8C8C",
+}
+# One colour per rank (cycled), for figures that colour by owner.
+RANK_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
+STATE_CATS = ("param", "grad", "optim")
+TIMELINE_CATS = ("param", "grad", "master", "main_grad", "m", "v", "gathered", "comm_buffer",
+                 "activation")
+
+
+def rank_color(r: int) -> str:
+    return RANK_COLORS[r % len(RANK_COLORS)]
+
+
+def new_figure(w: float = 7.0, h: float = 3.2, **kw) -> Figure:
+    return Figure(figsize=(w, h), layout="constrained", **kw)
+
+
+__all__ = ["COLORS", "RANK_COLORS", "rank_color", "STATE_CATS", "TIMELINE_CATS", "new_figure", "byte_scale", "human_bytes"]

@@ -1,0 +1,245 @@
+"""Figures of the closed forms (`zeroedu.theory`): what each GPU holds and sends, predicted."""
+from __future__ import annotations
+
+from typing import Sequence
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from ... import catalog, theory
+from ...recipes import get_recipe
+from ...theory.hybrid import cross_domain_table
+from .common import COLORS, STATE_CATS, byte_scale, human_bytes, new_figure, rank_color
+
+def sharding_diagram(strategy: str, n: int = 4, m: int = 1, recipe: str | None = None,
+                     max_gpus: int = 8) -> Figure:
+    """What each GPU keeps of param / grad / optimizer state: a bar per category per GPU, cut
+    into N segments; a filled segment is stored on that GPU, a hollow one lives elsewhere.
+
+    Sharding comes from the strategy's ZeRO levels in `zeroedu.catalog` (the same state the run
+    uses), the per-GPU bytes printed under each GPU from `theory.model_states` per Ψ."""
+    spec = catalog.get_spec(strategy)
+    rec = get_recipe(recipe or spec.default_recipe)
+    m = m if spec.hybrid else 1
+    ms = theory.model_states(spec.name, 1, n, m, rec.name)  # bytes per parameter
+    inner, outer = catalog.shards(spec.inner), catalog.shards(spec.outer)
+    world = n * m
+    shown = min(world, max_gpus)
+    fig = new_figure(max(6.5, 1.2 + 1.15 * shown), 3.4)
+    ax = fig.add_subplot()
+    segs = n * m if spec.hybrid else n
+    per_cat = {"param": rec.param_bytes, "grad": rec.grad_bytes, "optim": rec.optim_bytes}
+    for g in range(shown):
+        domain, r = divmod(g, n)  # inner ranks are contiguous (catalog / cluster.mesh)
+        for j, cat in enumerate(STATE_CATS):
+            x0 = g * 1.15 + j * 0.33
+            on_inner, on_outer = inner[cat], spec.hybrid and outer[cat]
+            for s in range(segs):
+                # segment s of the flat buffer: inner shard s // m, and within it outer piece s % m
+                s_inner, s_outer = divmod(s, m) if spec.hybrid else (s, 0)
+                mine = (not on_inner or s_inner == r) and (not on_outer or s_outer == domain)
+                y0 = s / segs
+                ax.add_patch(Rectangle((x0, y0), 0.28, 1 / segs, facecolor=COLORS[cat] if mine else "white",
+                                       edgecolor=COLORS[cat], linewidth=0.6,
+                                       gid=f"gpu{g}/{cat}/{'held' if mine else 'elsewhere'}"))
+        ax.text(g * 1.15 + 0.47, -0.08, f"GPU {g}", ha="center", va="top", fontsize=8)
+    ax.set_xlim(-0.1, shown * 1.15)
+    ax.set_ylim(-0.38, 1.02)
+    ax.axis("off")
+    total = float(ms.total)
+    ax.set_title(f"{spec.name}, N={n}" + (f", M={m}" if spec.hybrid else "") +
+                 f", {rec.name}: {total:.4g} bytes per parameter on each GPU\n"
+                 f"= param {float(ms.param):.3g} + grad {float(ms.grad):.3g} + optim {float(ms.optim):.3g}"
+                 f"   (a full replica would be {rec.total_bytes})", fontsize=9)
+    handles = [Patch(facecolor=COLORS[c], label=f"{c} ({per_cat[c]} B/param)") for c in STATE_CATS]
+    handles.append(Patch(facecolor="white", edgecolor="grey", label="held by another GPU"))
+    ax.legend(handles=handles, loc="lower center", ncol=4, fontsize=7, frameon=False)
+    if shown < world:
+        ax.text(shown * 1.15, -0.08, f"(first {shown} of {world} GPUs)", fontsize=7, ha="right", va="top")
+    return fig
+
+
+def _strategy_list(strategies: Sequence[str] | None) -> list[str]:
+    return list(strategies) if strategies else list(catalog.STRATEGIES)
+
+
+def theory_memory(strategies, psi, n, m=1, recipe=None, tp=1, pp=1, offload="none"):
+    """{strategy: {"param", "grad", "optim", "total", "host"} bytes on one GPU, or an error string}.
+
+    Each strategy uses `recipe`, or its own default recipe when `recipe` is None."""
+    out = {}
+    for s in _strategy_list(strategies):
+        try:
+            if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or \
+                    isinstance(pp, bool) or not isinstance(pp, int) or pp < 1:
+                raise ValueError(f"tp and pp must be integers >= 1, got {tp!r}, {pp!r}")
+            # with TP/PP each data-parallel rank first holds Ψ/(tp·pp) (theory.compose)
+            part = theory.offload(s, theory.inputs.check_psi(psi) / (tp * pp), n, m, recipe, offload)
+            dev, host = part["device"], part["host"]
+            out[s] = {"param": float(dev.param), "grad": float(dev.grad), "optim": float(dev.optim),
+                      "total": float(dev.total), "host": float(host.total)}
+        except (ValueError, NotImplementedError) as e:
+            out[s] = str(e)
+    return out
+
+
+def theory_memory_bars(strategies=None, psi=7e9, n=8, m=1, recipe=None, gpu_bytes=None,
+                       tp=1, pp=1, offload="none", highlight: str | None = None) -> Figure:
+    """Stacked bars: device bytes per GPU by category for each strategy (closed forms)."""
+    data = theory_memory(strategies, psi, n, m, recipe, tp, pp, offload)
+    names = list(data)
+    fig = new_figure(max(5.0, 0.62 * len(names) + 1.5), 3.2)
+    ax = fig.add_subplot()
+    vals = [v["total"] for v in data.values() if isinstance(v, dict)] + ([gpu_bytes] if gpu_bytes else [])
+    div, unit = byte_scale(vals)
+    for i, s in enumerate(names):
+        d = data[s]
+        if not isinstance(d, dict):
+            ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=7, color="grey")
+            continue
+        bottom = 0.0
+        for cat in STATE_CATS:
+            ax.bar(i, d[cat] / div, bottom=bottom, color=COLORS[cat], width=0.7,
+                   edgecolor="black" if s == highlight else None, linewidth=1.5 if s == highlight else 0)
+            bottom += d[cat] / div
+    if gpu_bytes:
+        ax.axhline(gpu_bytes / div, color="red", linestyle="--", linewidth=1)
+        ax.text(len(names) - 0.5, gpu_bytes / div, f"GPU {human_bytes(gpu_bytes)}", color="red",
+                ha="right", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel(f"{unit} per GPU")
+    ax.set_title(f"model states per GPU: Ψ={psi:.3g}, N={n}, M={m}" + (f", tp={tp}, pp={pp}" if tp * pp > 1 else "")
+                 + (f", offload={offload}" if offload != "none" else ""), fontsize=9)
+    ax.legend(handles=[Patch(color=COLORS[c], label=c) for c in STATE_CATS], fontsize=7, frameon=False)
+    return fig
+
+
+def theory_comm(strategies, psi, n, m=1, recipe=None, reshard_after_forward=True):
+    """{strategy: {collective: bytes sent per GPU per step} | error string}."""
+    out = {}
+    for s in _strategy_list(strategies):
+        try:
+            c = theory.comm_per_rank(s, psi, n, m, recipe, reshard_after_forward)
+            out[s] = {k: float(v) for k, v in c.by_collective().items()}
+        except (ValueError, NotImplementedError) as e:
+            out[s] = str(e)
+    return out
+
+
+def theory_comm_bars(strategies=None, psi=7e9, n=8, m=1, recipe=None, highlight: str | None = None,
+                     reshard_after_forward=True) -> Figure:
+    """Stacked bars: bytes each GPU sends per step, by collective (ring model, closed forms)."""
+    data = theory_comm(strategies, psi, n, m, recipe, reshard_after_forward)
+    names = list(data)
+    fig = new_figure(max(5.0, 0.62 * len(names) + 1.5), 3.2)
+    ax = fig.add_subplot()
+    div, unit = byte_scale([sum(v.values()) for v in data.values() if isinstance(v, dict)])
+    for i, s in enumerate(names):
+        d = data[s]
+        if not isinstance(d, dict):
+            continue
+        bottom = 0.0
+        for c in theory.COLLECTIVES:
+            v = d.get(c, 0.0) / div
+            ax.bar(i, v, bottom=bottom, color=COLORS[c], width=0.7,
+                   edgecolor="black" if s == highlight else None, linewidth=1.5 if s == highlight else 0)
+            bottom += v
+    ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel(f"{unit} sent per GPU per step")
+    ax.set_title(f"communication per step (ring model): Ψ={psi:.3g}, N={n}, M={m}", fontsize=9)
+    ax.legend(handles=[Patch(color=COLORS[c], label=c) for c in theory.COLLECTIVES], fontsize=7,
+              frameon=False)
+    return fig
+
+
+def ring_scaling(nbytes: float, n_max: int = 16, measured: dict | None = None) -> Figure:
+    """Bytes one rank sends for a payload of `nbytes` as the group grows (ring model): an
+    all-reduce tends to 2S, a reduce-scatter or an all-gather to S, whatever N is.
+    `measured` = {n: {collective: bytes}} adds points from real runs."""
+    if not isinstance(n_max, int) or n_max < 1:
+        raise ValueError(f"n_max must be an integer >= 1, got {n_max!r}")
+    ns = list(range(1, n_max + 1))
+    fig = new_figure(5.5, 3.0)
+    ax = fig.add_subplot()
+    for c in theory.COLLECTIVES:
+        ax.plot(ns, [float(theory.sent_bytes(c, nbytes, n)) / nbytes for n in ns], "-", color=COLORS[c],
+                label=f"{c} (formula)")
+        for n, d in sorted((measured or {}).items()):
+            if c in d:
+                ax.plot([n], [d[c] / nbytes], "o", color=COLORS[c], markersize=7, markeredgecolor="black")
+    if measured:
+        ax.plot([], [], "o", color="white", markeredgecolor="black", label="measured on real ranks")
+    ax.axhline(2, color="grey", linestyle=":", linewidth=0.8)
+    ax.axhline(1, color="grey", linestyle=":", linewidth=0.8)
+    ax.set_xlabel("N (ranks in the group)")
+    ax.set_ylabel("bytes sent per rank / S")
+    ax.set_title(f"ring collectives, payload S = {human_bytes(nbytes)}", fontsize=9)
+    ax.legend(fontsize=7, frameon=False)
+    return fig
+
+
+def fsdp_lifecycle(n_units: int = 3, reshard_after_forward: bool = True) -> Figure:
+    """ZeRO-3 / FSDP per-unit lifecycle over one step (FSDP paper §3.2): each unit is unsharded
+    (all-gather) just before its forward, resharded after it, gathered again before its backward
+    (unless `reshard_after_forward=False` kept it), then its gradient is reduce-scattered and
+    the unsharded copy freed. Forward runs units 0..U-1, backward U-1..0."""
+    if not isinstance(n_units, int) or n_units < 1:
+        raise ValueError(f"n_units must be an integer >= 1, got {n_units!r}")
+    U = n_units
+    fig = new_figure(8.0, 0.9 + 0.5 * U)
+    ax = fig.add_subplot()
+    kinds = {"all-gather": COLORS["all_gather"], "forward": "#4C72B0", "backward": "#8172B3",
+             "reduce-scatter": COLORS["reduce_scatter"], "unsharded": "#F2D7D9"}
+    t = 0.0
+    held_from = {}
+    for u in range(U):  # forward, unit by unit
+        ax.broken_barh([(t, 0.5)], (u - 0.35, 0.7), color=kinds["all-gather"])
+        held_from[u] = t
+        ax.broken_barh([(t + 0.5, 1.0)], (u - 0.35, 0.7), color=kinds["forward"])
+        t += 1.5
+        if reshard_after_forward:
+            ax.broken_barh([(held_from[u], t - held_from[u])], (u - 0.45, 0.9), color=kinds["unsharded"],
+                           zorder=0)
+    t_fwd_end = t
+    for u in reversed(range(U)):  # backward, last unit first
+        if reshard_after_forward:
+            ax.broken_barh([(t, 0.5)], (u - 0.35, 0.7), color=kinds["all-gather"])
+            held_from[u] = t
+            t += 0.5
+        ax.broken_barh([(t, 1.6)], (u - 0.35, 0.7), color=kinds["backward"])
+        ax.broken_barh([(t + 1.6, 0.5)], (u - 0.35, 0.7), color=kinds["reduce-scatter"])
+        ax.broken_barh([(held_from[u], t + 1.6 - held_from[u])], (u - 0.45, 0.9), color=kinds["unsharded"],
+                       zorder=0)
+        t += 1.6
+    ax.axvline(t_fwd_end, color="grey", linestyle=":", linewidth=1)
+    ax.set_yticks(range(U), [f"unit {u}" for u in range(U)], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xticks([])
+    ax.set_xlabel("time (schematic): forward →  | ← backward")
+    gathers = 2 if reshard_after_forward else 1
+    ax.set_title(f"FSDP unit lifecycle, reshard_after_forward={reshard_after_forward}: {gathers} all-gather(s)"
+                 " + 1 reduce-scatter per unit per step", fontsize=9)
+    ax.legend(handles=[Patch(color=c, label=k + (" (full params alive)" if k == "unsharded" else ""))
+                       for k, c in kinds.items()], fontsize=7, frameon=False, ncol=5, loc="upper center",
+              bbox_to_anchor=(0.5, -0.18))
+    return fig
+
+
+def cross_domain_figure(psi=7e9, n: int = 8, m: int = 2, recipe=None, bandwidth=None) -> Figure:
+    """Bytes per rank, bytes crossing domains per rank per step, and communication seconds per
+    step for the three layouts of `theory.hybrid.cross_domain_table` (closed forms only)."""
+    rows = cross_domain_table(psi, n, m, recipe, bandwidth)
+    names = [r["layout"] for r in rows]
+    fig = new_figure(8.0, 2.6)
+    axes = fig.subplots(1, 3)
+    panels = (("model states per rank (GB)", [float(r["bytes_per_rank"]) / 1e9 for r in rows]),
+              ("cross-domain bytes per rank/step (GB)", [float(r["cross_domain_per_rank"]) / 1e9 for r in rows]),
+              ("communication per step (ms)", [1e3 * r["comm_seconds"] for r in rows]))
+    for ax, (title, vals) in zip(axes, panels):
+        ax.bar(range(len(rows)), vals, color=[rank_color(i) for i in range(len(rows))])
+        ax.set_xticks(range(len(rows)), names, fontsize=8)
+        ax.set_title(title, fontsize=8)
+        for i, v in enumerate(vals):
+            ax.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=7)
+    fig.suptitle(f"Ψ={float(psi):.3g}, {m} domains × {n} ranks", fontsize=9)
+    return fig

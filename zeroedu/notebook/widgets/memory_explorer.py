@@ -1,0 +1,208 @@
+"""Sliders over the closed forms for every strategy: memory per GPU, bytes per step, time, "fits"."""
+from __future__ import annotations
+
+import html
+import math
+import time
+from numbers import Real
+
+import ipywidgets as W
+
+from ... import catalog, theory
+from ...recipes import RECIPES
+from .. import viz
+from .common import BAD_STYLE, DEFAULT_RECIPE, OK_STYLE, bar_chart_html, message
+
+class MemoryExplorer:
+    """Sliders over the closed forms for every strategy. `update()` recomputes and redraws."""
+
+    PSI_RANGE = (1e6, 1e12)
+    N_RANGE = (1, 1024)
+    M_RANGE = (1, 64)
+    GPU_GB_RANGE = (1.0, 1024.0)
+
+    def __init__(self, psi: float = 7e9, n: int = 8, m: int = 1, recipe: str | None = None,
+                 strategy: str = "zero1", gpu_gb: float = 80.0, strategies=None):
+        self.strategies = list(strategies or catalog.STRATEGIES)
+        style = {"description_width": "110px"}
+        lay = W.Layout(width="420px")
+        self.psi = W.FloatLogSlider(value=psi, base=10, min=6, max=12, step=0.05,
+                                    description="Ψ (params)", readout_format=".3g", style=style, layout=lay)
+        self.n = W.IntSlider(value=n, min=1, max=1024, description="N (shard GPUs)", style=style, layout=lay)
+        self.m = W.IntSlider(value=m, min=1, max=64, description="M (domains)", style=style, layout=lay)
+        self.recipe = W.Dropdown(options=[DEFAULT_RECIPE] + list(RECIPES), value=recipe or DEFAULT_RECIPE,
+                                 description="recipe", style=style, layout=lay)
+        self.strategy = W.Dropdown(options=self.strategies, value=catalog.get_spec(strategy).name,
+                                   description="strategy", style=style, layout=lay)
+        self.gpu_gb = W.BoundedFloatText(value=gpu_gb, min=1.0, max=1024.0, step=1.0,
+                                         description="GPU memory GB", style=style, layout=lay)
+        self.tp = W.IntSlider(value=1, min=1, max=64, description="tensor par. tp", style=style, layout=lay)
+        self.pp = W.IntSlider(value=1, min=1, max=64, description="pipeline par. pp", style=style, layout=lay)
+        self.offload = W.Dropdown(options=list(theory.OFFLOAD_MODES), value="none",
+                                  description="offload", style=style, layout=lay)
+        self.message = W.HTML()
+        self.summary = W.HTML()
+        self.table = W.HTML()
+        self.plot = W.HTML()
+        self.plot.add_class("zeroedu-explorer-plot")
+        self.controls = [self.psi, self.n, self.m, self.recipe, self.strategy, self.gpu_gb, self.tp,
+                         self.pp, self.offload]
+        for w in self.controls:
+            w.observe(self._on_change, names="value")
+        self.updates = 0
+        self._muted = False
+        self.last_update_seconds = 0.0
+        self.data: dict = {}
+        self.widget = W.VBox([
+            W.HBox([W.VBox(self.controls[:5]), W.VBox(self.controls[5:])]),
+            self.message, self.summary, self.plot, self.table,
+        ])
+        self.update()
+
+    # observers only call update(): the logic stays testable without a browser
+    def _on_change(self, change):
+        if not self._muted:
+            self.update()
+
+    def _repr_mimebundle_(self, **kw):
+        return self.widget._repr_mimebundle_(**kw)
+
+    def set(self, **values) -> bool:
+        """Set controls from Python (or a test). Out-of-range numbers are clamped, values of the
+        wrong kind rejected; either way `message` says what happened. Returns True if all applied."""
+        ranges = {"psi": self.PSI_RANGE, "n": self.N_RANGE, "m": self.M_RANGE, "tp": (1, 64),
+                  "pp": (1, 64), "gpu_gb": self.GPU_GB_RANGE}
+        notes, ok = [], True
+        self._muted = True  # one update for the whole batch, not one per control
+        try:
+            for key, v in values.items():
+                w = getattr(self, key, None)
+                if not isinstance(w, W.ValueWidget) or w not in self.controls:
+                    notes.append(f"unknown control {key!r}")
+                    ok = False
+                    continue
+                if key in ranges:
+                    lo, hi = ranges[key]
+                    integral = key not in ("psi", "gpu_gb")
+                    if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v) or \
+                            (integral and v != int(v)):
+                        notes.append(f"{key} = {v!r} rejected: needs {'an integer' if integral else 'a number'}")
+                        ok = False
+                        continue
+                    if not lo <= v <= hi:
+                        notes.append(f"{key} = {v:g} clamped to [{lo:g}, {hi:g}]")
+                        v = min(max(v, lo), hi)
+                    w.value = int(v) if integral else float(v)
+                else:
+                    options = list(w.options)
+                    if v is None and key == "recipe":
+                        v = DEFAULT_RECIPE
+                    if key == "strategy":
+                        try:
+                            v = catalog.get_spec(v).name
+                        except (ValueError, TypeError):
+                            pass
+                    if v not in options:
+                        notes.append(f"{key} = {v!r} rejected: choose one of {', '.join(map(str, options))}")
+                        ok = False
+                        continue
+                    w.value = v
+        finally:
+            self._muted = False
+        self.update(notes)
+        return ok
+
+    def _recipe(self):
+        return None if self.recipe.value == DEFAULT_RECIPE else self.recipe.value
+
+    def compute(self) -> dict:
+        """Everything the figure and table show, from the closed forms."""
+        psi, n, m, rec = self.psi.value, self.n.value, self.m.value, self._recipe()
+        tp, pp, off = self.tp.value, self.pp.value, self.offload.value
+        gpu = self.gpu_gb.value * 1e9
+        mem = viz.theory_memory(self.strategies, psi, n, m, rec, tp, pp, off)
+        comm = viz.theory_comm(self.strategies, psi / (tp * pp), n, m, rec)
+        out = {}
+        for s in self.strategies:
+            spec = catalog.get_spec(s)
+            row = {"gpus": n * (m if spec.hybrid else 1) * tp * pp}
+            if isinstance(mem[s], dict):
+                row.update(mem[s])
+                row["fits"] = row["total"] <= gpu
+            else:
+                row["error"] = mem[s]
+            if isinstance(comm[s], dict):
+                row["comm"] = comm[s]
+                c = theory.comm_per_rank(s, psi / (tp * pp), n, m, rec)
+                row["comm_seconds"] = theory.comm_time(c)
+            out[s] = row
+        return out
+
+    def update(self, notes: list[str] | None = None) -> None:
+        t0 = time.perf_counter()
+        notes = list(notes or [])
+        try:
+            self.data = self.compute()
+        except (ValueError, ZeroDivisionError, NotImplementedError) as e:
+            message(self.message, f"rejected: {e}")
+            return
+        sel = self.strategy.value
+        if "error" in self.data[sel]:
+            notes.append(f"{sel}: {self.data[sel]['error']}")
+        if self.m.value > 1 and not catalog.get_spec(sel).hybrid:
+            notes.append(f"M = {self.m.value} only affects hybrid strategies (hsdp, hfsdp); {sel} ignores it")
+        message(self.message, "; ".join(notes))
+        self._draw()
+        self.summary.value = self._summary_html(sel)
+        self.table.value = self._table_html()
+        self.updates += 1
+        self.last_update_seconds = time.perf_counter() - t0
+
+    def _draw(self) -> None:
+        """Two stacked horizontal bar charts in HTML/CSS: a redraw costs microseconds, so the
+        bars follow a slider as it is dragged (a matplotlib PNG takes tens of milliseconds)."""
+        gpu = self.gpu_gb.value * 1e9
+        sel = self.strategy.value
+        mem = {s: ({c: d[c] for c in viz.STATE_CATS} if "total" in d else None) for s, d in self.data.items()}
+        com = {s: ({c: d["comm"].get(c, 0.0) for c in theory.COLLECTIVES} if "comm" in d else None)
+               for s, d in self.data.items()}
+        self.plot.value = (
+            '<div style="display:flex;gap:28px;flex-wrap:wrap">'
+            + bar_chart_html(f"model states per GPU (device), Ψ={self.psi.value:.3g}", mem, sel,
+                             line=(gpu, f"GPU {self.gpu_gb.value:g} GB"))
+            + bar_chart_html("bytes sent per GPU per step (ring model)", com, sel)
+            + "</div>")
+
+    def _summary_html(self, s: str) -> str:
+        d = self.data[s]
+        spec = catalog.get_spec(s)
+        if "total" not in d:
+            return f"<b>{s}</b>: {html.escape(d['error'])}"
+        fit = (f'<span style="{OK_STYLE}">fits</span>' if d["fits"] else f'<span style="{BAD_STYLE}">does not fit</span>')
+        host = f", host {viz.human_bytes(d['host'])}" if d["host"] else ""
+        comm = viz.human_bytes(sum(d.get("comm", {}).values()))
+        return (f"<b>{s}</b> ({html.escape(spec.summary)}): {viz.human_bytes(d['total'])} per GPU"
+                f"{host}, {comm} sent per step, {d.get('comm_seconds', 0) * 1e3:.1f} ms of communication "
+                f"at default bandwidths; {fit} in {self.gpu_gb.value:g} GB.")
+
+    def _table_html(self) -> str:
+        head = ["strategy", "GPUs", "param", "grad", "optim", "device total", "host", "sent/step",
+                "comm time", f"fits {self.gpu_gb.value:g} GB?"]
+        rows = []
+        for s, d in self.data.items():
+            style = ' style="background:#FFF3CD"' if s == self.strategy.value else ""
+            if "total" not in d:
+                cells = [s, str(d["gpus"])] + ["n/a"] * 8
+            else:
+                cells = [s, str(d["gpus"])] + [viz.human_bytes(d[k]) for k in
+                                                ("param", "grad", "optim", "total", "host")]
+                cells += [viz.human_bytes(sum(d.get("comm", {}).values())),
+                          f"{d.get('comm_seconds', 0) * 1e3:.1f} ms", "yes" if d["fits"] else "no"]
+            rows.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
+        return ("<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
+                + "".join(rows) + "</tbody></table>")
+
+
+def memory_explorer(**kw) -> MemoryExplorer:
+    """Sliders over the closed forms for every strategy (see `MemoryExplorer`)."""
+    return MemoryExplorer(**kw)

@@ -1,0 +1,229 @@
+"""Thin wrappers over torch.distributed collectives: the only code in zeroedu that talks to the network.
+
+Every call records a `CommRecord` in the rank's ledger: the op, a tag saying what moved
+(``"zero2/grads"``), the mesh axis, the payload, and the bytes *this rank sends* under the ring
+algorithm that NCCL and gloo use for large messages. With S the payload bytes and g ranks:
+
+    reduce-scatter (input S)   sends (g-1)/g * S    g-1 ring steps, each one chunk of S/g
+    all-gather (output S)      sends (g-1)/g * S    the same ring, forwarding instead of adding
+    all-reduce                 sends 2(g-1)/g * S   = reduce-scatter followed by all-gather
+    broadcast                  sends S              root's view, pipelined chain
+    send / recv                sends S / 0
+
+Harness plumbing that is not training traffic (result gathering under torchrun, barriers
+around a checkpoint write) uses torch.distributed directly and is deliberately not recorded.
+
+These are exact rationals (`fractions.Fraction`), so they can be compared for equality with the
+closed forms in `zeroedu.theory`. `ring_all_reduce` builds the all-reduce by hand from send/recv
+(reduce-scatter phase then all-gather phase) to show where 2(g-1)/g comes from.
+
+Async ops return a `Handle`; the completion time is taken by a callback on the work's future,
+when the collective really finished, not when someone got round to waiting on it — that is what
+makes the overlap on the timeline honest.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+import threading
+
+import torch
+import torch.distributed as dist
+
+from .ledger import CommRecord, Ledger
+
+
+@dataclass
+class Axis:
+    """One mesh axis as this rank sees it: a process group, its size and this rank's place in it."""
+
+    name: str
+    group: object  # a torch.distributed ProcessGroup (None = the default world group)
+    size: int
+    rank: int  # this rank's index within the axis
+    ranks: tuple[int, ...] = field(default=())  # global ranks on this axis, in axis order
+
+    def global_rank(self, axis_rank: int) -> int:
+        return self.ranks[axis_rank] if self.ranks else axis_rank
+
+
+def tag(strategy: str, where: str, payload: str, *detail: str) -> str:
+    """The one format of a collective's tag: ``<strategy>/<where>/<payload>[/<detail>...]``.
+
+    `where` names the buffer (``unit3``, ``bucket0``, ``param5``), `payload` what moves
+    (``grads`` or ``params``), `detail` anything finer (``param1`` inside a unit, ``outer``).
+    The mesh axis is recorded separately, so it is not part of the tag."""
+    if payload not in PAYLOADS:
+        raise ValueError(f"payload must be one of {PAYLOADS}, got {payload!r}")
+    return "/".join((strategy, where, payload) + detail)
+
+
+PAYLOADS = ("grads", "params", "data")
+
+
+class Handle:
+    """An in-flight collective. `wait()` blocks until done; the record's end time is already set;
+    `done()` says, without blocking, whether the work has finished."""
+
+    def __init__(self, work, rec: CommRecord, ledger: Ledger):
+        self.work, self.rec, self.ledger = work, rec, ledger
+        self._thread, self._error = None, None
+        if work is None:
+            return
+        try:
+            fut = work.get_future()
+        except RuntimeError:  # gloo's reduce-scatter has no future: a waiter thread times it
+            self._thread = threading.Thread(target=self._wait_in_thread, daemon=True)
+            self._thread.start()
+            return
+
+        def _done(_f, rec=rec, ledger=ledger):
+            rec.t_end = ledger.now()
+
+        fut.add_done_callback(_done)
+
+    def _wait_in_thread(self):
+        try:
+            self.work.wait()
+        except BaseException as e:  # re-raised in wait(), on the caller's thread
+            self._error = e
+        self.rec.t_end = self.ledger.now()
+
+    def done(self) -> bool:
+        """True once the collective has finished (from the work object, not from the ledger)."""
+        if self._thread is not None:
+            return not self._thread.is_alive()
+        return self.work is None or self.work.is_completed()
+
+    def wait(self):
+        if self._thread is not None:
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
+        elif self.work is not None:
+            self.work.wait()
+            if self.rec.t_end is None:  # callback not run yet: it finished no later than now
+                self.rec.t_end = self.ledger.now()
+        return self
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class Comm:
+    """The collectives one rank uses, each recorded in `ledger`."""
+
+    def __init__(self, ledger: Ledger):
+        self.ledger = ledger
+
+    def _record(self, op, tag, axis: Axis, payload: int, factor: Fraction) -> CommRecord:
+        rec = CommRecord(op, tag, axis.name, axis.size, payload, factor * payload,
+                         self.ledger.step, self.ledger.now())
+        self.ledger.add_comm(rec)
+        return rec
+
+    def _finish(self, work, rec, async_op):
+        if work is None:  # group of one: nothing moved
+            rec.t_end = rec.t_start
+        h = Handle(work, rec, self.ledger)
+        if async_op:
+            return h
+        h.wait()
+        return None
+
+    def all_reduce(self, t: torch.Tensor, axis: Axis, tag: str, async_op: bool = False):
+        """SUM in place. Averaging is the caller's choice (gloo has no AVG/PREMUL_SUM)."""
+        g = axis.size
+        rec = self._record("all_reduce", tag, axis, _nbytes(t), Fraction(2 * (g - 1), g))
+        work = dist.all_reduce(t, group=axis.group, async_op=True) if g > 1 else None
+        return self._finish(work, rec, async_op)
+
+    def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, axis: Axis, tag: str,
+                       async_op: bool = False):
+        """SUM of `inp` (numel g*k) over the axis; this rank gets its k-element chunk in `out`."""
+        g = axis.size
+        if inp.numel() != out.numel() * g:
+            raise ValueError(f"reduce_scatter: input has {inp.numel()} elements, need {g} x {out.numel()}")
+        rec = self._record("reduce_scatter", tag, axis, _nbytes(inp), Fraction(g - 1, g))
+        if g == 1:
+            out.copy_(inp)
+            work = None
+        else:
+            work = dist.reduce_scatter_single(out, inp, group=axis.group, async_op=True)
+        return self._finish(work, rec, async_op)
+
+    def all_gather(self, out: torch.Tensor, inp: torch.Tensor, axis: Axis, tag: str,
+                   async_op: bool = False):
+        """Concatenate every rank's `inp` (numel k) into `out` (numel g*k), in axis order."""
+        g = axis.size
+        if out.numel() != inp.numel() * g:
+            raise ValueError(f"all_gather: output has {out.numel()} elements, need {g} x {inp.numel()}")
+        rec = self._record("all_gather", tag, axis, _nbytes(out), Fraction(g - 1, g))
+        if g == 1:
+            out.copy_(inp)
+            work = None
+        else:
+            work = dist.all_gather_single(out, inp, group=axis.group, async_op=True)
+        return self._finish(work, rec, async_op)
+
+    def broadcast(self, t: torch.Tensor, src_axis_rank: int, axis: Axis, tag: str):
+        sent = Fraction(_nbytes(t)) if axis.rank == src_axis_rank and axis.size > 1 else Fraction(0)
+        rec = self._record("broadcast", tag, axis, _nbytes(t), Fraction(0))
+        rec.sent = sent
+        work = (dist.broadcast(t, src=axis.global_rank(src_axis_rank), group=axis.group, async_op=True)
+                if axis.size > 1 else None)
+        return self._finish(work, rec, False)
+
+    def send(self, t: torch.Tensor, dst_axis_rank: int, axis: Axis, tag: str):
+        rec = self._record("send", tag, axis, _nbytes(t), Fraction(1))
+        dist.send(t, dst=axis.global_rank(dst_axis_rank), group=axis.group)
+        rec.t_end = self.ledger.now()
+
+    def recv(self, t: torch.Tensor, src_axis_rank: int, axis: Axis, tag: str):
+        rec = self._record("recv", tag, axis, _nbytes(t), Fraction(0))
+        dist.recv(t, src=axis.global_rank(src_axis_rank), group=axis.group)
+        rec.t_end = self.ledger.now()
+
+    def isend(self, t, dst_axis_rank, axis, tag):
+        rec = self._record("send", tag, axis, _nbytes(t), Fraction(1))
+        work = dist.isend(t, dst=axis.global_rank(dst_axis_rank), group=axis.group)
+        return Handle(work, rec, self.ledger)
+
+    def irecv(self, t, src_axis_rank, axis, tag):
+        rec = self._record("recv", tag, axis, _nbytes(t), Fraction(0))
+        work = dist.irecv(t, src=axis.global_rank(src_axis_rank), group=axis.group)
+        return Handle(work, rec, self.ledger)
+
+
+def ring_all_reduce(comm: Comm, t: torch.Tensor, axis: Axis, tag: str = "ring") -> torch.Tensor:
+    """All-reduce (SUM) `t` in place by hand, from send/recv around a ring.
+
+    Cut `t` into g chunks. Phase 1, reduce-scatter: in step s each rank sends chunk (r - s) to
+    its right neighbour and adds the chunk (r - s - 1) arriving from its left; after g-1 steps
+    rank r holds the full sum of chunk (r + 1). Phase 2, all-gather: the same ring forwards the
+    finished chunks for g-1 more steps. Each rank sends 2(g-1) chunks of S/g bytes:
+    2(g-1)/g * S, independent of g for large g — why ring all-reduce is bandwidth-optimal.
+    Requires numel divisible by g (pad first), so every chunk has the same size.
+    """
+    g, r = axis.size, axis.rank
+    if g == 1:
+        return t
+    if t.numel() % g:
+        raise ValueError(f"ring_all_reduce needs numel divisible by {g}; pad the tensor first")
+    chunks = t.view(-1).chunk(g)
+    right, left = (r + 1) % g, (r - 1) % g
+    incoming = torch.empty_like(chunks[0])
+    for s in range(g - 1):  # phase 1: reduce-scatter
+        send_i, recv_i = (r - s) % g, (r - s - 1) % g
+        hs = comm.isend(chunks[send_i].contiguous(), right, axis, f"{tag}/reduce_scatter")
+        hr = comm.irecv(incoming, left, axis, f"{tag}/reduce_scatter")
+        hs.wait(); hr.wait()
+        chunks[recv_i].add_(incoming)
+    for s in range(g - 1):  # phase 2: all-gather of the reduced chunks
+        send_i, recv_i = (r + 1 - s) % g, (r - s) % g
+        hs = comm.isend(chunks[send_i].contiguous(), right, axis, f"{tag}/all_gather")
+        hr = comm.irecv(incoming, left, axis, f"{tag}/all_gather")
+        hs.wait(); hr.wait()
+        chunks[recv_i].copy_(incoming)
+    return t

@@ -1,0 +1,168 @@
+"""The rank side of the harness: what runs inside each rank process.
+
+`worker_main` is the body of a local rank (started by `zeroedu.runtime.cluster.Pool`): it joins the
+process group through the parent's store, then serves jobs until told to stop, sending back
+each job's result, or its traceback, and any events the job streams. `RankContext` is the
+explicit distributed state a job receives. `run_torchrun` is the same for a process that
+torchrun started, on GPUs and across nodes.
+"""
+from __future__ import annotations
+
+import datetime
+import importlib
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+def choose_backend(n: int) -> str:
+    forced = os.environ.get("ZEROEDU_BACKEND")
+    if forced:
+        return forced
+    import torch
+
+    return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= n else "gloo"
+
+
+@dataclass
+class RankContext:
+    """Everything a job needs to know about where it runs; passed in explicitly, never global."""
+
+    rank: int
+    world_size: int
+    backend: str
+    device: str
+    job_id: int = 0
+    _emit: Callable[[dict], None] | None = None
+    _meshes: dict = field(default_factory=dict)
+
+    def emit(self, msg: dict) -> None:
+        """Stream a small message (e.g. a ledger event) to the parent while the job runs."""
+        if self._emit is not None:
+            self._emit(msg)
+
+    def world_axis(self, name: str = "dp_shard"):
+        from .comm import Axis
+
+        return Axis(name, None, self.world_size, self.rank, tuple(range(self.world_size)))
+
+    def mesh(self, m: int):
+        """(outer, inner) axes of an M x N mesh; inner ranks are contiguous, so under torchrun
+        the inner axis falls inside a node. Built once per shape with torch's DeviceMesh."""
+        if m < 1 or self.world_size % m:
+            raise ValueError(f"M = {m} must be >= 1 and divide the world size {self.world_size}")
+        if m not in self._meshes:
+            import torch.distributed as dist
+            from torch.distributed.device_mesh import init_device_mesh
+
+            from .comm import Axis
+
+            n = self.world_size // m
+            dev = "cuda" if self.device.startswith("cuda") else "cpu"
+            mesh = init_device_mesh(dev, (m, n), mesh_dim_names=("dp_outer", "dp_shard"))
+            axes = []
+            for name in ("dp_outer", "dp_shard"):
+                g = mesh.get_group(name)
+                axes.append(Axis(name, g, mesh.size(mesh.mesh_dim_names.index(name)),
+                                 mesh.get_local_rank(name), tuple(dist.get_process_group_ranks(g))))
+            self._meshes[m] = (mesh, axes[0], axes[1])
+        _, outer, inner = self._meshes[m]
+        return outer, inner
+
+
+def _resolve(fn: Callable | str) -> Callable:
+    if callable(fn):
+        return fn
+    mod, _, name = fn.partition(":")
+    obj = importlib.import_module(mod)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _watch_parent(ppid: int) -> None:
+    while True:
+        time.sleep(1.0)
+        try:
+            os.kill(ppid, 0)
+        except OSError:
+            os._exit(3)  # parent gone: never linger as an orphan
+
+
+def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, results):
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    threading.Thread(target=_watch_parent, args=(ppid,), daemon=True).start()
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    import torch
+    import torch.distributed as dist
+
+    # N ranks share a few cores: one intra-op thread each avoids oversubscription.
+    torch.set_num_threads(1)
+    device = "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = f"cuda:{rank}"
+    try:
+        store = dist.TCPStore("127.0.0.1", store_port, n + 1, is_master=False,
+                              timeout=datetime.timedelta(seconds=timeout))
+        # Collectives give up before the parent's deadline, so peers of a hung rank report a
+        # timeout and the parent can name the rank that never arrived.
+        dist.init_process_group(backend, store=store, rank=rank, world_size=n,
+                                timeout=datetime.timedelta(seconds=max(1.0, 0.75 * timeout)))
+    except Exception:
+        results.put(("error", rank, -1, traceback.format_exc()))
+        return
+    results.put(("ready", rank, -1, None))
+    ctx = RankContext(rank, n, backend, device)
+    while True:
+        task = tasks.get()
+        if task is None:
+            break
+        job_id, fn_ref, kwargs = task
+        ctx.job_id = job_id
+        ctx._emit = lambda msg, j=job_id: results.put(("event", rank, j, msg))
+        try:
+            out = _resolve(fn_ref)(ctx, **kwargs)
+        except BaseException:
+            print(f"[job {job_id} failed]", flush=True)
+            results.put(("error", rank, job_id, traceback.format_exc()))
+            continue
+        print(f"[job {job_id} done]", flush=True)  # before the result: the log is complete when the parent reads it
+        results.put(("result", rank, job_id, out))
+    try:
+        dist.destroy_process_group()
+    except Exception:
+        pass
+
+
+def under_torchrun() -> bool:
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "LOCAL_RANK" in os.environ
+
+
+def run_torchrun(fn: Callable | str, kwargs: dict | None = None) -> list[Any] | None:
+    """Run a job in a process torchrun started; rank 0 gets every rank's result, others None."""
+    import torch
+    import torch.distributed as dist
+
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ["LOCAL_RANK"])
+    backend = os.environ.get("ZEROEDU_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+    device = "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    dist.init_process_group(backend)
+    try:
+        ctx = RankContext(dist.get_rank(), world, backend, device)
+        out = _resolve(fn)(ctx, **(kwargs or {}))
+        gathered = [None] * world if ctx.rank == 0 else None
+        # Harness plumbing, not training traffic: results travel to rank 0 outside the ledger.
+        dist.gather_object(out, gathered, dst=0)
+        return gathered
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,78 @@
+"""Rank jobs the notebooks and tests use beyond `zeroedu run`, each built on `runner`.
+
+* `accumulation_job`: ``ddp_bucketed`` with K micro-batches per step, K-1 of them under
+  `no_sync()`; must equal one big batch (single-process `reference`).
+* `fsdp2_state_dict_job`: train FSDP2 for a few steps, then take its *local* state dict
+  (`FSDP2.local_state_dict`), recording how many bytes that sends (none), next to the gathered
+  full parameters for comparison. `stitch_local_state_dicts` puts the N shards back together
+  by their row offsets, the way a checkpoint loader would.
+
+Jobs live in the package, not in tests or notebooks, because ranks import them by name.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+import torch
+
+from ..models import local_slice, make_batch
+from .config import config_from_dict
+from .runner import build_run, train_steps
+
+
+def accumulation_job(ctx, cfg: dict, micro_batches: int) -> dict:
+    """ddp_bucketed with gradient accumulation: the local batch cut into K micro-batches."""
+    cfg = replace(config_from_dict(cfg), strategy="ddp_bucketed")
+    run = build_run(ctx, cfg)
+    strat, ledger, sl = run.strategy, run.ledger, run.batch_slice
+    # Equal micro-batches, so the mean of the K micro-batch means is the local batch mean.
+    local_slice(sl.stop - sl.start, micro_batches, 0)
+    losses, comm = [], []
+    for step in range(cfg.steps):
+        ledger.begin_step(step)
+        x, y = make_batch(step, cfg.global_batch, cfg.model)
+        xs, ys = x[sl].chunk(micro_batches), y[sl].chunk(micro_batches)
+        micro = []
+        for k in range(micro_batches):
+            if k < micro_batches - 1:
+                with strat.no_sync():
+                    micro.append(strat.forward_backward(xs[k], ys[k]))
+            else:
+                micro.append(strat.forward_backward(xs[k], ys[k]))
+        strat.step()
+        losses.append(sum(micro) / micro_batches)
+        comm.append({op: float(b) for op, b in ledger.comm_by_collective(step).items()})
+    return {"losses": losses, "comm": comm, "params": strat.full_parameters()}
+
+
+def fsdp2_state_dict_job(ctx, cfg: dict) -> dict:
+    """Train FSDP2 for cfg.steps on this rank, then take the local state dict and count the bytes
+    that sent; `full_parameters()` (an all-gather) afterwards, for comparison."""
+    cfg = replace(config_from_dict(cfg), strategy="fsdp2")
+    run = build_run(ctx, cfg)
+    train_steps(run)
+    ledger, strat = run.ledger, run.strategy
+
+    def sent() -> Fraction:
+        return sum((Fraction(c.sent) for c in ledger.comm), Fraction(0))
+
+    before = sent()
+    local = strat.local_state_dict()
+    sd_sent = sent() - before
+    full = strat.full_parameters()
+    return {"rank": ctx.rank,
+            "state_dict": {k: (row, t.float()) for k, (row, t) in local.items()},
+            "state_dict_sent": float(sd_sent),
+            "full_parameters_sent": float(sent() - before - sd_sent),
+            "full": full if ctx.rank == 0 else None}
+
+
+def stitch_local_state_dicts(per_rank: list[dict]) -> dict[str, torch.Tensor]:
+    """Full tensors from N local FSDP2 state dicts: concatenate each parameter's shards in
+    row-offset order (empty shards of trailing ranks contribute nothing)."""
+    out = {}
+    for name in per_rank[0]:
+        parts = sorted((sd[name] for sd in per_rank), key=lambda rt: rt[0])
+        out[name] = torch.cat([t for _, t in parts], dim=0)
+    return out

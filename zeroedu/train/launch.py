@@ -1,0 +1,126 @@
+"""Train a strategy for K steps on real ranks and assemble the report the CLI prints and the
+notebooks plot.
+
+`train_job` runs on every rank (through `runner`) and returns plain data: the local losses,
+the ledger's measurement (model states at the optimizer step, comm of the last step), the
+closed-form prediction for this rank, the peak and the timeline. `run` launches it and
+`assemble` sets the ranks' results beside the single-process reference (`reference`).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Callable
+
+from .. import theory
+from ..models import make_model, unit_shapes
+from ..runtime import analysis, cluster
+from .config import RunConfig, config_from_dict, config_to_dict
+from .reference import reference
+from .runner import build_run, train_steps
+
+
+def predicted(cfg: RunConfig, rank: int) -> dict[str, Any]:
+    """The closed forms, exact mode, for this model and this rank."""
+    shapes = unit_shapes(make_model(cfg.model))
+    # The closed forms index a rank by its place on the sharding (inner) axis; with the mesh's
+    # inner ranks contiguous, that is the global rank mod N.
+    ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=rank % cfg.n, recipe=cfg.recipe)
+    comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe,
+                             **theory_comm_options(cfg))
+    d = ms.as_dict()
+    d["comm"] = {k: float(v) for k, v in sorted(comm.by_collective().items()) if v}
+    d["comm_by_axis"] = {a: {k: float(v) for k, v in sorted(c.items()) if v}
+                         for a, c in sorted(comm.items()) if any(c.values())}
+    return d
+
+
+def theory_comm_options(cfg: RunConfig) -> dict:
+    opts = {}
+    if "reshard_after_forward" in cfg.options:
+        opts["reshard_after_forward"] = cfg.options["reshard_after_forward"]
+    return opts
+
+
+def train_job(ctx, cfg: dict) -> dict:
+    """Runs on every rank. `cfg` is a RunConfig as a dict (plain data crosses the process boundary)."""
+    cfg = config_from_dict(cfg)
+    run_ = build_run(ctx, cfg, sink=ctx.emit if cfg.stream else None)
+    ledger, strategy = run_.ledger, run_.strategy
+    losses = train_steps(run_)
+    ledger.step = cfg.steps - 1
+    out = {
+        "rank": ctx.rank,
+        "measured": ledger.measured(),
+        "predicted": predicted(cfg, ctx.rank),
+        "peak": ledger.peak,
+        "peak_label": ledger.peak_label,
+        "losses": losses,
+        "timeline": ledger.timeline(),
+    }
+    if ctx.device.startswith("cuda"):
+        import torch
+
+        # The allocator's own count, to set beside the ledger's peak (its peak adds CUDA
+        # workspace, the caching allocator's 512-byte rounding and kernel temporaries).
+        out["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated(ctx.device)
+    extra = strategy.report_extra()
+    if extra is not None:
+        out["extra"] = extra
+    params = strategy.full_parameters()  # a collective for sharded strategies: every rank calls it
+    if cfg.return_params:
+        out["params"] = params
+    return out
+
+
+def run(cfg: RunConfig, *, pool: cluster.Pool | None = None, on_event: Callable | None = None,
+        warm: bool = True, timeout: float | None = None) -> dict[str, Any]:
+    """Train on `cfg.world_size` real ranks; return the report (see README, "JSON report")."""
+    cfg = cfg.resolved()
+    if on_event is not None:
+        cfg = replace(cfg, stream=True)
+    payload = {"cfg": config_to_dict(cfg)}
+    if pool is not None:
+        ranks = pool.run(train_job, payload, on_event=on_event, timeout=timeout)
+    else:
+        ranks = cluster.run(train_job, cfg.world_size, payload, warm=warm, on_event=on_event, timeout=timeout)
+    return assemble(cfg, ranks)
+
+
+def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
+    ref_losses, ref_params = reference(cfg)
+    n = len(ranks)
+    for r in ranks:  # share of gradient communication hidden behind backward (a measurement)
+        r["overlap"] = analysis.overlap_fraction(r["timeline"])
+    losses = [sum(r["losses"][k] for r in ranks) / n for k in range(cfg.steps)]
+    report = {
+        "strategy": cfg.strategy,
+        "world_size": cfg.world_size,
+        "n": cfg.n,
+        "m": cfg.m,
+        "recipe": cfg.recipe,
+        "steps": cfg.steps,
+        "options": dict(cfg.options),
+        "psi": sum(p.numel() for p in ref_params),
+        "ranks": ranks,
+        "losses": losses,
+        "reference_losses": ref_losses,
+        "match": {
+            "model_states": all(_states_match(r) for r in ranks),
+            "comm": all(r["measured"]["comm"] == r["predicted"]["comm"]
+                        and r["measured"]["comm_by_axis"] == r["predicted"]["comm_by_axis"] for r in ranks),
+        },
+    }
+    if ranks and "params" in ranks[0]:
+        report["params"] = ranks[0]["params"]
+        report["reference_params"] = ref_params
+        # Every rank ends with the same full parameters (replicas stay identical; sharded
+        # strategies gather the same shards): the largest difference from rank 0's.
+        report["replica_max_diff"] = max(
+            (float((a - b).abs().max()) for r in ranks[1:] for a, b in zip(r.pop("params"), report["params"])),
+            default=0.0)
+    return report
+
+
+def _states_match(r: dict) -> bool:
+    me, pr = r["measured"], r["predicted"]
+    return all(me[k] == pr[k] for k in ("param", "grad", "optim", "total"))
