@@ -12,7 +12,7 @@ import argparse
 import statistics
 
 from zeroedu.runtime import cluster
-from zeroedu.models import ModelConfig
+from zeroedu.models import MLPConfig
 
 
 def main(argv=None):
@@ -25,7 +25,7 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--bucket-mib", type=float, default=1.0)
     a = ap.parse_args(argv)
-    model = ModelConfig(d_in=a.hidden, hidden=a.hidden, depth=a.depth, d_out=a.hidden)
+    model = MLPConfig(d_in=a.hidden, hidden=a.hidden, depth=a.depth, d_out=a.hidden)
     bucket = int(a.bucket_mib * 2 ** 20)
     res = cluster.run("zeroedu.references.torch_ddp:bench_job", a.n,
                       {"model": model.as_dict(), "steps": a.steps, "reps": a.reps,

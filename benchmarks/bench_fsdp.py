@@ -16,7 +16,7 @@ import statistics
 
 from zeroedu import shard, theory
 from zeroedu.runtime import cluster
-from zeroedu.models import ModelConfig, make_model, unit_shapes
+from zeroedu.models import MLPConfig, make_model, unit_shapes
 from zeroedu.references.torch_fsdp2 import fully_shard_job, timed_job
 from zeroedu.train import RunConfig, config_to_dict
 
@@ -32,7 +32,7 @@ def main(argv=None):
     ap.add_argument("--recipe", default="fp32", choices=["fp32", "mixed-bf16"])
     args = ap.parse_args(argv)
 
-    model = ModelConfig(d_in=args.hidden, hidden=args.hidden, depth=args.depth, d_out=args.hidden - 3)
+    model = MLPConfig(d_in=args.hidden, hidden=args.hidden, depth=args.depth, d_out=args.hidden - 3)
     cfg = RunConfig("fsdp2", args.n, steps=args.steps, recipe=args.recipe, global_batch=args.batch,
                     model=model).resolved()
     payload = config_to_dict(cfg)

@@ -14,12 +14,12 @@ def main(n: int = 4, reps: int = 5) -> None:
     pool = cluster.Pool(n)
     start = time.perf_counter() - t
     t = time.perf_counter()
-    run(RunConfig("ddp", n, steps=1), pool=pool)
+    run(RunConfig("ddp", n, steps=1, model="mlp"), pool=pool)
     first = time.perf_counter() - t
     warm = []
     for _ in range(reps):
         t = time.perf_counter()
-        run(RunConfig("ddp", n, steps=1), pool=pool)
+        run(RunConfig("ddp", n, steps=1, model="mlp"), pool=pool)
         warm.append(time.perf_counter() - t)
     pool.close()
     med = statistics.median(warm)

@@ -15,7 +15,7 @@ import torch
 
 from zeroedu import catalog
 from zeroedu.runtime import cluster
-from zeroedu.models import ModelConfig
+from zeroedu.models import MLPConfig
 from zeroedu.train import RunConfig, run
 
 
@@ -28,7 +28,7 @@ def main(argv=None) -> int:
         print("no CUDA device visible: this check needs a GPU (the CPU path is covered by make test)")
         return 2
     n = torch.cuda.device_count()
-    model = ModelConfig(d_in=a.hidden, hidden=a.hidden, depth=a.depth, d_out=a.hidden)
+    model = MLPConfig(d_in=a.hidden, hidden=a.hidden, depth=a.depth, d_out=a.hidden)
     print(f"{n} GPU(s), backend {cluster.choose_backend(n)}, MLP hidden {a.hidden} depth {a.depth}")
     print(f"{'strategy':18s} {'rank':>4s} {'measured':>12s} {'predicted':>12s} {'ledger peak':>12s} "
           f"{'cuda max alloc':>15s} {'ratio':>6s}")

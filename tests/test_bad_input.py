@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from zeroedu import cli, shard, theory
 from zeroedu.runtime import cluster
-from zeroedu.models import ModelConfig, local_slice, make_model
+from zeroedu.models import MLPConfig, local_slice, make_model
 from zeroedu.train import config_to_dict, RunConfig, run
 
 
@@ -35,7 +35,7 @@ CLI_CASES = [
     (["run", "--strategy", "zero9"], "unknown strategy 'zero9'"),
     (["run", "--strategy", "ddp", "--recipe", "fp8"], "invalid choice: 'fp8'"),
     (["run", "--strategy", "hsdp", "--world-size", "4", "--outer", "3"], "M = 3 must be >= 1 and divide the world size 4"),
-    (["run", "--strategy", "ddp", "--world-size", "5"], "global batch 24 must be divisible"),
+    (["run", "--strategy", "ddp", "--world-size", "5"], "global batch 8 must be divisible"),
 ]
 
 
@@ -73,9 +73,9 @@ def test_api_n(n):
 
 def test_api_unknown_names():
     with pytest.raises(ValueError, match="unknown strategy 'zero9'; choose one of ddp"):
-        RunConfig("zero9", 4).resolved()
+        RunConfig("zero9", 4, model="mlp").resolved()
     with pytest.raises(ValueError, match="fp8"):
-        RunConfig("ddp", 4, recipe="fp8").resolved()
+        RunConfig("ddp", 4, recipe="fp8", model="mlp").resolved()
 
 
 @pytest.mark.parametrize("world,m,msg", [(0, 1, "world size must be an integer >= 1"),
@@ -83,7 +83,7 @@ def test_api_unknown_names():
                                          (4, 0, "M = 0 must be >= 1")])
 def test_api_world_and_m(world, m, msg):
     with pytest.raises(ValueError, match=msg):
-        RunConfig("hsdp", world, m=m).resolved()
+        RunConfig("hsdp", world, m=m, model="mlp").resolved()
 
 
 def test_api_rank_limit():
@@ -95,7 +95,7 @@ def test_api_rank_limit():
 
 def test_api_bad_model_and_batch():
     with pytest.raises(ValueError, match="model sizes must be >= 1"):
-        make_model(ModelConfig(hidden=0))
+        make_model(MLPConfig(hidden=0))
     with pytest.raises(ValueError, match="global batch 24 must be divisible by the number of data-parallel ranks 5"):
         local_slice(24, 5, 0)
 
@@ -103,10 +103,10 @@ def test_api_bad_model_and_batch():
 def test_api_unknown_strategy_option():
     # Checked in the parent by RunConfig.resolved(), before any rank starts.
     with pytest.raises(ValueError, match=r"fsdp1 does not take option\(s\) \['bogus'\]; it takes \['backward_prefetch'"):
-        run(RunConfig("fsdp1", 1, steps=1, options={"bogus": 1}))
+        run(RunConfig("fsdp1", 1, steps=1, options={"bogus": 1}, model="mlp"))
     # and the strategy itself still refuses one if it is built directly on the ranks
     with pytest.raises(cluster.RankError, match=r"ValueError: ddp_bucketed does not take option\(s\) \['bogus'\]; it takes \['bucket_bytes'\]"):
-        cluster.run("zeroedu.train.launch:train_job", 1, {"cfg": {**config_to_dict(RunConfig("ddp_bucketed", 1).resolved()),
+        cluster.run("zeroedu.train.launch:train_job", 1, {"cfg": {**config_to_dict(RunConfig("ddp_bucketed", 1, model="mlp").resolved()),
                                                            "options": {"bogus": 1}}})
 
 
@@ -116,10 +116,10 @@ def test_model_smaller_than_n_works_with_empty_shards(strategy, world, m):
     """Decision: Ψ < N is allowed. Ranks whose chunk is all padding hold empty or zero shards,
     take part in every collective, and the run equals single-process training; the bytes still
     match the closed forms (padding counted)."""
-    tiny = ModelConfig(d_in=1, hidden=1, depth=1, d_out=1)  # Ψ = 2
+    tiny = MLPConfig(d_in=1, hidden=1, depth=1, d_out=1)  # Ψ = 2
     r = run(RunConfig(strategy, world, steps=5, recipe="fp32", m=m, model=tiny, global_batch=8))
     assert r["psi"] == 2 < r["n"] * r["m"]
-    assert r["match"] == {"model_states": True, "comm": True}
+    assert r["match"] == {"model_states": True, "comm": True, "activations": True}
     assert max(abs(a - b) / b for a, b in zip(r["losses"], r["reference_losses"])) <= 1e-6
 
 

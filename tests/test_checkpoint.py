@@ -16,7 +16,7 @@ from zeroedu.checkpoint import (LATEST, MANIFEST, load_checkpoint, rank_file_nam
                                 step_dir_name, train_and_save)
 from zeroedu.checkpoint.dcp import export_dcp, load_dcp
 from zeroedu.references.torch_dcp import fsdp2_resume_job, fsdp2_save_job
-from zeroedu.models import ModelConfig, make_batch, make_model
+from zeroedu.models import MLPConfig, make_batch, make_model
 from zeroedu.train import RunConfig, config_to_dict, reference
 
 STEPS, SAVE = 6, 3
@@ -32,6 +32,7 @@ def rel_params(a, b) -> float:
 
 
 def cfg(strategy, world, m=1, recipe="fp32", **kw):
+    kw.setdefault("model", "mlp")
     return RunConfig(strategy, world, steps=STEPS, recipe=recipe, m=m, **kw)
 
 
@@ -71,9 +72,9 @@ def test_reshard_and_continue_exactly(sources, src, strategy, world, m):
 
 def _torch_adam_state(steps):
     """m, v and params of torch.optim.Adam after `steps` steps (the independent yardstick)."""
-    c = RunConfig("ddp", 1, steps=steps, recipe="fp32")
+    c = RunConfig("ddp", 1, steps=steps, recipe="fp32", model="mlp").resolved()
     model = make_model(c.model)
-    a = c.adam
+    a = c.resolved().adam
     opt = torch.optim.Adam(model.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
     for s in range(steps):
         x, y = make_batch(s, c.global_batch, c.model)
@@ -102,7 +103,7 @@ def test_files_layout_metadata_and_padding(sources):
     assert man["world_size"] == 4 and man["strategy"] == "fsdp1" and man["layout"] == "flat"
     assert [f["name"] for f in man["files"]] == [rank_file_name(r, 4) for r in range(4)]
     assert not [f for f in os.listdir(sd) if ".tmp" in f]  # no temporary files left behind
-    psi = sum(p.numel() for p in make_model(ModelConfig()).parameters())
+    psi = sum(p.numel() for p in make_model(MLPConfig()).parameters())
     counted = 0
     for r in range(4):
         st = torch.load(os.path.join(sd, rank_file_name(r, 4)), weights_only=True)
@@ -134,7 +135,7 @@ def test_mixed_bf16_same_layout_resumes_bit_exactly(tmp_path):
 
 def test_empty_shards_tiny_model(tmp_path):
     """Ψ = 2 < N: ranks with no data save empty pieces; resuming on 8 ranks still matches."""
-    tiny = ModelConfig(d_in=1, hidden=1, depth=1, d_out=1)
+    tiny = MLPConfig(d_in=1, hidden=1, depth=1, d_out=1)
     c = RunConfig("fsdp2", 4, steps=STEPS, recipe="fp32", model=tiny, global_batch=8)
     base = train_and_save(c, str(tmp_path), [SAVE])
     r = resume(RunConfig("zero2", 8, steps=STEPS, recipe="fp32", model=tiny, global_batch=8), str(tmp_path))
@@ -145,7 +146,7 @@ def test_empty_shards_tiny_model(tmp_path):
 def test_zeroedu_to_dcp_to_torch_fully_shard(sources, tmp_path):
     st = load_checkpoint(sources["hfsdp2x2"][0])
     c = cfg("fsdp2", 4).resolved()
-    export_dcp(st, str(tmp_path / "dcp"), c.adam)
+    export_dcp(st, str(tmp_path / "dcp"), c.resolved().adam)
     # plain torch reads it back as model.state_dict()-keyed full tensors
     model = make_model(c.model)
     sd = {"model": {k: torch.zeros_like(v) for k, v in model.state_dict().items()}}
@@ -164,7 +165,7 @@ def test_zeroedu_to_dcp_to_torch_fully_shard(sources, tmp_path):
 
 
 def test_torch_fully_shard_dcp_into_zeroedu(tmp_path):
-    c3 = RunConfig("fsdp2", 4, steps=SAVE, recipe="fp32").resolved()
+    c3 = RunConfig("fsdp2", 4, steps=SAVE, recipe="fp32", model="mlp").resolved()
     cluster.run(fsdp2_save_job, 4, {"cfg": config_to_dict(c3), "dcp_dir": str(tmp_path)})
     st = load_dcp(str(tmp_path), c3.model)
     ps, m, v = _torch_adam_state(SAVE)
@@ -231,7 +232,7 @@ def test_corrupt_bytes_same_size(damaged):
 def test_wrong_model_shapes(damaged):
     d, _ = damaged
     with pytest.raises(ValueError, match=r"parameter shapes .* but this run's model has"):
-        resume(cfg("ddp", 2, model=ModelConfig(hidden=21)), d)
+        resume(cfg("ddp", 2, model=MLPConfig(hidden=21)), d)
 
 
 def test_incomplete_step_directory(damaged):

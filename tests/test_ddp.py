@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from zeroedu import theory
-from zeroedu.models import ModelConfig, make_model, unit_shapes
+from zeroedu.models import MLPConfig, make_model, unit_shapes
 from zeroedu.train import RunConfig, run
 
-PSI = sum(p.numel() for p in make_model(ModelConfig()).parameters())
+PSI = sum(p.numel() for p in make_model(MLPConfig()).parameters())
 
 
 def rel(a, b):
@@ -19,7 +19,7 @@ def rel(a, b):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_fp32_equals_single_process(n):
-    r = run(RunConfig("ddp", n, steps=5, recipe="fp32", return_params=True))
+    r = run(RunConfig("ddp", n, steps=5, recipe="fp32", return_params=True, model="mlp"))
     for a, b in zip(r["losses"], r["reference_losses"]):
         assert abs(a - b) <= 1e-6 * abs(b)
     for a, b in zip(r["params"], r["reference_params"]):
@@ -29,17 +29,17 @@ def test_fp32_equals_single_process(n):
 def test_bf16_recipe_tolerance():
     """bf16 forward/backward vs an fp32 reference: losses within 1%, parameters within the
     distance Adam can move them (lr per step) — documented in README, 'Precision'."""
-    cfg = RunConfig("ddp", 2, steps=5, recipe="mixed-bf16", return_params=True)
+    cfg = RunConfig("ddp", 2, steps=5, recipe="mixed-bf16", return_params=True, model="mlp")
     r = run(cfg)
     for a, b in zip(r["losses"], r["reference_losses"]):
         assert abs(a - b) <= 1e-2 * abs(b)
     for a, b in zip(r["params"], r["reference_params"]):
-        assert (a - b).abs().max().item() <= 2 * cfg.adam.lr * cfg.steps
+        assert (a - b).abs().max().item() <= 2 * cfg.resolved().adam.lr * cfg.steps
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
 def test_bytes_equal_closed_forms(n):
-    r = run(RunConfig("ddp", n, steps=2))
+    r = run(RunConfig("ddp", n, steps=2, model="mlp"))
     # independent of the exact-mode code path: replicated DDP is just 16 bytes x Ψ and 2(N-1)/N
     asym = theory.model_states("ddp", PSI, n)
     ring = theory.comm_per_rank("ddp", PSI, n).by_collective()
@@ -49,12 +49,12 @@ def test_bytes_equal_closed_forms(n):
         assert (me["param"], me["grad"], me["optim"]) == (2 * PSI, 2 * PSI, 12 * PSI)
         assert me["comm"] == ({"all_reduce": float(ring["all_reduce"])} if n > 1 else {})
         assert me == {**me, **{k: rk["predicted"][k] for k in ("param", "grad", "optim", "total", "comm")}}
-    assert r["match"] == {"model_states": True, "comm": True}
+    assert r["match"] == {"model_states": True, "comm": True, "activations": True}
 
 
 def test_cli_run_json():
     out = subprocess.run([sys.executable, "-m", "zeroedu", "run", "--strategy", "ddp", "--world-size", "4",
-                          "--recipe", "fp32", "--json"], capture_output=True, text=True, timeout=300)
+                          "--recipe", "fp32", "--model", "mlp", "--json"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     rep = json.loads(out.stdout)
     assert rep["strategy"] == "ddp" and rep["world_size"] == 4 and len(rep["ranks"]) == 4

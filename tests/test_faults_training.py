@@ -20,6 +20,7 @@ STEPS = 6
 
 
 def _cfg(strategy="fsdp1", world=4, **kw):
+    kw.setdefault("model", "mlp")
     return RunConfig(strategy, world, steps=STEPS, recipe="fp32", **kw)
 
 

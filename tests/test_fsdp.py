@@ -17,7 +17,7 @@ from zeroedu import shard, theory
 from zeroedu.runtime import cluster
 from zeroedu.runtime.comm import Axis, Comm
 from zeroedu.runtime.ledger import Ledger
-from zeroedu.models import ModelConfig, make_model, unit_shapes
+from zeroedu.models import MLPConfig, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
 from zeroedu.references.torch_fsdp2 import fully_shard_job
 from zeroedu.strategies import build
@@ -25,7 +25,7 @@ from zeroedu.strategies.base import DistState
 from zeroedu.train import RunConfig, config_to_dict, run
 
 STRATEGIES = ("fsdp1", "fsdp2")
-SHAPES = unit_shapes(make_model(ModelConfig()))
+SHAPES = unit_shapes(make_model(MLPConfig()))
 TOL = 1e-6
 
 
@@ -47,7 +47,7 @@ def assert_losses_close(got, want):
 def test_fp32_equals_single_process_reference(strategy, n):
     for raf in (True, False):
         r = run(RunConfig(strategy, n, steps=5, recipe="fp32", return_params=True,
-                          options={"reshard_after_forward": raf}))
+                          options={"reshard_after_forward": raf}, model="mlp"))
         assert_losses_close(r["losses"], r["reference_losses"])
         assert_params_close(r["params"], r["reference_params"])
 
@@ -56,7 +56,7 @@ def test_fp32_equals_single_process_reference(strategy, n):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_bytes_and_comm_equal_closed_forms(strategy, n):
     for raf in (True, False):
-        r = run(RunConfig(strategy, n, steps=2, recipe="mixed-bf16", options={"reshard_after_forward": raf}))
+        r = run(RunConfig(strategy, n, steps=2, recipe="mixed-bf16", options={"reshard_after_forward": raf}, model="mlp"))
         comm = theory.exact_comm(strategy, SHAPES, n, recipe="mixed-bf16", reshard_after_forward=raf)
         want_comm = {k: float(v) for k, v in comm.by_collective().items() if v}
         for rk in r["ranks"]:
@@ -81,7 +81,7 @@ def test_timeline_saw_tooth_and_transient_peak():
     # one unit unsharded = its whole padded flat buffer
     unit_bytes = [shard.padded_numel(sum(shard.numel(s) for s in u), n) * P for u in SHAPES]
     for opts, most in [({"limit_all_gathers": 1}, 1), ({"forward_prefetch": True}, 2), ({}, 2)]:
-        rk = run(RunConfig("fsdp1", n, steps=2, options=opts))["ranks"][0]
+        rk = run(RunConfig("fsdp1", n, steps=2, options=opts, model="mlp"))["ranks"][0]
         ev = _events(rk, 1)
         labels = [e["label"] for e in ev if e["label"].startswith("unit ")]
         # Each unit is gathered and freed twice per step (forward, backward): 3Ψ's two all-gathers.
@@ -97,7 +97,7 @@ def test_timeline_saw_tooth_and_transient_peak():
         step = next(e for e in ev if e["label"] == "optimizer step")
         assert step["bytes"]["gathered"] == 0 and step["bytes"]["comm_buffer"] == 0
     # Without resharding after forward every unit is alive at the forward/backward boundary.
-    rk = run(RunConfig("fsdp1", n, steps=2, options={"reshard_after_forward": False}))["ranks"][0]
+    rk = run(RunConfig("fsdp1", n, steps=2, options={"reshard_after_forward": False}, model="mlp"))["ranks"][0]
     fwd_end = next(e for e in _events(rk, 1) if e["label"] == "forward end")
     assert fwd_end["bytes"]["gathered"] == sum(unit_bytes)
 
@@ -117,7 +117,7 @@ def test_matches_torch_fully_shard_and_peak(n):
     gap is bounded by those categories; for this model it is under 20% of the tracker's peak.
     Both are deterministic byte counts on CPU.
     """
-    cfg = RunConfig("fsdp2", n, steps=5, recipe="fp32", return_params=True).resolved()
+    cfg = RunConfig("fsdp2", n, steps=5, recipe="fp32", return_params=True, model="mlp").resolved()
     ref = cluster.run(fully_shard_job, n, {"cfg": config_to_dict(cfg)})
     ours = run(cfg)
     torch_losses = [sum(r["losses"][k] for r in ref) / n for k in range(cfg.steps)]
@@ -139,10 +139,10 @@ def test_matches_torch_fully_shard_and_peak(n):
 
 def test_reshard_after_forward_false_matches_torch():
     cfg = RunConfig("fsdp2", 3, steps=5, recipe="fp32", return_params=True,
-                    options={"reshard_after_forward": False}).resolved()
+                    options={"reshard_after_forward": False}, model="mlp").resolved()
     ref = cluster.run(fully_shard_job, 3, {"cfg": config_to_dict(cfg), "track_memory": False})
     ours = run(RunConfig("fsdp1", 3, steps=5, recipe="fp32", return_params=True,
-                         options={"reshard_after_forward": False}))
+                         options={"reshard_after_forward": False}, model="mlp"))
     assert_losses_close(ours["losses"], [sum(r["losses"][k] for r in ref) / 3 for k in range(5)])
     assert_params_close(ours["params"], ref[0]["params"])
 
@@ -151,7 +151,7 @@ def _local(strategy, **opts):
     """A one-rank strategy in this process (a group of one never touches the network)."""
     ledger = Ledger(0)
     dist = DistState(0, 1, "cpu", Axis("dp_shard", None, 1, 0, (0,)), Comm(ledger), ledger)
-    return build(strategy, make_model(ModelConfig()), dist, get_recipe("fp32"), **opts)
+    return build(strategy, make_model(MLPConfig()), dist, get_recipe("fp32"), **opts)
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -164,7 +164,7 @@ def test_options_and_freeing(strategy):
     # after backward every unit is resharded: its unsharded storage really has 0 bytes
     assert all(leaf.untyped_storage().nbytes() == 0 for u in s.units for leaf in u.leaves)
     assert all(u.leaves[0].grad is None for u in s.units)
-    ref = make_model(ModelConfig())
+    ref = make_model(MLPConfig())
     assert_params_close(s.full_parameters(), [p.detach() for p in ref.parameters()])
     if strategy == "fsdp2":  # each rank's state dict is local: shards plus row offsets
         sd = s.local_state_dict()
@@ -180,7 +180,7 @@ def test_options_and_freeing(strategy):
 # gradient near zero can flip a step of size lr (naive DDP in bf16 shows the same 7% worst case).
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_mixed_bf16_close_to_reference(strategy):
-    r = run(RunConfig(strategy, 4, steps=5, recipe="mixed-bf16", return_params=True))
+    r = run(RunConfig(strategy, 4, steps=5, recipe="mixed-bf16", return_params=True, model="mlp"))
     for a, b in zip(r["losses"], r["reference_losses"]):
         assert abs(a - b) <= 2e-3 * abs(b)
     for p, q in zip(r["params"], r["reference_params"]):
@@ -197,7 +197,7 @@ def test_fsdp1_unit_takes_axis_and_padding_multiple():
 
     ledger = Ledger(0)
     dist = DistState(0, 1, "cpu", Axis("dp_shard", None, 1, 0, (0,)), Comm(ledger), ledger)
-    s = Padded(make_model(ModelConfig()), dist, get_recipe("fp32"))
+    s = Padded(make_model(MLPConfig()), dist, get_recipe("fp32"))
     for u, shapes in zip(s.units, SHAPES):
         assert u.shards[0].numel() == shard.padded_numel(sum(shard.numel(x) for x in shapes), 4)
     s.forward_backward(torch.randn(4, 12), torch.randn(4, 7))
@@ -210,7 +210,7 @@ def test_counting_torch_bytes_leaves_nothing_patched_in_a_warm_pool():
     # the next job on the same warm ranks must see torch's own functions again.
     from zeroedu.references.torch_fsdp2 import patched_collectives, timed_job
 
-    cfg = RunConfig("fsdp2", 2, steps=3, recipe="fp32").resolved()
+    cfg = RunConfig("fsdp2", 2, steps=3, recipe="fp32", model="mlp").resolved()
     with cluster.Pool(2) as pool:
         assert pool.run(patched_collectives) == [{}, {}]
         out = pool.run(timed_job, {"cfg": config_to_dict(cfg), "impl": "torch", "warmup": 1})

@@ -129,8 +129,11 @@ def test_events_stream_to_the_parent_while_the_job_runs():
     and end with the same bytes the final report measures."""
     from zeroedu.train import RunConfig, run
 
-    seen = []
-    report = run(RunConfig("ddp", 2, steps=2), on_event=seen.append)
+    msgs = []
+    report = run(RunConfig("ddp", 2, steps=2, model="mlp"), on_event=msgs.append)
+    seen = [e for e in msgs if e["kind"] == "event"]
+    # one progress message per rank and step, with the step's loss
+    assert sorted((e["rank"], e["step"]) for e in msgs if e["kind"] == "progress") == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert {e["rank"] for e in seen} == {0, 1}
     assert any(e["label"] == "optimizer step" for e in seen)
     last = [e for e in seen if e["rank"] == 0 and e["label"] == "optimizer step"][-1]

@@ -9,13 +9,13 @@ from fractions import Fraction
 import pytest
 
 from zeroedu import shard, theory
-from zeroedu.models import ModelConfig, make_model, unit_shapes
+from zeroedu.models import MLPConfig, make_model, unit_shapes
 from zeroedu.theory.hybrid import cross_domain_bytes, cross_domain_table, step_comm_time
 from zeroedu.notebook.report import format_cross_domain_table
 from zeroedu.train import RunConfig, run
 
 GB = 10**9
-SHAPES = unit_shapes(make_model(ModelConfig()))
+SHAPES = unit_shapes(make_model(MLPConfig()))
 PADDED = lambda mult: [shard.padded_numel(sum(shard.numel(s) for s in u), mult) for u in SHAPES]
 
 
@@ -31,8 +31,8 @@ def _param_rel(params, ref):
 @pytest.mark.parametrize("strategy", ["hsdp", "hfsdp"])
 @pytest.mark.parametrize("m, n", [(2, 2), (2, 4), (2, 3)])
 def test_fp32_equals_single_process_and_theory(strategy, m, n):
-    r = run(RunConfig(strategy, m * n, m=m, steps=5, recipe="fp32", return_params=True))
-    assert r["match"] == {"model_states": True, "comm": True}
+    r = run(RunConfig(strategy, m * n, m=m, steps=5, recipe="fp32", return_params=True, model="mlp"))
+    assert r["match"] == {"model_states": True, "comm": True, "activations": True}
     assert _rel(r["losses"], r["reference_losses"]) <= 1e-6
     assert _param_rel(r["params"], r["reference_params"]) <= 1e-6
     comm = theory.exact_comm(strategy, SHAPES, n, m, recipe="fp32")
@@ -50,15 +50,15 @@ def test_fp32_equals_single_process_and_theory(strategy, m, n):
 def test_default_recipe_bytes_exact(m, n):
     c = sum(PADDED(n * m)) // n
     for strategy, total in [("hsdp", 16 * c), ("hfsdp", 4 * c + 12 * (c // m))]:
-        r = run(RunConfig(strategy, m * n, m=m, steps=2))
-        assert r["match"] == {"model_states": True, "comm": True}
+        r = run(RunConfig(strategy, m * n, m=m, steps=2, model="mlp"))
+        assert r["match"] == {"model_states": True, "comm": True, "activations": True}
         assert all(rk["measured"]["total"] == total for rk in r["ranks"])
         assert _rel(r["losses"], r["reference_losses"]) <= 2e-3  # bf16 weights: see test_megatron
 
 
 def test_one_domain_is_flat_fsdp1():
-    a = run(RunConfig("hfsdp", 3, m=1, steps=3, recipe="fp32", return_params=True))
-    b = run(RunConfig("fsdp1", 3, steps=3, recipe="fp32", return_params=True))
+    a = run(RunConfig("hfsdp", 3, m=1, steps=3, recipe="fp32", return_params=True, model="mlp"))
+    b = run(RunConfig("fsdp1", 3, steps=3, recipe="fp32", return_params=True, model="mlp"))
     assert a["losses"] == b["losses"]
     assert all((p == q).all() for p, q in zip(a["params"], b["params"]))
     assert a["ranks"][0]["measured"]["total"] == b["ranks"][0]["measured"]["total"]

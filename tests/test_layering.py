@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[1] / "zeroedu"
 # Lower number = lower layer. A module may import its own package and any lower layer; two
 # different packages on the same layer may not import each other.
 LAYERS = {
-    "zeroedu.catalog": 0, "zeroedu.recipes": 0, "zeroedu.shard": 0, "zeroedu.fmt": 0,
+    "zeroedu.catalog": 0, "zeroedu.recipes": 0, "zeroedu.shard": 0, "zeroedu.fmt": 0, "zeroedu.optim": 0,
     "zeroedu.theory": 1, "zeroedu.runtime": 1,
-    "zeroedu.optim": 2, "zeroedu.models": 2,
+    "zeroedu.models": 2,
     "zeroedu.strategies": 3,
     "zeroedu.train": 4,
     "zeroedu.checkpoint": 5, "zeroedu.references": 5,

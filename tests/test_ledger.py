@@ -7,7 +7,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 
 from zeroedu.runtime.comm import Axis, Comm
 from zeroedu.runtime.ledger import Ledger
-from zeroedu.models import ModelConfig, make_batch, make_model
+from zeroedu.models import MLPConfig, make_batch, make_model
 from zeroedu.optim import AdamConfig
 from zeroedu.recipes import get_recipe
 from zeroedu.strategies import build
@@ -66,7 +66,7 @@ def _one_rank_state():
 def test_model_states_agree_with_torch_memtracker(recipe):
     """torch's MemTracker (dispatch-level, sees every allocation) and the ledger agree on what
     stays alive after an optimizer step: parameters, gradients and optimizer state."""
-    cfg = ModelConfig()
+    cfg = MLPConfig()
     model = make_model(cfg)
     mt = MemTracker()
     mt.track_external(model)

@@ -17,13 +17,13 @@ import torch
 from zeroedu import shard, theory
 from zeroedu.runtime.comm import Axis, Comm
 from zeroedu.runtime.ledger import Ledger
-from zeroedu.models import ModelConfig, make_batch, make_model, unit_shapes
+from zeroedu.models import MLPConfig, make_batch, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
 from zeroedu.strategies.base import DistState
 from zeroedu.strategies.megatron_distopt import MegatronDistOpt
 from zeroedu.train import RunConfig, run
 
-SHAPES = unit_shapes(make_model(ModelConfig()))
+SHAPES = unit_shapes(make_model(MLPConfig()))
 
 
 def _rel(a, b):
@@ -37,15 +37,15 @@ def _param_rel(r):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_fp32_equals_single_process_and_theory(n):
-    r = run(RunConfig("megatron_distopt", n, steps=5, recipe="fp32", return_params=True))
-    assert r["match"] == {"model_states": True, "comm": True}
+    r = run(RunConfig("megatron_distopt", n, steps=5, recipe="fp32", return_params=True, model="mlp"))
+    assert r["match"] == {"model_states": True, "comm": True, "activations": True}
     assert _rel(r["losses"], r["reference_losses"]) <= 1e-6
     assert _param_rel(r) <= 1e-6
 
 
 @pytest.mark.parametrize("n", [1, 2, 4, 8])
 def test_megatron_bf16_bytes_and_comm_exact(n):
-    cfg = RunConfig("megatron_distopt", n, steps=5, return_params=True)
+    cfg = RunConfig("megatron_distopt", n, steps=5, return_params=True, model="mlp")
     r = run(cfg)
     for rk in r["ranks"]:
         me = rk["measured"]
@@ -63,14 +63,14 @@ def test_megatron_bf16_bytes_and_comm_exact(n):
         assert c["reduce_scatter"] == 2 * c["all_gather"] == 2 * float(
             Fraction(n - 1, n) * 2 * sum(padded))
     assert _rel(r["losses"], r["reference_losses"]) <= 2e-3
-    steps_lr = cfg.steps * cfg.adam.lr
+    steps_lr = cfg.steps * cfg.resolved().adam.lr
     assert max((p - q).abs().max().item() for p, q in zip(r["params"], r["reference_params"])) <= steps_lr
 
 
 @pytest.mark.parametrize("recipe, n", [("fp16", 3), ("mixed-bf16", 4), ("fp32", 8)])
 def test_other_recipes_match_theory(recipe, n):
-    r = run(RunConfig("megatron_distopt", n, steps=5, recipe=recipe))
-    assert r["match"] == {"model_states": True, "comm": True}
+    r = run(RunConfig("megatron_distopt", n, steps=5, recipe=recipe, model="mlp"))
+    assert r["match"] == {"model_states": True, "comm": True, "activations": True}
     assert _rel(r["losses"], r["reference_losses"]) <= 2e-3
 
 
@@ -87,12 +87,12 @@ def _local_strategy(recipe="megatron-bf16", **opts):
     ledger = Ledger(0)
     axis = Axis("dp_shard", None, 1, 0, (0,))
     dist = DistState(0, 1, "cpu", axis, Comm(ledger), ledger)
-    return MegatronDistOpt(make_model(ModelConfig()), dist, get_recipe(recipe), **opts), ledger
+    return MegatronDistOpt(make_model(MLPConfig()), dist, get_recipe(recipe), **opts), ledger
 
 
 def test_params_view_the_buffer_and_bf16_grads_are_dropped():
     strat, ledger = _local_strategy()
-    x, y = make_batch(0, 8, ModelConfig())
+    x, y = make_batch(0, 8, MLPConfig())
     strat.forward_backward(x, y)
     for u in strat.units:
         base = u.param_buffer.untyped_storage().data_ptr()

@@ -5,7 +5,7 @@ import torch
 from zeroedu.catalog import STRATEGIES
 from zeroedu.runtime.comm import Axis, Comm
 from zeroedu.runtime.ledger import Ledger
-from zeroedu.models import ModelConfig, make_batch, make_model
+from zeroedu.models import MLPConfig, make_batch, make_model
 from zeroedu.optim import AdamConfig
 from zeroedu.recipes import get_recipe
 from zeroedu.strategies import build
@@ -17,22 +17,22 @@ from zeroedu.train import RunConfig, run
 def test_every_rank_ends_with_the_same_parameters(name):
     hybrid = STRATEGIES[name].hybrid
     r = run(RunConfig(name, 4 if hybrid else 3, steps=3, recipe="fp32", m=2 if hybrid else 1,
-                      return_params=True))
+                      return_params=True, model="mlp"))
     assert r["replica_max_diff"] == 0.0
-    assert r["match"] == {"model_states": True, "comm": True}
+    assert r["match"] == {"model_states": True, "comm": True, "activations": True}
 
 
 def _local(name, recipe="fp32"):
     led = Ledger()
     dist = DistState(0, 1, "cpu", Axis("dp_shard", None, 1, 0, (0,)), Comm(led), led)
-    return build(name, make_model(ModelConfig()), dist, get_recipe(recipe), AdamConfig())
+    return build(name, make_model(MLPConfig()), dist, get_recipe(recipe), AdamConfig())
 
 
 @pytest.mark.parametrize("name", ["fsdp1", "fsdp2"])
 def test_fsdp_unit_without_gradient_gets_zeros_not_last_steps(name):
     """A step whose backward produced no gradient must use zeros (torch semantics with
     zero grads), not re-apply the previous step's reduced shards."""
-    cfg = ModelConfig()
+    cfg = MLPConfig()
     strat = _local(name)
     ref = make_model(cfg)
     opt = torch.optim.Adam(ref.parameters(), lr=AdamConfig().lr, foreach=False)
@@ -49,11 +49,11 @@ def test_fsdp_unit_without_gradient_gets_zeros_not_last_steps(name):
         assert (a - b.detach()).abs().max().item() <= 1e-6 * b.abs().max().item()
 
 
-@pytest.mark.parametrize("name", ["megatron_distopt", "ddp_bucketed", "zero2"])
+@pytest.mark.parametrize("name", ["megatron_distopt", "ddp_bucketed"])
 def test_second_backward_before_step_is_refused(name):
     recipe = "megatron-bf16" if name == "megatron_distopt" else "fp32"
     strat = _local(name, recipe)
-    x, y = make_batch(0, 24, ModelConfig())
+    x, y = make_batch(0, 24, MLPConfig())
     strat.forward_backward(x, y)
     with pytest.raises(RuntimeError, match="step"):
         strat.forward_backward(x, y)

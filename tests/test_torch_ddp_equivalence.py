@@ -7,8 +7,8 @@ fp32 afterwards, so with fp32 the two agree to rounding (≤ 1e-6 relative), not
 import pytest
 
 from zeroedu.runtime import cluster
-from zeroedu.models import ModelConfig
-from zeroedu.train import RunConfig, run
+from zeroedu.models import MLPConfig
+from zeroedu.train import RunConfig, config_to_dict, run
 
 TOL = 1e-6
 
@@ -21,9 +21,10 @@ def _param_rel(ps, qs):
 def test_bucketed_ddp_equals_torch_ddp(n):
     bucket = 1024
     ours = run(RunConfig("ddp_bucketed", n, steps=5, recipe="fp32", return_params=True,
-                         options={"bucket_bytes": bucket}))
+                         options={"bucket_bytes": bucket}, model="mlp"))
     theirs = cluster.run("zeroedu.references.torch_ddp:torch_ddp_job", n,
-                         {"model": ModelConfig().as_dict(), "steps": 5, "bucket_bytes": bucket})
+                         {"cfg": config_to_dict(RunConfig("ddp", n, steps=5, recipe="fp32", model="mlp")),
+                          "bucket_bytes": bucket})
     for r in range(n):  # per rank: same local batch, same local loss
         a, b = ours["ranks"][r]["losses"], theirs[r]["losses"]
         assert max(abs(x - y) / abs(y) for x, y in zip(a, b)) <= TOL

@@ -19,7 +19,7 @@ from zeroedu.train import RunConfig, run
 
 @lru_cache(maxsize=None)
 def _report(strategy, n, recipe="fp32", steps=3):
-    return run(RunConfig(strategy, n, steps=steps, recipe=recipe))
+    return run(RunConfig(strategy, n, steps=steps, recipe=recipe, model="mlp"))
 
 
 def _png(fig):
@@ -145,7 +145,7 @@ def test_assert_match_and_table():
     rep = _report("ddp", 2)
     nbtools.assert_match(rep)  # raises when they disagree
     rows = nbtools.match_rows(rep)
-    assert all(r[4] for r in rows) and len(rows) == 2 * 5
+    assert all(r[4] for r in rows) and len(rows) == 2 * 6  # 4 states + activations + 1 collective
     bad = dict(rep, match={"model_states": False, "comm": True})
     with pytest.raises(AssertionError):
         nbtools.assert_match(bad)

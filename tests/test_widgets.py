@@ -69,13 +69,13 @@ def test_run_panel_runs_and_streams(panel_run):
     rep = p.report
     assert rep is not None and p.message.value == ""
     assert rep["strategy"] == "ddp" and rep["world_size"] == 2 and rep["steps"] == 3
-    assert rep["match"] == {"model_states": True, "comm": True}
+    assert rep["match"] == {"model_states": True, "comm": True, "activations": True}
     # every ledger event of every rank reached the live plot's callback while the job ran
     assert p.events_received == sum(len(r["timeline"]["events"]) for r in rep["ranks"]) > 0
     assert p.live_redraws >= 1 and p.image.value[:4] == b"\x89PNG"
     assert p.progress.value == p.progress.max == 3
     assert "match" in p.status.value and "True" in p.status.value
-    assert p.table.value.count("<tr>") == 1 + 2 * 5  # header + (4 states + 1 collective) per rank
+    assert p.table.value.count("<tr>") == 1 + 2 * 6  # header + (4 states + activations + 1 collective) per rank
 
 
 def test_run_panel_live_plot_receives_events():

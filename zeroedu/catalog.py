@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 LEVELS = ("no_shard", "optim", "optim_grads", "optim_grads_params")
 INNER, OUTER = "dp_shard", "dp_outer"
+WORLD = "world"  # both mesh axes at once (a hybrid's one all-reduce of the gradient norm)
 
 
 def shards(level: str) -> dict[str, bool]:

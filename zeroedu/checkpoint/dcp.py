@@ -26,7 +26,7 @@ import warnings
 
 import torch
 
-from ..models import ModelConfig, make_model
+from ..models import ModelSpec, get_model
 from .format import FullState, param_shapes
 
 
@@ -34,15 +34,15 @@ def is_dcp(path: str) -> bool:
     return os.path.exists(os.path.join(path, ".metadata"))
 
 
-def _names(cfg: ModelConfig) -> list[str]:
-    return [n for n, _ in make_model(cfg).named_parameters()]
+def _names(model: ModelSpec) -> list[str]:
+    return [n for n, _ in get_model(model).build().named_parameters()]
 
 
 def export_dcp(state: FullState, dcp_dir: str, adam=None) -> str:
     """Write a (resharded) zeroedu checkpoint as a DCP checkpoint of full tensors."""
     import torch.distributed.checkpoint as dcp
 
-    names = _names(ModelConfig(**state.manifest["model"]))
+    names = _names(state.manifest["model"])
     step = torch.tensor(float(state.adam_step))
     group = {"params": names}
     if adam is not None:
@@ -57,7 +57,7 @@ def export_dcp(state: FullState, dcp_dir: str, adam=None) -> str:
     return dcp_dir
 
 
-def load_dcp(dcp_dir: str, model: ModelConfig) -> FullState:
+def load_dcp(dcp_dir: str, model: ModelSpec) -> FullState:
     """Read a DCP checkpoint of `model` (saved by torch or by `export_dcp`) as full fp32 tensors."""
     import torch.distributed.checkpoint as dcp
 
@@ -80,7 +80,7 @@ def load_dcp(dcp_dir: str, model: ModelConfig) -> FullState:
     if len(steps) != 1:
         raise ValueError(f"{dcp_dir}: parameters disagree on the Adam step: {sorted(steps)}")
     step = steps.pop()
-    man = {"format": "dcp", "step": step, "model": model.as_dict(), "param_shapes": [list(s) for s in shapes],
+    man = {"format": "dcp", "step": step, "model": get_model(model).as_dict(), "param_shapes": [list(s) for s in shapes],
            "world_size": None, "strategy": "dcp"}
     st = sd["optim"]["state"]
     return FullState(step, step, [sd["model"][n] for n in names], [st[n]["exp_avg"] for n in names],

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..models import ModelConfig, make_model
+from ..models import get_model
 
 FORMAT = "zeroedu-checkpoint-1"
 MANIFEST, LATEST = "manifest.json", "latest"
@@ -60,8 +60,8 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def param_shapes(cfg: ModelConfig) -> list[list[int]]:
-    return [list(p.shape) for p in make_model(cfg).parameters()]
+def param_shapes(model) -> list[list[int]]:
+    return [list(p.shape) for p in get_model(model).build().parameters()]
 
 
 @dataclass

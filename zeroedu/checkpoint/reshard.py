@@ -8,7 +8,7 @@ import os
 
 import torch
 
-from ..models import ModelConfig
+from ..models import ModelSpec
 from ..train.config import RunConfig
 from .dcp import is_dcp, load_dcp
 from .format import FullState, param_shapes, read_manifest, read_rank_file, resolve_step_dir
@@ -43,7 +43,7 @@ def load_checkpoint(path: str) -> FullState:
     return FullState(man["step"], adam.pop(), full["params"], full["m"], full["v"], rng, man, d)
 
 
-def load_any(path: str, model: ModelConfig) -> FullState:
+def load_any(path: str, model: ModelSpec) -> FullState:
     """A zeroedu checkpoint (root or step directory) or a DCP checkpoint directory."""
     return load_dcp(path, model) if is_dcp(path) else load_checkpoint(path)
 

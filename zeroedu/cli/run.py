@@ -1,9 +1,10 @@
 """``zeroedu run``: train a strategy on real ranks, print measured vs predicted.
 
 It starts N local ranks (gloo on CPU, NCCL when CUDA has N devices) or, when started by
-torchrun, uses the ranks torchrun made; trains the shipped model for K steps; and prints, per
-rank, model-state bytes and bytes sent per step as measured by the ledger against
-`zeroedu.theory`'s exact prediction, plus the losses against single-process training.
+torchrun, uses the ranks torchrun made; trains a shipped model (``--model``, default the
+notebooks' gpt-small) for K steps, with a progress line on stderr; and prints, per rank,
+model-state bytes, activations and bytes sent per step as measured against `zeroedu.theory`'s
+exact prediction, plus the losses against single-process training.
 ``zeroedu tour`` (`tour.py`) does that for every strategy at one world size.
 """
 from __future__ import annotations
@@ -11,13 +12,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 from .. import catalog, recipes
-from ..models import ModelConfig
+from ..models import DEFAULT_MODEL, PRESETS, RECOMPUTE_MODES, MLPConfig, get_model
 from ..notebook.report import plain, summary
+from ..optim import AdamConfig
 from ..runtime import cluster
 from ..train import RunConfig, assemble, config_to_dict, run, train_job
-from .args import positive_int
+from .args import positive_float, positive_int
 
 
 def _options(args) -> dict:
@@ -33,8 +36,44 @@ def _options(args) -> dict:
     return opts
 
 
-def model_config(args) -> ModelConfig:
-    return ModelConfig(hidden=args.hidden, depth=args.depth)
+def model_config(args):
+    """The --model preset; --hidden / --depth resize the MLP (and only the MLP)."""
+    model = get_model(args.model)
+    if args.hidden is not None or args.depth is not None:
+        if not isinstance(model, MLPConfig):
+            raise ValueError("--hidden and --depth size the mlp model; use --model mlp")
+        model = MLPConfig(hidden=args.hidden or MLPConfig.hidden, depth=args.depth or MLPConfig.depth)
+    return model
+
+
+def config_from_args(args, world_size: int) -> RunConfig:
+    model = model_config(args)
+    adam = None if args.lr is None else AdamConfig(lr=args.lr)
+    return RunConfig(args.strategy, world_size, steps=args.steps, recipe=args.recipe, m=args.outer,
+                     global_batch=args.global_batch, model=model, adam=adam, options=_options(args),
+                     micro_batches=args.micro_batches, recompute=args.recompute,
+                     clip_grad_norm=args.clip_grad_norm).resolved()
+
+
+class Progress:
+    """One line on stderr, rewritten as rank 0 finishes each step: step, loss, time."""
+
+    def __init__(self, steps: int, stream=sys.stderr):
+        self.steps, self.stream, self.t0 = steps, stream, time.perf_counter()
+        self.tty = stream.isatty()
+
+    def __call__(self, msg: dict) -> None:
+        if msg.get("kind") != "progress" or msg.get("rank") != 0:
+            return
+        k = msg["step"] + 1
+        bar = "#" * (20 * k // self.steps)
+        line = (f"step {k:>{len(str(self.steps))}}/{self.steps} [{bar:<20}] loss {msg['loss']:.4f}  "
+                f"{time.perf_counter() - self.t0:.1f} s")
+        if self.tty:
+            self.stream.write("\r" + line + ("\n" if k == self.steps else ""))
+        elif k == self.steps or k == 1 or k % max(1, self.steps // 10) == 0:
+            self.stream.write(line + "\n")  # a log file gets about ten lines, not one per step
+        self.stream.flush()
 
 
 def check_world(world_size: int) -> None:
@@ -49,20 +88,17 @@ def cmd_run(args) -> int:
     if cluster.under_torchrun():
         return _run_torchrun(args)
     check_world(args.world_size)
-    cfg = RunConfig(args.strategy, args.world_size, steps=args.steps, recipe=args.recipe,
-                    m=args.outer, global_batch=args.global_batch, model=model_config(args),
-                    options=_options(args)).resolved()
-    if not args.json:
-        print(f"starting {cfg.world_size} ranks for {cfg.strategy} ...", file=sys.stderr, flush=True)
-    report = run(cfg, warm=False, timeout=args.timeout)
+    cfg = config_from_args(args, args.world_size)
+    if not args.quiet:
+        print(f"starting {cfg.world_size} ranks: {cfg.strategy}, {cfg.model.name} "
+              f"(Ψ = {cfg.model.param_count():,}), {cfg.steps} steps ...", file=sys.stderr, flush=True)
+    report = run(cfg, warm=False, timeout=args.timeout, on_event=None if args.quiet else Progress(cfg.steps))
     _emit(report, args)
     return 0
 
 
 def _run_torchrun(args) -> int:
-    world = int(os.environ["WORLD_SIZE"])
-    cfg = RunConfig(args.strategy, world, steps=args.steps, recipe=args.recipe, m=args.outer,
-                    global_batch=args.global_batch, model=model_config(args), options=_options(args)).resolved()
+    cfg = config_from_args(args, int(os.environ["WORLD_SIZE"]))
     ranks = cluster.run_torchrun(train_job, {"cfg": config_to_dict(cfg)})
     if ranks is not None:  # rank 0 prints for everyone
         _emit(assemble(cfg, ranks), args)
@@ -77,12 +113,22 @@ def _emit(report, args):
 
 
 def add_common(p) -> None:
-    """Options `run` and `tour` share: steps, model size, global batch."""
-    p.add_argument("--steps", type=positive_int, default=5, help="training steps (default 5)")
-    p.add_argument("--hidden", type=positive_int, default=ModelConfig.hidden, help="model width")
-    p.add_argument("--depth", type=positive_int, default=ModelConfig.depth, help="Linear layers")
-    p.add_argument("--global-batch", type=positive_int, default=RunConfig.global_batch,
-                   help="samples per step over all ranks; must divide by the world size (default 24)")
+    """Options `run` and `tour` share: model, steps, batch, accumulation, recompute, clipping."""
+    p.add_argument("--model", choices=list(PRESETS), default=DEFAULT_MODEL,
+                   help=f"what to train (default {DEFAULT_MODEL}, the notebooks' model)")
+    p.add_argument("--steps", type=positive_int, default=5, help="optimizer steps (default 5)")
+    p.add_argument("--hidden", type=positive_int, default=None, help="mlp width (--model mlp only)")
+    p.add_argument("--depth", type=positive_int, default=None, help="mlp Linear layers (--model mlp only)")
+    p.add_argument("--global-batch", type=positive_int, default=None,
+                   help="sequences (samples) per optimizer step over all ranks; must divide by the "
+                        "world size (default: the model's, 8 for gpt-*, 24 for mlp)")
+    p.add_argument("--micro-batches", type=positive_int, default=1,
+                   help="gradient accumulation: micro-batches per optimizer step (default 1)")
+    p.add_argument("--recompute", choices=list(RECOMPUTE_MODES), default="none",
+                   help="activation recompute for gpt-* models (default none)")
+    p.add_argument("--clip-grad-norm", type=positive_float, default=None,
+                   help="clip the global gradient norm to this value")
+    p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate (default: the model's)")
 
 
 def add_parser(subparsers) -> None:
@@ -103,5 +149,6 @@ def add_parser(subparsers) -> None:
                    help="seconds before a silent rank counts as hung (default 60)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--timeline", action="store_true", help="include per-rank timelines in the JSON")
+    p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     add_common(p)
     p.set_defaults(func=cmd_run)

@@ -5,7 +5,7 @@ import sys
 import time
 
 from .. import catalog
-from ..notebook.report import TOUR_HEADER, table, tour_row
+from ..notebook.report import TOUR_HEADER, all_match, table, tour_row
 from ..runtime import cluster
 from ..train import RunConfig, run
 from .run import add_common, check_world, model_config
@@ -22,9 +22,10 @@ def cmd_tour(args) -> int:
         m = 2 if spec.hybrid and args.world_size % 2 == 0 else 1
         t0 = time.perf_counter()
         report = run(RunConfig(name, args.world_size, steps=args.steps, m=m, model=model_config(args),
-                               global_batch=args.global_batch))
+                               global_batch=args.global_batch, micro_batches=args.micro_batches,
+                               recompute=args.recompute, clip_grad_norm=args.clip_grad_norm))
         rows.append(tour_row(report) + [f"{time.perf_counter() - t0:.1f}s"])
-        ok &= report["match"]["model_states"] and report["match"]["comm"]
+        ok &= all_match(report)
         print(f"  {name:<18} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
     print(table(rows, TOUR_HEADER + ["time"]))
     print(f"every strategy: predicted vs measured — match: {ok}")

@@ -1,8 +1,9 @@
-"""The small deterministic model and data every run trains: shipped in the package, no download.
+"""The smallest model: an MLP trained on a fixed random regression target (MSE).
 
-An MLP whose layer sizes are deliberately *not* multiples of 2, 3, 4 or 8, so every sharded
-strategy meets padding and uneven shards. Units (what FSDP gathers at once, what ZeRO buckets)
-are the top-level layers that own parameters.
+Layer sizes are deliberately *not* multiples of 2, 3, 4 or 8, so every sharded strategy meets
+padding and uneven shards; Ψ = 827 with the defaults. It learns nothing worth plotting (the
+targets are fresh noise every step), but a step takes microseconds: it is the model of the
+fastest unit tests. Units (what FSDP gathers at once, what ZeRO buckets) are the Linear layers.
 """
 from __future__ import annotations
 
@@ -11,64 +12,80 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from ..optim import AdamConfig
+
+
+class MLP(nn.Sequential):
+    """Linear (Tanh Linear)*; its loss is the mean squared error in fp32."""
+
+    @staticmethod
+    def loss(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return nn.functional.mse_loss(out.float(), y)
+
 
 @dataclass(frozen=True)
-class ModelConfig:
+class MLPConfig:
     d_in: int = 12
     hidden: int = 20
     depth: int = 3  # number of Linear layers
     d_out: int = 7
     seed: int = 0
 
+    kind = "mlp"
+    default_global_batch = 24
+
+    def __post_init__(self):
+        if not isinstance(self.depth, int) or self.depth < 1 or min(self.d_in, self.hidden, self.d_out) < 1:
+            raise ValueError(f"model sizes must be >= 1, got {self}")
+
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {"kind": self.kind, **asdict(self)}
 
+    @property
+    def name(self) -> str:
+        return "mlp"
 
-def make_model(cfg: ModelConfig = ModelConfig()) -> nn.Sequential:
-    """Same weights on every rank and in the reference: built from a fixed seed, in fp32."""
-    if cfg.depth < 1 or min(cfg.d_in, cfg.hidden, cfg.d_out) < 1:
-        raise ValueError(f"model sizes must be >= 1, got {cfg}")
-    g = torch.Generator().manual_seed(cfg.seed)
-    dims = [cfg.d_in] + [cfg.hidden] * (cfg.depth - 1) + [cfg.d_out]
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
-        lin = nn.Linear(a, b)
-        with torch.no_grad():
-            bound = 1.0 / a ** 0.5
-            lin.weight.copy_(torch.rand(b, a, generator=g) * 2 * bound - bound)
-            lin.bias.copy_(torch.rand(b, generator=g) * 2 * bound - bound)
-        layers.append(lin)
-        if i < len(dims) - 2:
-            layers.append(nn.Tanh())
-    return nn.Sequential(*layers)
+    def dims(self) -> list[int]:
+        return [self.d_in] + [self.hidden] * (self.depth - 1) + [self.d_out]
 
+    def build(self) -> MLP:
+        """Same weights on every rank and in the reference: built from the seed, in fp32."""
+        g = torch.Generator().manual_seed(self.seed)
+        dims = self.dims()
+        layers: list[nn.Module] = []
+        for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+            lin = nn.Linear(a, b)
+            with torch.no_grad():
+                bound = 1.0 / a ** 0.5
+                lin.weight.copy_(torch.rand(b, a, generator=g) * 2 * bound - bound)
+                lin.bias.copy_(torch.rand(b, generator=g) * 2 * bound - bound)
+            layers.append(lin)
+            if i < len(dims) - 2:
+                layers.append(nn.Tanh())
+        return MLP(*layers)
 
-def param_count(cfg: ModelConfig) -> int:
-    dims = [cfg.d_in] + [cfg.hidden] * (cfg.depth - 1) + [cfg.d_out]
-    return sum(a * b + b for a, b in zip(dims[:-1], dims[1:]))
+    def param_count(self) -> int:
+        dims = self.dims()
+        return sum(a * b + b for a, b in zip(dims[:-1], dims[1:]))
 
+    def batch(self, step: int, global_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The global batch of one step: a fixed random regression target, reproducible anywhere."""
+        g = torch.Generator().manual_seed(10_000 + 7919 * step + self.seed)
+        x = torch.randn(global_batch, self.d_in, generator=g)
+        y = torch.randn(global_batch, self.d_out, generator=g)
+        return x, y
 
-def units(model: nn.Module) -> list[nn.Module]:
-    """Top-level children that own parameters: one FSDP unit / ZeRO bucket each."""
-    return [c for c in model.children() if any(True for _ in c.parameters(recurse=True))]
+    def default_adam(self) -> AdamConfig:
+        return AdamConfig(lr=1e-2)
 
+    def recompute_modules(self, model: nn.Module, mode: str) -> list[nn.Module]:
+        raise ValueError("activation recompute is a transformer technique: use a gpt-* model")
 
-def unit_shapes(model: nn.Module) -> list[list[tuple[int, ...]]]:
-    return [[tuple(p.shape) for p in u.parameters()] for u in units(model)]
+    def activation_bytes(self, batch: int, dtype_bytes: int, recompute: str = "none",
+                         ln_stats_bytes: int | None = None) -> int:
+        """Exact bytes autograd saves for one micro-batch (`theory.activations.mlp_activation_bytes`)."""
+        from ..theory.activations import mlp_activation_bytes
 
-
-def make_batch(step: int, global_batch: int, cfg: ModelConfig) -> tuple[torch.Tensor, torch.Tensor]:
-    """The global batch of one step: a fixed random regression target, reproducible anywhere."""
-    g = torch.Generator().manual_seed(10_000 + 7919 * step + cfg.seed)
-    x = torch.randn(global_batch, cfg.d_in, generator=g)
-    y = torch.randn(global_batch, cfg.d_out, generator=g)
-    return x, y
-
-
-def local_slice(global_batch: int, n: int, rank: int) -> slice:
-    """Rank r's contiguous share of the global batch (equal shares, so mean of means = mean)."""
-    if global_batch % n:
-        raise ValueError(f"global batch {global_batch} must be divisible by the number of "
-                         f"data-parallel ranks {n}")
-    b = global_batch // n
-    return slice(rank * b, (rank + 1) * b)
+        if recompute != "none":
+            raise ValueError("the MLP has no activation recompute")
+        return mlp_activation_bytes(self.dims(), batch, dtype_bytes)

@@ -16,7 +16,7 @@ from numbers import Number
 from typing import Any
 
 from ..fmt import number as _fmt
-from .report import match_rows, max_rel_diff
+from .report import all_match, match_rows, max_rel_diff
 
 
 class _Rich:
@@ -119,17 +119,17 @@ LOSS_TOLERANCE = {"fp32": 1e-6, "megatron-bf16": 1e-2, "mixed-bf16": 1e-2, "fp16
 
 
 def assert_match(report: dict) -> None:
-    """Print "predicted vs measured — match: True" and assert it: every rank's model-state bytes
-    and bytes sent equal the closed forms, and the losses equal single-process training within
-    the recipe's tolerance."""
-    ok_states, ok_comm = report["match"]["model_states"], report["match"]["comm"]
+    """Print "predicted vs measured — match: True" and assert it: every rank's model-state bytes,
+    activations and bytes sent equal the closed forms, and the losses equal single-process
+    training within the recipe's tolerance."""
+    m = report["match"]
     diff = loss_rel_diff(report)
     tol = LOSS_TOLERANCE.get(report["recipe"], 1e-2)
     ok_loss = diff <= tol
-    ok = bool(ok_states and ok_comm and ok_loss)
+    ok = bool(all_match(report) and ok_loss)
+    parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in m.items() if v is not None)
     print(f"{report['strategy']} on N={report['n']}" + (f", M={report['m']}" if report.get("m", 1) > 1 else "")
-          + f", {report['recipe']}: model states {ok_states}, communication {ok_comm}, "
-          f"losses vs single process {ok_loss} (rel. diff < {tol:g})")
+          + f", {report['recipe']}: {parts}, losses vs single process {ok_loss} (rel. diff < {tol:g})")
     print(f"predicted vs measured — match: {ok}")
     if not ok:
         raise AssertionError(f"prediction and measurement disagree:\n{match_table(report).text}\n"

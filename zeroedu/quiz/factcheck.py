@@ -14,11 +14,11 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .. import recipes, theory
-from ..models import ModelConfig, param_count
+from ..models import MLPConfig, param_count
 from ..runtime.ledger import OPTIMIZER_STEP
 from ..train import RunConfig, run
 
-FACT_MODEL = ModelConfig(d_out=8)
+FACT_MODEL = MLPConfig(d_out=8)
 N = 4
 STEPS = 2
 

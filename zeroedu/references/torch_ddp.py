@@ -15,27 +15,25 @@ from fractions import Fraction
 
 import torch
 
-from ..models import ModelConfig, local_slice, make_batch, make_model
-from ..optim import AdamConfig
-from ..train.config import RunConfig
-from ..train.runner import build_run
+from ..train.config import RunConfig, config_from_dict
+from ..train.runner import build_run, local_micro_batches
 
 
-def _torch_ddp(model_cfg: ModelConfig, bucket_bytes: int, adam: AdamConfig):
+def build_torch_ddp(cfg: RunConfig, bucket_bytes: int):
+    """zeroedu's model under torch's `DistributedDataParallel` + `torch.optim.Adam`."""
     from torch.nn.parallel import DistributedDataParallel
 
-    model = make_model(model_cfg)
     # gradient_as_bucket_view: p.grad are views into torch's buckets, as in zeroedu's version.
-    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_bytes / 2 ** 20,
+    ddp = DistributedDataParallel(cfg.model.build(), bucket_cap_mb=bucket_bytes / 2 ** 20,
                                   gradient_as_bucket_view=True)
-    opt = torch.optim.Adam(ddp.parameters(), lr=adam.lr, betas=(adam.beta1, adam.beta2),
-                           eps=adam.eps, foreach=False)
+    a = cfg.adam
+    opt = torch.optim.Adam(ddp.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
     return ddp, opt
 
 
-def _torch_step(ddp, opt, x, y) -> float:
+def torch_ddp_step(ddp, opt, x, y) -> float:
     opt.zero_grad(set_to_none=False)
-    loss = torch.nn.functional.mse_loss(ddp(x), y)
+    loss = ddp.module.loss(ddp(x), y)
     loss.backward()  # DDP averages: each bucket is divided by N and all-reduced during backward
     opt.step()
     return loss.item()
@@ -51,35 +49,32 @@ def torch_bucket_bytes(ddp) -> list[int]:
             for b in ddp.reducer._get_zeros_like_grad_buckets()]
 
 
-def torch_ddp_job(ctx, model: dict, steps: int = 5, global_batch: int = 24,
-                  bucket_bytes: int = 1024, adam: dict | None = None) -> dict:
-    mcfg, acfg = ModelConfig(**model), AdamConfig(**(adam or {}))
-    ddp, opt = _torch_ddp(mcfg, bucket_bytes, acfg)
-    sl = local_slice(global_batch, ctx.world_size, ctx.rank)
+def torch_ddp_job(ctx, cfg: dict, bucket_bytes: int = 1024) -> dict:
+    """Train `cfg` with torch's DDP; losses, final parameters, the bucket sizes torch chose."""
+    cfg = config_from_dict(cfg).resolved()
+    ddp, opt = build_torch_ddp(cfg, bucket_bytes)
     losses = []
-    for step in range(steps):
-        x, y = make_batch(step, global_batch, mcfg)
-        losses.append(_torch_step(ddp, opt, x[sl], y[sl]))
+    for step in range(cfg.steps):
+        ((x, y),) = local_micro_batches(cfg, step, ctx.rank, ctx.world_size, micro_batches=1)
+        losses.append(torch_ddp_step(ddp, opt, x, y))
     return {"losses": losses, "params": [p.detach().clone() for p in ddp.module.parameters()],
             "bucket_bytes": torch_bucket_bytes(ddp)}
 
 
-def bench_job(ctx, model: dict, steps: int = 10, warmup: int = 2, reps: int = 3,
-              global_batch: int = 64, bucket_bytes: int = 2 ** 20) -> dict:
-    """Time zeroedu's ddp_bucketed and torch DDP in alternating repetitions (fp32, same data).
+def bench_job(ctx, cfg: dict, warmup: int = 2, reps: int = 3, bucket_bytes: int = 2 ** 20) -> dict:
+    """Time zeroedu's ddp_bucketed and torch DDP in alternating repetitions (same data).
 
     Each step is timed on every rank from a barrier to the end of the optimizer step; the
     parent takes the slowest rank per step, as a synchronous step is as slow as its slowest rank.
     """
     import torch.distributed as tdist
 
-    mcfg = ModelConfig(**model)
-    run = build_run(ctx, RunConfig("ddp_bucketed", ctx.world_size, recipe="fp32", global_batch=global_batch,
-                                   model=mcfg, options={"bucket_bytes": bucket_bytes}))
+    cfg = config_from_dict({**cfg, "strategy": "ddp_bucketed", "options": {"bucket_bytes": bucket_bytes}}).resolved()
+    run = build_run(ctx, cfg)
     ours, ledger = run.strategy, run.ledger
-    ddp, opt = _torch_ddp(mcfg, bucket_bytes, AdamConfig())
-    sl = local_slice(global_batch, ctx.world_size, ctx.rank)
-    batches = [make_batch(s, global_batch, mcfg) for s in range(steps + warmup)]
+    ddp, opt = build_torch_ddp(cfg, bucket_bytes)
+    batches = [local_micro_batches(cfg, s, ctx.rank, ctx.world_size, micro_batches=1)[0]
+               for s in range(cfg.steps + warmup)]
     times = {"zeroedu": [], "torch": []}
     step_no = 0
     for rep in range(reps):
@@ -89,11 +84,11 @@ def bench_job(ctx, model: dict, steps: int = 10, warmup: int = 2, reps: int = 3,
                 t0 = time.perf_counter()
                 if who == "zeroedu":
                     ledger.begin_step(step_no)
-                    ours.forward_backward(x[sl], y[sl])
+                    ours.forward_backward(x, y)
                     ours.step()
                     step_no += 1
                 else:
-                    _torch_step(ddp, opt, x[sl], y[sl])
+                    torch_ddp_step(ddp, opt, x, y)
                 if s >= warmup:
                     times[who].append(time.perf_counter() - t0)
     n = ctx.world_size
@@ -104,7 +99,7 @@ def bench_job(ctx, model: dict, steps: int = 10, warmup: int = 2, reps: int = 3,
         "times": times,
         "psi": psi,
         "zeroedu_sent": float(sum(ledger.comm_by_collective(step_no - 1).values())),
-        "zeroedu_buckets": [b.buffer.numel() * 4 for b in ours.buckets],
+        "zeroedu_buckets": [b.buffer.numel() * b.buffer.element_size() for b in ours.buckets],
         "torch_buckets": torch_buckets,
         # torch DDP all-reduces each bucket once per step: ring bytes from its bucket sizes.
         "torch_sent": float(ring * sum(torch_buckets)) if torch_buckets else float(ring * psi * 4),

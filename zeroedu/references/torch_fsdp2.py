@@ -25,9 +25,9 @@ from contextlib import contextmanager
 
 import torch
 
-from ..models import local_slice, make_batch, make_model, units
+from ..models import units
 from ..train.config import config_from_dict
-from ..train.runner import build_run
+from ..train.runner import build_run, local_micro_batches
 
 
 def build_fully_shard(cfg, world_size):
@@ -36,7 +36,7 @@ def build_fully_shard(cfg, world_size):
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("dp_shard",))
-    model = make_model(cfg.model)
+    model = cfg.model.build()
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
           if cfg.recipe == "mixed-bf16" else MixedPrecisionPolicy())
     if cfg.recipe not in ("fp32", "mixed-bf16"):
@@ -52,19 +52,18 @@ def build_fully_shard(cfg, world_size):
 
 def torch_train_step(model, opt, x, y) -> float:
     opt.zero_grad(set_to_none=True)
-    loss = torch.nn.functional.mse_loss(model(x).float(), y)
+    loss = model.loss(model(x), y)
     loss.backward()
     opt.step()
     return loss.item()
 
 
 def torch_train_steps(ctx, cfg, model, opt, start: int = 0) -> list[float]:
-    """Steps [start, cfg.steps) of torch's model on this rank's slice of the same batches."""
-    sl = local_slice(cfg.global_batch, ctx.world_size, ctx.rank)
+    """Steps [start, cfg.steps) of torch's model on this rank's share of the same batches."""
     losses = []
     for step in range(start, cfg.steps):
-        x, y = make_batch(step, cfg.global_batch, cfg.model)
-        losses.append(torch_train_step(model, opt, x[sl], y[sl]))
+        ((x, y),) = local_micro_batches(cfg, step, ctx.rank, ctx.world_size, micro_batches=1)
+        losses.append(torch_train_step(model, opt, x, y))
     return losses
 
 
@@ -72,7 +71,7 @@ def fully_shard_job(ctx, cfg: dict, track_memory: bool = True) -> dict:
     """Train torch FSDP2 for cfg.steps; losses, final full params (rank 0), FSDPMemTracker peak."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-    cfg = config_from_dict(cfg)
+    cfg = config_from_dict(cfg).resolved()
     model, opt = build_fully_shard(cfg, ctx.world_size)
     tracker = FSDPMemTracker(model, opt) if track_memory else None
     if tracker is not None:
@@ -143,9 +142,8 @@ def patched_collectives(ctx) -> dict:
 def timed_job(ctx, cfg: dict, impl: str, warmup: int = 2) -> dict:
     """Per-step wall times of `impl` ("zeroedu": strategies.build(cfg.strategy), or "torch":
     fully_shard), plus peak bytes and bytes sent per step by this rank."""
-    cfg = config_from_dict(cfg)
-    sl = local_slice(cfg.global_batch, ctx.world_size, ctx.rank)
-    batches = [make_batch(s, cfg.global_batch, cfg.model) for s in range(cfg.steps)]
+    cfg = config_from_dict(cfg).resolved()
+    batches = [local_micro_batches(cfg, s, ctx.rank, ctx.world_size, micro_batches=1)[0] for s in range(cfg.steps)]
     times, out = [], {"rank": ctx.rank}
     torch.distributed.barrier()
     if impl == "torch":
@@ -155,7 +153,7 @@ def timed_job(ctx, cfg: dict, impl: str, warmup: int = 2) -> dict:
                 torch.distributed.barrier()
                 sent.clear()
                 t = time.perf_counter()
-                torch_train_step(model, opt, x[sl], y[sl])
+                torch_train_step(model, opt, x, y)
                 times.append(time.perf_counter() - t)
         out["sent"] = float(sum(sent.values()))  # last step, ring model as zeroedu.runtime.comm counts
     elif impl == "zeroedu":
@@ -165,7 +163,7 @@ def timed_job(ctx, cfg: dict, impl: str, warmup: int = 2) -> dict:
             torch.distributed.barrier()
             ledger.begin_step(s)
             t = time.perf_counter()
-            strat.forward_backward(x[sl], y[sl])
+            strat.forward_backward(x, y)
             strat.step()
             times.append(time.perf_counter() - t)
         out["peak"] = ledger.peak

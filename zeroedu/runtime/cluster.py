@@ -48,13 +48,27 @@ class RankError(RuntimeError):
         super().__init__(msg)
 
 
-def _fn_ref(fn: Callable | str) -> str:
+def fn_ref(fn: Callable | str) -> str:
+    """A function as "module:qualname", the form ranks import it by. A function of a script run
+    as ``__main__`` is named by the script's module (``python -m pkg.mod`` or ``python mod.py``
+    from the script's folder), which the ranks import afresh; a notebook cell's cannot be."""
     if isinstance(fn, str):
         return fn
-    if "<locals>" in fn.__qualname__ or fn.__module__ == "__main__":
+    mod = fn.__module__
+    if mod == "__main__":
+        import sys
+
+        main = sys.modules["__main__"]
+        spec = getattr(main, "__spec__", None)
+        path = getattr(main, "__file__", None)
+        if spec is not None and spec.name and spec.name != "__main__":
+            mod = spec.name
+        elif path and os.path.dirname(os.path.abspath(path)) in [os.path.abspath(p or ".") for p in sys.path]:
+            mod = os.path.splitext(os.path.basename(path))[0]
+    if "<locals>" in fn.__qualname__ or mod == "__main__":
         raise ValueError(f"{fn.__qualname__} must be importable (defined at module level in a "
                          "package), not in a notebook cell or __main__: ranks import it by name")
-    return f"{fn.__module__}:{fn.__qualname__}"
+    return f"{mod}:{fn.__qualname__}"
 
 
 def _mp_context():
@@ -193,7 +207,7 @@ class Pool:
             raise RuntimeError("this pool is closed; start a new one (zeroedu.runtime.cluster.get_pool does)")
         self._job += 1
         job = self._job
-        ref = _fn_ref(fn)
+        ref = fn_ref(fn)
         for q in self._tasks:
             q.put((job, ref, dict(kwargs or {})))
         out: dict[int, Any] = {}
@@ -203,6 +217,9 @@ class Pool:
             if job_id != job:
                 continue
             if kind == "event":
+                # A job that streams is alive: its deadline runs from its latest message, so a
+                # long run is not mistaken for a hung one while a silent rank still is.
+                deadline = max(deadline, time.monotonic() + (timeout or self.timeout))
                 if on_event is not None:
                     on_event(payload)
             elif kind == "result":

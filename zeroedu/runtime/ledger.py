@@ -18,6 +18,11 @@ Model states
     ``model_states()`` is taken at the optimizer step, when parameters, gradients and optimizer
     state are all alive; that is what the closed forms in `zeroedu.theory` predict.
 
+Activations
+    The bytes in category "activation" at the forward/backward boundary (the ``forward end``
+    event: loss computed, backward not started) of the last micro-batch: what autograd keeps
+    for one micro-batch's backward, which `zeroedu.theory.activations` predicts.
+
 Timeline
     ``event(label)`` appends (time, label, bytes by category) and updates the peak. The peak is
     the largest total seen at an event: strategies emit one at every lifecycle step that changes
@@ -107,6 +112,7 @@ class Ledger:
     comm: list[CommRecord] = field(default_factory=list)
     marks: list[tuple[float, str, int]] = field(default_factory=list)
     model_state_bytes: dict[str, int] = field(default_factory=dict)
+    activation_bytes: int = 0  # activations at the last forward/backward boundary (one micro-batch)
     peak: int = 0
     peak_label: str = ""
 
@@ -164,6 +170,8 @@ class Ledger:
     def event(self, label: str) -> Event:
         ev = Event(self.now(), label, self.step, self.bytes_by_category())
         self.events.append(ev)
+        if label == FORWARD_END:
+            self.activation_bytes = ev.bytes["activation"]
         if ev.total > self.peak:
             self.peak, self.peak_label = ev.total, label
         if self.sink is not None:
@@ -218,6 +226,8 @@ class Ledger:
             "optim": optim,
             "total": b.get("param", 0) + b.get("grad", 0) + optim,
             "optim_detail": {c: b.get(c, 0) for c in OPTIM_PARTS},
+            # What autograd saved for backward at the last forward/backward boundary.
+            "activations": self.activation_bytes,
             # Zero-byte entries (a group of one) are dropped, as in the prediction.
             "comm": {k: float(v) for k, v in sorted(self.comm_by_collective().items()) if v},
             "comm_by_axis": {a: {k: float(v) for k, v in sorted(d.items()) if v}

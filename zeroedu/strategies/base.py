@@ -3,26 +3,44 @@ and Adam state allocated up front and registered with the ledger.
 
 A strategy owns the model's parameters on this rank and implements
 
-    forward_backward(x, y) -> local loss   (hooks inside launch its communication)
+    forward_backward(x, y) -> local loss   (one micro-batch; hooks inside launch communication)
     step()                                 (reduce what is left, update, re-gather)
     full_parameters() -> list[Tensor]      (fp32, unsharded; a collective for sharded strategies)
 
 and never prints, times or plots: it tells the ledger what each tensor is and marks lifecycle
 points, and all traffic goes through `dist.comm`.
 
-Construction is the same for every strategy: ``Strategy(model, dist, recipe, adam=None,
-**options)``. Each class lists the options it takes with their defaults in `OPTIONS`; anything
-else is a ValueError before any tensor moves. Sharded strategies keep their units in
-`self.units` (flat buffers, FSDP units), and every unit type says which parameter elements it
-holds through one method, `param_pieces()`; checkpoints are built from that alone.
+Construction is the same for every strategy: ``Strategy(model, dist, recipe, adam=None, *,
+units=None, loss=None, clip_grad_norm=None, **options)``. `units` is the unit policy (the
+modules gathered or bucketed together; default: the model's `units()`, else its top-level
+children that own parameters), `loss` the loss (default: the model's `loss(out, y)`). Each class
+lists the options it takes with their defaults in `OPTIONS`; anything else is a ValueError
+before any tensor moves. Sharded strategies keep their units in `self.units` (flat buffers, FSDP
+units), and every unit type says which parameter elements it holds through one method,
+`param_pieces()`; checkpoints are built from that alone.
+
+Gradient accumulation: K calls of `forward_backward` before one `step()`. Gradients are SUMs
+over ranks and micro-batches; the optimizer takes them times 1/(ranks · K) in fp32
+(`grad_scale`), which equals one big batch because every micro-batch has the same size.
+Inside `no_sync()` a strategy that *can* postpone its gradient communication to the last
+micro-batch does (DDP, ZeRO-1, Megatron, the hybrids' outer axis); ZeRO-2 and ZeRO-3 cannot,
+their full gradients do not outlive a backward, so they reduce every micro-batch and accumulate
+the reduced shards.
+
+Gradient clipping (`clip_grad_norm=C`): the norm of the whole mean gradient from each rank's
+shards, sum of squares per rank, one all-reduce over the axes whose shards are disjoint
+(`norm_axes`; replicas are not counted twice), then every shard times min(1, C/(norm + 1e-6)):
+what `torch.nn.utils.clip_grad_norm_` does on one process.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
+from ..models import check_units
 from ..models import units as model_units
 from ..optim import AdamConfig, adam_update
 from ..recipes import Recipe, get_recipe, torch_dtype
@@ -42,6 +60,13 @@ class DistState:
     comm: Comm
     ledger: Ledger
     outer: Axis | None = None  # dp_outer: replicas / domains, for hybrid strategies
+
+    @property
+    def world(self) -> Axis:
+        """Every rank: the group of a hybrid's one all-reduce over both mesh axes."""
+        if self.outer is None:
+            return self.inner
+        return Axis("world", None, self.world_size, self.rank, tuple(range(self.world_size)))
 
 
 class AdamState:
@@ -92,6 +117,7 @@ class Strategy:
     GRADS_IN_PARAM_DTYPE = False
 
     def __init__(self, model: nn.Module, dist: DistState, recipe: Recipe | str, adam: AdamConfig | None = None,
+                 *, units: list[nn.Module] | None = None, loss=None, clip_grad_norm: float | None = None,
                  **options):
         unknown = sorted(set(options) - set(self.OPTIONS))
         if unknown:
@@ -106,7 +132,16 @@ class Strategy:
             raise ValueError(f"{self.name} reduces gradients in the parameter's dtype; recipe "
                              f"{self.recipe.name} wants {self.recipe.grad} grads for {self.recipe.param} "
                              "params (fp32 grads are megatron_distopt's recipe)")
+        self.loss_fn = loss if loss is not None else getattr(model, "loss", None)
+        if not callable(self.loss_fn):
+            raise ValueError("no loss: pass loss=(out, y) -> scalar, or give the model a loss(out, y) method")
+        if clip_grad_norm is not None and not clip_grad_norm > 0:
+            raise ValueError(f"clip_grad_norm must be > 0 or None, got {clip_grad_norm!r}")
+        self.clip_grad_norm = clip_grad_norm
+        self._unit_policy = units
         self.units: list = []  # sharded strategies: one entry per unit, in unit order
+        self.micro_batches = 0  # backward passes accumulated since the last optimizer step
+        self.require_sync = True  # False inside no_sync()
 
     @property
     def ledger(self) -> Ledger:
@@ -117,26 +152,83 @@ class Strategy:
         return self.dist.comm
 
     def unit_modules(self) -> list[nn.Module]:
-        """The modules communicated as one unit (one FSDP unit / ZeRO bucket each)."""
-        return model_units(self.model)
+        """The modules communicated as one unit (one FSDP unit / ZeRO bucket each), checked:
+        every parameter in exactly one unit (a parameter shared by two units, such as tied
+        embeddings in different units, is refused with a ValueError)."""
+        policy = self._unit_policy if self._unit_policy is not None else model_units(self.model)
+        return check_units(self.model, list(policy))
 
     def tag(self, where: str, payload: str, *detail: str) -> str:
         """A collective's tag, in the package's one format (`zeroedu.runtime.comm.tag`)."""
         return tag(self.name, where, payload, *detail)
 
-    def loss(self, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        # Mean over the local batch; equal local batches make the mean of rank means the global mean.
-        return torch.nn.functional.mse_loss(out.float(), y)
+    # ---------------------------------------------------------------- one micro-batch
+    @contextmanager
+    def no_sync(self):
+        """Backward passes inside accumulate locally where the strategy can postpone its
+        gradient communication to the last micro-batch (see the module docstring)."""
+        old, self.require_sync = self.require_sync, False
+        try:
+            yield
+        finally:
+            self.require_sync = old
 
     def forward_backward(self, x: torch.Tensor, y: torch.Tensor) -> float:
+        self.before_micro_batch()
+        # Float inputs compute in the recipe's parameter dtype; token ids stay integers.
+        x = x.to(self.dist.device, self.param_dtype) if x.is_floating_point() else x.to(self.dist.device)
         with self.ledger.saving_activations():
-            out = self.model(x.to(self.dist.device, self.param_dtype))
-            loss = self.loss(out, y.to(self.dist.device))
+            out = self.model(x)
+            loss = self.loss_fn(out, y.to(self.dist.device))
             self.ledger.event(L.FORWARD_END)
             self.ledger.mark(L.BACKWARD_BEGIN)
             loss.backward()
         self.ledger.mark(L.BACKWARD_END)
+        self.micro_batches += 1
+        self.after_backward()
         return loss.item()
+
+    def before_micro_batch(self) -> None:
+        """Finish what the previous micro-batch left in flight (strategies that need to)."""
+
+    def after_backward(self) -> None:
+        """Reduce what backward's hooks did not (strategies that need to)."""
+
+    # ---------------------------------------------------------------- the update
+    def data_parallel_size(self) -> int:
+        """Ranks whose gradients are summed into each one: N (N·M for the hybrids)."""
+        return self.dist.inner.size
+
+    def grad_scale(self) -> float:
+        # Collectives SUM (gloo has no AVG or PREMUL_SUM); the mean over ranks and micro-batches
+        # is taken here, in fp32 inside the optimizer: dividing low-precision grads first rounds twice.
+        # A step with no backward at all updates from zero gradients, as torch.optim does.
+        return 1.0 / (self.data_parallel_size() * max(self.micro_batches, 1))
+
+    def norm_axes(self) -> list[Axis]:
+        """The axes across which this rank's gradient shards are disjoint (DDP: none)."""
+        return [self.dist.inner]
+
+    @torch.no_grad()
+    def clip_coefficient(self, grads: list[torch.Tensor], scale: float) -> float:
+        """min(1, C / (‖mean gradient‖ + 1e-6)) from this rank's shards: squares summed here,
+        then one all-reduce of one fp32 number over `norm_axes()`."""
+        sq = torch.zeros(1, dtype=torch.float32, device=self.dist.device)
+        for g in grads:
+            sq += g.float().mul(scale).pow(2).sum()
+        for axis in self.norm_axes():
+            self.comm.all_reduce(sq, axis, self.tag("norm", "grads"))
+        norm = float(sq.sqrt())
+        return min(1.0, self.clip_grad_norm / (norm + 1e-6))
+
+    def update(self, grads: list[torch.Tensor]) -> None:
+        """Adam on the optimizer's targets from their reduced gradients: mean over ranks and
+        micro-batches, clipped if asked; then the next step starts counting micro-batches."""
+        scale = self.grad_scale()
+        if self.clip_grad_norm is not None:
+            scale *= self.clip_coefficient(grads, scale)
+        self.optim.step(grads, scale=scale)
+        self.micro_batches = 0
 
     def step(self) -> None:
         raise NotImplementedError

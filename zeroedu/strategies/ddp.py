@@ -4,6 +4,8 @@ Algorithm (PyTorch DDP paper, Li et al. 2020, §3.1 "naive solution"):
   1. forward and backward on this rank's micro-batch; gradients land in `p.grad`;
   2. after backward, all-reduce (SUM) every gradient over the N ranks;
   3. Adam on every parameter with the summed gradient times 1/N.
+Gradient accumulation comes for free: K backward passes sum into `p.grad`, one all-reduce at
+the step (times 1/(N·K)).
 Every rank ends the step with identical parameters, because they start identical and apply
 the same averaged gradient.
 
@@ -38,14 +40,18 @@ class DDP(Strategy):
 
     def step(self):
         axis = self.dist.inner
+        # After the last micro-batch only: K backward passes have summed into p.grad.
         for i, p in enumerate(self.params):
             self.comm.all_reduce(p.grad, axis, self.tag(f"param{i}", "grads"))
         self.ledger.record_model_states()
         with torch.no_grad():
-            self.optim.step([p.grad for p in self.params], scale=1.0 / axis.size)
+            self.update([p.grad for p in self.params])
             for p in self.params:
                 p.grad.zero_()
         self.ledger.event(L.STEP_END)
+
+    def norm_axes(self):
+        return []  # every rank holds the whole summed gradient: its norm needs no communication
 
     def full_parameters(self):
         return [p.detach().float().cpu().clone() for p in self.params]

@@ -25,8 +25,6 @@ changes *when* bytes move, not how many.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 
 from ..runtime import ledger as L
@@ -73,8 +71,6 @@ class DDPBucketed(Strategy):
                 self.bucket_of[i] = b
                 p.register_post_accumulate_grad_hook(self._post_accumulate_hook(i))
         self.optim = AdamState(self.params, self.recipe, self.adam, self.ledger)
-        self.require_sync = True
-        self.micro_batches = 0  # backward passes accumulated since the last optimizer step
         self.next_bucket = 0  # buckets launch strictly in order, the same on every rank
         self.ledger.event("replicas and buckets built")
 
@@ -93,16 +89,7 @@ class DDPBucketed(Strategy):
                        self.dist.device) for k, ids in enumerate(groups)]
 
     # ------------------------------------------------------------------ accumulation
-    @contextmanager
-    def no_sync(self):
-        """Backward passes inside only accumulate into the buckets; no communication."""
-        old, self.require_sync = self.require_sync, False
-        try:
-            yield
-        finally:
-            self.require_sync = old
-
-    def forward_backward(self, x, y):
+    def before_micro_batch(self):
         if any(b.handle is not None for b in self.buckets):
             # The all-reduces of the last backward are still reading the buckets: accumulating
             # into them now would race. Accumulation goes through no_sync() instead.
@@ -112,9 +99,6 @@ class DDPBucketed(Strategy):
             for b in self.buckets:
                 b.reset()
             self.next_bucket = 0
-        loss = super().forward_backward(x, y)
-        self.micro_batches += 1
-        return loss
 
     # ------------------------------------------------------------------ gradient sync
     def _post_accumulate_hook(self, i: int):
@@ -157,13 +141,14 @@ class DDPBucketed(Strategy):
             raise RuntimeError("step() before any forward_backward()")
         self.finish_grad_sync()
         self.ledger.record_model_states()
-        scale = 1.0 / (self.dist.inner.size * self.micro_batches)
         with torch.no_grad():
-            self.optim.step([p.grad for p in self.params], scale=scale)
+            self.update([p.grad for p in self.params])
             for b in self.buckets:
                 b.buffer.zero_()
-        self.micro_batches = 0
         self.ledger.event(L.STEP_END)
+
+    def norm_axes(self):
+        return []  # every rank holds the whole summed gradient
 
     def full_parameters(self):
         return [p.detach().float().cpu().clone() for p in self.params]

@@ -30,6 +30,8 @@ and override `post_backward` to reduce the returned grad shard over dp_outer.
 """
 from __future__ import annotations
 
+import torch
+
 from .flat import FlatUnit
 from .fsdp_units import FSDPStrategy, Unit
 
@@ -54,8 +56,12 @@ class FlatParamUnit(Unit):
         return [self.comm.all_gather(self.leaves[0].data, self.shards[0], self.axis,
                                      self.tag(self.name, "params"), async_op=True)]
 
-    def _reduce_scatter(self, full_grads):
-        self.comm.reduce_scatter(self.grad_shards[0], full_grads[0], self.axis, self.tag(self.name, "grads"))
+    def _reduce_scatter(self, full_grads, accumulate):
+        (shard,) = self.grad_shards
+        out = self.ledger.track(torch.empty_like(shard), "comm_buffer") if accumulate else shard
+        self.comm.reduce_scatter(out, full_grads[0], self.axis, self.tag(self.name, "grads"))
+        if accumulate:
+            shard.add_(out)
 
     def _views(self):
         return self.flat.param_views()

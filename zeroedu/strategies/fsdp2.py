@@ -64,12 +64,13 @@ class Dim0Unit(Unit):
                                      self.tag(self.name, "params", f"param{j}"), async_op=True)
                 for j, (leaf, sh, c) in enumerate(zip(self.leaves, self.shards, self.chunk_rows))]
 
-    def _reduce_scatter(self, full_grads):
+    def _reduce_scatter(self, full_grads, accumulate):
         for j, (g, gs, c) in enumerate(zip(full_grads, self.grad_shards, self.chunk_rows)):
-            out = gs if gs.shape[0] == c else self.ledger.track(g.new_empty((c, *g.shape[1:])), "comm_buffer")
+            direct = gs.shape[0] == c and not accumulate
+            out = gs if direct else self.ledger.track(g.new_empty((c, *g.shape[1:])), "comm_buffer")
             self.comm.reduce_scatter(out, g, self.axis, self.tag(self.name, "grads", f"param{j}"))
-            if out is not gs:
-                gs.copy_(out[:gs.shape[0]])  # drop the wire padding
+            if not direct:  # drop the wire padding; add to the sum of earlier micro-batches
+                (gs.add_ if accumulate else gs.copy_)(out[:gs.shape[0]])
 
     def _views(self):
         return [leaf[:shape[0]] for leaf, shape in zip(self.leaves, self.shapes)]

@@ -21,6 +21,14 @@ the root's parameters (FSDP2 sets reshard_after_forward=False for the root's own
 all-gather per unit less (2Ψ instead of 3Ψ), all full parameters alive at the forward/backward
 boundary (ZeRO-2's memory for parameters).
 
+Gradient accumulation: every micro-batch goes through the whole lifecycle (all-gathers and a
+reduce-scatter per unit: K times the bytes per optimizer step); from the second micro-batch on
+the reduced chunks are added to the grad shards instead of overwriting them.
+
+Activation recompute (`zeroedu.models.recompute`) re-runs a unit's forward inside its own
+backward, after pre_backward has gathered its parameters again: the re-run needs no extra
+all-gather (with reshard_after_forward=True the backward all-gather is already in the 3Ψ).
+
 `limit_all_gathers=k` caps how many units may be unsharded (all-gather issued and not yet
 freed) at once; a prefetch that would exceed it is skipped and that unit gathers when it is
 needed. It bounds the "+ prefetched unit" on top of the current one (FSDP1's rate limiter).
@@ -29,7 +37,7 @@ Subclasses say how a unit stores its parameters (`Unit`: `_all_gather`, `_reduce
 `_views`, `param_pieces`) and how to shard the strategy (`FSDPStrategy.make_unit`,
 `shard_axis`, `pad_multiple`). Hybrid strategies override `post_backward` (it returns the
 reduced grad shards, ready to be all-reduced or reduce-scattered over dp_outer) and
-`build_optimizer` / `grad_scale`.
+`build_optimizer` / `data_parallel_size`.
 """
 from __future__ import annotations
 
@@ -107,8 +115,9 @@ class Unit:
         """Start the all-gather(s) into the leaves' (re-allocated) storage; return handles."""
         raise NotImplementedError
 
-    def _reduce_scatter(self, full_grads: list[torch.Tensor]) -> None:
-        """SUM-reduce-scatter the full gradients (grad dtype) into `grad_shards`."""
+    def _reduce_scatter(self, full_grads: list[torch.Tensor], accumulate: bool) -> None:
+        """SUM-reduce-scatter the full gradients (grad dtype) into `grad_shards`, or, with
+        `accumulate` (a later micro-batch of the step), add the reduced chunks to them."""
         raise NotImplementedError
 
     def _views(self) -> list[torch.Tensor]:
@@ -152,7 +161,7 @@ class Unit:
         for (mod, attr), view in zip(self.slots, self._views()):
             setattr(mod, attr, view)
 
-    def reduce_grads(self) -> list[torch.Tensor]:
+    def reduce_grads(self, accumulate: bool = False) -> list[torch.Tensor]:
         full = []
         for leaf in self.leaves:
             g = leaf.grad
@@ -161,7 +170,7 @@ class Unit:
             full.append(self.ledger.track(g if g.dtype == self.grad_dtype else g.to(self.grad_dtype),
                                           "comm_buffer"))
         self.ledger.event(f"unit {self.index} post_backward")
-        self._reduce_scatter(full)
+        self._reduce_scatter(full, accumulate)
         return self.grad_shards
 
     def full_parameters(self) -> list[torch.Tensor]:
@@ -197,7 +206,8 @@ class FSDPStrategy(Strategy):
             for leaf in u.leaves:
                 leaf.register_post_accumulate_grad_hook(lambda _t, u=u: self._leaf_grad_ready(u))
         self.optim = self.build_optimizer()
-        self._reduced: set[int] = set()  # units whose post_backward ran this step
+        self._reduced: set[int] = set()  # units whose post_backward ran this micro-batch
+        self._shards_hold_sum = False  # True once a micro-batch of this step has been reduced
         self.ledger.event("units sharded")
 
     # ---------------------------------------------------------------- what subclasses choose
@@ -212,11 +222,6 @@ class FSDPStrategy(Strategy):
 
     def build_optimizer(self) -> AdamState:
         return AdamState([s for u in self.units for s in u.shards], self.recipe, self.adam, self.ledger)
-
-    def grad_scale(self) -> float:
-        # The reduce-scatter SUMs over the shard axis; the mean over ranks is taken in fp32 inside
-        # the optimizer (gloo has no AVG, and dividing low-precision grads first rounds twice).
-        return 1.0 / self.axis.size
 
     # ---------------------------------------------------------------- lifecycle hooks
     def _prefetch(self, j: int) -> None:
@@ -261,12 +266,12 @@ class FSDPStrategy(Strategy):
     def post_backward(self, u: Unit) -> list[torch.Tensor]:
         """Reduce-scatter the unit's gradients (SUM over the shard axis), reshard; return the
         grad shards (a hybrid subclass reduces them further over dp_outer)."""
-        shards = u.reduce_grads()
+        shards = u.reduce_grads(accumulate=self._shards_hold_sum)
         u.reshard()
         return shards
 
     def reduce_unused_units(self) -> None:
-        """A unit that got no (or partial) gradient this step, e.g. frozen or unused, still
+        """A unit that got no (or partial) gradient this micro-batch, e.g. frozen or unused, still
         joins its collectives, with zeros, in a fixed order on every rank: otherwise a peer
         that did get gradients would wait in a reduce-scatter nobody matches, and Adam would
         apply last step's grad shards again."""
@@ -279,18 +284,30 @@ class FSDPStrategy(Strategy):
                 self.post_backward(u)
         self._reduced.clear()
 
-    def finish_grad_sync(self) -> None:
-        """Inner reductions run synchronously inside post_backward; only units that got no
-        gradient are left to reduce."""
+    def after_backward(self) -> None:
+        # Inner reductions run synchronously inside post_backward, every micro-batch (the full
+        # gradient does not outlive it); units that got no gradient join with zeros now.
         self.reduce_unused_units()
+        self._shards_hold_sum = True
+
+    def finish_grad_sync(self) -> None:
+        """Everything inner is reduced by the end of each backward; hybrids wait for their
+        outer reductions here. A step with no backward at all reduces zeros for every unit
+        (so no rank applies last step's shards again)."""
+        if self.micro_batches == 0:
+            self.reduce_unused_units()
 
     # ---------------------------------------------------------------- step
     def step(self):
         self.finish_grad_sync()
         self.ledger.record_model_states()
         with torch.no_grad():
-            self.optim.step([g for u in self.units for g in u.grad_shards], scale=self.grad_scale())
+            self.update(self.grads_for_optimizer())
+        self._shards_hold_sum = False
         self.ledger.event(L.STEP_END)
+
+    def grads_for_optimizer(self) -> list[torch.Tensor]:
+        return [g for u in self.units for g in u.grad_shards]
 
     def full_parameters(self):
         return [p for u in self.units for p in u.full_parameters()]

@@ -29,7 +29,11 @@ crossing domains; `zeroedu.theory.hybrid` compares the three).
 Communication per rank per step: inner as FSDP1 (all-gather ΨP twice, reduce-scatter ΨG, over
 N); outer HSDP: all-reduce of the (Ψ/N)G grad shard, 2(M-1)/M of it; HFSDP: reduce-scatter of
 the (Ψ/N)G shard + all-gather of the (Ψ/N)P shard, (M-1)/M of each: the same bytes when P = G,
-but the optimizer state is M times smaller. Outer traffic happens once per step, after backward.
+but the optimizer state is M times smaller. Outer traffic happens once per optimizer step: each
+unit's outer reduction starts in its post_backward of the step's last micro-batch (inside
+`no_sync()` the outer axis waits, while the inner axis reduces every micro-batch, as FSDP must).
+Gradient clipping: HSDP's shards repeat across domains, so the squared norm is all-reduced over
+dp_shard only; HFSDP's optimizer sub-chunks are disjoint across both axes, so over the world.
 """
 from __future__ import annotations
 
@@ -56,13 +60,14 @@ class HSDP(FSDP1):
         # N·M, so the inner chunk c = padded/N is itself a multiple of M (HFSDP cuts it again).
         return self.shard_axis().size * self.outer.size
 
-    def grad_scale(self) -> float:
+    def data_parallel_size(self) -> int:
         # SUM over dp_shard, then SUM over dp_outer: the mean needs 1/(N·M), taken in fp32.
-        return 1.0 / (self.axis.size * self.outer.size)
+        return self.axis.size * self.outer.size
 
     def post_backward(self, u):
         shards = super().post_backward(u)  # inner reduce-scatter, reshard
-        self.start_outer_sync(u, shards)
+        if self.require_sync:  # accumulation: the outer axis waits for the step's last micro-batch
+            self.start_outer_sync(u, shards)
         return shards
 
     def start_outer_sync(self, u, shards):
@@ -72,7 +77,7 @@ class HSDP(FSDP1):
                 g, self.outer, self.tag(u.name, "grads", "outer"), async_op=True))
 
     def finish_grad_sync(self):
-        super().finish_grad_sync()  # units without gradients join the inner and outer reductions
+        super().finish_grad_sync()
         for h in self.outer_handles:
             h.wait()
         self.outer_handles = []
@@ -104,15 +109,21 @@ class HFSDP(HSDP):
         self.outer_handles.append(self.comm.reduce_scatter(
             out, g, self.outer, self.tag(u.name, "grads", "outer"), async_op=True))
 
+    def norm_axes(self):
+        # Each rank's optimizer sub-chunk is disjoint from every other rank's: one all-reduce
+        # over the whole world (both mesh axes) adds each element's square exactly once.
+        return [self.dist.world]
+
     def step(self):
         self.finish_grad_sync()
         self.ledger.record_model_states()
         with torch.no_grad():
-            self.optim.step(self.outer_grads, scale=self.grad_scale())
+            self.update(self.outer_grads)
             self.outer_grads = [None] * len(self.units)  # drop the reduced sub-chunks
             for u in self.units:
                 (s,) = u.shards
                 # Our sub-chunk of the param shard was just updated; fetch the other M-1.
                 mine = self.ledger.track(self._sub(s).clone(), "comm_buffer")
                 self.comm.all_gather(s, mine, self.outer, self.tag(u.name, "params", "outer"))
+        self._shards_hold_sum = False
         self.ledger.event(L.STEP_END)

@@ -35,8 +35,10 @@ Communication per rank per step: reduce-scatter of the padded gradient buffer in
 (Ψ·4 with fp32 grads) plus all-gather of the padded parameter buffer in P bytes (Ψ·2), each
 (N-1)/N of that under the ring. Reducing in fp32 costs twice the bytes of bf16, for accuracy.
 No loss scaling is applied with ``fp16`` (the model is small and well-conditioned).
-Gradient accumulation over micro-batches is not implemented: a second backward before
-``step()`` raises, since the first one's reduce-scatters are still reading the buffer.
+Gradient accumulation: the fp32 gradient buffer is the accumulator. Inside `no_sync()` the
+hooks only add into it; the step's last micro-batch launches the reduce-scatters as usual, so
+gradients cross the wire once per optimizer step (as Megatron-Core's `no_sync`). A backward
+after a synchronised one and before `step()` raises: its reduce-scatters are reading the buffer.
 """
 from __future__ import annotations
 
@@ -73,13 +75,13 @@ class MegatronDistOpt(Strategy):
         self.optim = AdamState([u.param_shard for u in self.units], self.recipe, self.adam, self.ledger)
         self.ledger.event("buffers built")
 
-    def forward_backward(self, x, y):
+    def before_micro_batch(self):
         if any(h is not None for h in self.handles):
             # A reduce-scatter launched by the last backward is still reading the fp32 buffer:
-            # a second backward would add into it mid-flight. No gradient accumulation here.
-            raise RuntimeError("megatron_distopt reduces gradients during backward: call step() "
-                               "after each backward (gradient accumulation is not implemented)")
-        return super().forward_backward(x, y)
+            # a second backward would add into it mid-flight.
+            raise RuntimeError("megatron_distopt: call step() after a synchronised backward "
+                               "(accumulate micro-batches inside no_sync())")
+        self.pending = [len(u.params) for u in self.units]
 
     # ------------------------------------------------------------------ backward hooks
     def _make_grad_hook(self, k, i):
@@ -92,7 +94,7 @@ class MegatronDistOpt(Strategy):
                 unit.grad_view(i).add_(p.grad)
             p.grad = None
             self.pending[k] -= 1
-            if self.pending[k] == 0 and self.overlap_grad_reduce:
+            if self.pending[k] == 0 and self.overlap_grad_reduce and self.require_sync:
                 self.start_grad_sync(k)
 
         return hook
@@ -123,8 +125,8 @@ class MegatronDistOpt(Strategy):
         self.finish_grad_sync()
         self.ledger.record_model_states()
         with torch.no_grad():
-            # Adam on the local range only; SUM then 1/N in fp32 inside AdamState.
-            self.optim.step([u.grad_shard for u in self.units], scale=1.0 / ax.size)
+            # Adam on the local range only; SUM then 1/(N·K) in fp32 inside AdamState.
+            self.update([u.grad_shard for u in self.units])
             for unit in self.units:
                 # Our chunk of the param buffer now holds the updated (cast) weights; gather the
                 # rest. The input is a copy so the collective's input and output do not alias.

@@ -12,7 +12,8 @@ Algorithm (ZeRO paper, Rajbhandari et al. 2019, §5.1 "P_os", communication in �
   4. `unshard`: all-gather every unit's parameter chunks, so all ranks hold the new parameters.
 
 Memory per rank: (P + G)Ψ + KΨ/N = 4Ψ + 12Ψ/N with `mixed-bf16`, Ψ counted with padding.
-The full gradient buffer stays allocated; freeing it is ZeRO-2 (`zero2.py`).
+The full gradient buffer stays allocated; freeing it is ZeRO-2 (`zero2.py`). It is also the
+accumulator: with K micro-batches the gradients sum into it and phase 1 runs once, at the step.
 
 Communication per rank: reduce-scatter of the Ψ·G gradient bytes plus all-gather of the Ψ·P
 parameter bytes, each sending (N-1)/N of its buffer under the ring: 2(N-1)/N·Ψ·2 bytes with
@@ -88,7 +89,7 @@ class ZeRO1(Strategy):
         self.ledger.record_model_states()
         with torch.no_grad():
             # Phase 2: Adam on the own chunk; masters are cast back into the parameter buffer.
-            self.optim.step([u.grad_shard for u in self.units], scale=1.0 / self.dist.inner.size)
+            self.update([u.grad_shard for u in self.units])
         # Phase 3: everyone gets everyone's updated chunk.
         self.unshard()
         self.zero_grad()

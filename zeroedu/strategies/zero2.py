@@ -20,10 +20,16 @@ reduce-scatter is done, so at most a few units' worth is alive at once.
 Communication per rank: the same as ZeRO-1, reduce-scatter of Ψ·G + all-gather of Ψ·P bytes,
 2(N-1)/N·Ψ·2 bytes with bf16; only the reduce-scatter moved into backward, where it overlaps
 the gradient computation of earlier layers.
-No gradient accumulation over micro-batches here: the full gradient does not outlive one
-backward (accumulating would mean accumulating the shards after each reduce-scatter).
+
+Gradient accumulation (K micro-batches): the full gradient does not outlive one backward, so
+every micro-batch reduce-scatters (K·ΨG on the wire per optimizer step, the all-gather still
+once) and the reduced chunks are summed into the persistent shard: the first micro-batch's
+reduce-scatter writes the shard directly, later ones write a temporary chunk that is added to
+it once their collective has finished. `no_sync()` changes nothing here.
 """
 from __future__ import annotations
+
+import torch
 
 from ..runtime import ledger as L
 from .zero1 import ZeRO1
@@ -34,7 +40,8 @@ class ZeRO2(ZeRO1):
 
     def init_grads(self) -> None:
         self._pending: list[int] = []
-        self._handles: dict[int, object] = {}
+        self._inflight: dict[int, tuple] = {}  # unit -> (handle, chunk to add into the shard or None)
+        self._shards_hold_sum = False  # True once a micro-batch of this step has been reduced
         for k, u in enumerate(self.units):
             u.alloc_grad_shard()  # persistent: only this rank's chunk outlives backward
             for p in u.params:
@@ -66,42 +73,54 @@ class ZeRO2(ZeRO1):
         return hook
 
     def post_backward(self, k: int) -> None:
+        """Launch unit k's reduce-scatter: into the shard itself on the step's first
+        micro-batch, else into a temporary chunk that `free_finished` adds to the shard."""
         u = self.units[k]
         self.ledger.mark(f"{u.name} grads ready")
-        self._handles[k] = self.reduce_grads(u)
+        extra = None
+        if self._shards_hold_sum:  # a later micro-batch: the shard holds a sum already
+            extra = self.ledger.track(torch.empty_like(u.grad_shard), "comm_buffer")
+        self._inflight[k] = (self.reduce_grads(u, extra), extra)
+
+    def reduce_grads(self, u, out=None):
+        return self.comm.reduce_scatter(u.grad_shard if out is None else out, u.grad_buffer, self.dist.inner,
+                                        self.tag(u.name, "grads"), async_op=True)
 
     def free_finished(self, wait: bool = False) -> None:
         """Free the full buffers of units whose reduce-scatter is done (or wait for all)."""
-        for k in list(self._handles):
-            h = self._handles[k]
+        for k in list(self._inflight):
+            h, extra = self._inflight[k]
             if not wait and not h.done():
                 continue
             h.wait()
+            if extra is not None:
+                self.units[k].grad_shard.add_(extra)
             # The work object references the buffer too: drop it with the views, or the
             # memory would stay allocated although the ledger no longer sees the buffer.
-            del self._handles[k]
+            del self._inflight[k], h, extra
             self.units[k].free_grad()
             self.ledger.event(f"{self.units[k].name} full grad freed")
 
-    # ------------------------------------------------------------------ step
-    def forward_backward(self, x, y):
-        if self._handles or any(u.grad_buffer is not None for u in self.units):
-            raise RuntimeError("zero2 does not accumulate gradients: call step() after each backward")
+    # ------------------------------------------------------------------ micro-batches
+    def before_micro_batch(self):
+        self.free_finished(wait=True)  # the previous micro-batch's chunks are in the shards
         self._reset_counts()
-        return super().forward_backward(x, y)
 
-    def finish_grad_sync(self) -> None:
+    def after_backward(self) -> None:
         # A unit none of whose parameters got a gradient still takes part in the collective,
         # with zeros, so every rank issues the same reduce-scatters in the same order.
         for k in reversed(range(len(self.units))):
-            if k not in self._handles and self._pending[k] > 0:
+            if k not in self._inflight and self._pending[k] > 0:
                 if self.units[k].grad_buffer is None:
                     self.units[k].alloc_grad()
                 self._pending[k] = 0
                 self.post_backward(k)
+        self._shards_hold_sum = True
+
+    def finish_grad_sync(self) -> None:
         self.free_finished(wait=True)
         self.ledger.mark(L.GRADS_SYNCED)
 
     def zero_grad(self) -> None:
-        # The reduce-scatter overwrites the shards each step, and the full buffers are gone.
-        pass
+        # The step's first reduce-scatter overwrites the shards, and the full buffers are gone.
+        self._shards_hold_sum = False

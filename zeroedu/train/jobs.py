@@ -1,7 +1,5 @@
 """Rank jobs the notebooks and tests use beyond `zeroedu run`, each built on `runner`.
 
-* `accumulation_job`: ``ddp_bucketed`` with K micro-batches per step, K-1 of them under
-  `no_sync()`; must equal one big batch (single-process `reference`).
 * `fsdp2_state_dict_job`: train FSDP2 for a few steps, then take its *local* state dict
   (`FSDP2.local_state_dict`), recording how many bytes that sends (none), next to the gathered
   full parameters for comparison. `stitch_local_state_dicts` puts the N shards back together
@@ -16,34 +14,8 @@ from fractions import Fraction
 
 import torch
 
-from ..models import local_slice, make_batch
 from .config import config_from_dict
 from .runner import build_run, train_steps
-
-
-def accumulation_job(ctx, cfg: dict, micro_batches: int) -> dict:
-    """ddp_bucketed with gradient accumulation: the local batch cut into K micro-batches."""
-    cfg = replace(config_from_dict(cfg), strategy="ddp_bucketed")
-    run = build_run(ctx, cfg)
-    strat, ledger, sl = run.strategy, run.ledger, run.batch_slice
-    # Equal micro-batches, so the mean of the K micro-batch means is the local batch mean.
-    local_slice(sl.stop - sl.start, micro_batches, 0)
-    losses, comm = [], []
-    for step in range(cfg.steps):
-        ledger.begin_step(step)
-        x, y = make_batch(step, cfg.global_batch, cfg.model)
-        xs, ys = x[sl].chunk(micro_batches), y[sl].chunk(micro_batches)
-        micro = []
-        for k in range(micro_batches):
-            if k < micro_batches - 1:
-                with strat.no_sync():
-                    micro.append(strat.forward_backward(xs[k], ys[k]))
-            else:
-                micro.append(strat.forward_backward(xs[k], ys[k]))
-        strat.step()
-        losses.append(sum(micro) / micro_batches)
-        comm.append({op: float(b) for op, b in ledger.comm_by_collective(step).items()})
-    return {"losses": losses, "comm": comm, "params": strat.full_parameters()}
 
 
 def fsdp2_state_dict_job(ctx, cfg: dict) -> dict:

@@ -12,22 +12,28 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .. import theory
-from ..models import make_model, unit_shapes
+from ..models import unit_shapes
+from ..recipes import get_recipe
 from ..runtime import analysis, cluster
 from .config import RunConfig, config_from_dict, config_to_dict
 from .reference import reference
 from .runner import build_run, train_steps
 
 
-def predicted(cfg: RunConfig, rank: int) -> dict[str, Any]:
+def predicted(cfg: RunConfig, rank: int, cuda: bool = False) -> dict[str, Any]:
     """The closed forms, exact mode, for this model and this rank."""
-    shapes = unit_shapes(make_model(cfg.model))
+    cfg = cfg.resolved()
+    shapes = unit_shapes(cfg.model.build())
     # The closed forms index a rank by its place on the sharding (inner) axis; with the mesh's
     # inner ranks contiguous, that is the global rank mod N.
     ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=rank % cfg.n, recipe=cfg.recipe)
     comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe,
                              **theory_comm_options(cfg))
     d = ms.as_dict()
+    # One micro-batch's saved tensors, in the recipe's parameter dtype (what the model computes
+    # in); LayerNorm statistics are fp32 on CUDA. None: no closed form for this model.
+    d["activations"] = cfg.model.activation_bytes(cfg.micro_batch_size, get_recipe(cfg.recipe).param_bytes,
+                                                  cfg.recompute, ln_stats_bytes=4 if cuda else None)
     d["comm"] = {k: float(v) for k, v in sorted(comm.by_collective().items()) if v}
     d["comm_by_axis"] = {a: {k: float(v) for k, v in sorted(c.items()) if v}
                          for a, c in sorted(comm.items()) if any(c.values())}
@@ -35,7 +41,7 @@ def predicted(cfg: RunConfig, rank: int) -> dict[str, Any]:
 
 
 def theory_comm_options(cfg: RunConfig) -> dict:
-    opts = {}
+    opts = {"micro_batches": cfg.micro_batches, "clip": cfg.clip_grad_norm is not None}
     if "reshard_after_forward" in cfg.options:
         opts["reshard_after_forward"] = cfg.options["reshard_after_forward"]
     return opts
@@ -51,7 +57,7 @@ def train_job(ctx, cfg: dict) -> dict:
     out = {
         "rank": ctx.rank,
         "measured": ledger.measured(),
-        "predicted": predicted(cfg, ctx.rank),
+        "predicted": predicted(cfg, ctx.rank, cuda=ctx.device.startswith("cuda")),
         "peak": ledger.peak,
         "peak_label": ledger.peak_label,
         "losses": losses,
@@ -87,6 +93,7 @@ def run(cfg: RunConfig, *, pool: cluster.Pool | None = None, on_event: Callable 
 
 
 def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
+    cfg = cfg.resolved()
     ref_losses, ref_params = reference(cfg)
     n = len(ranks)
     for r in ranks:  # share of gradient communication hidden behind backward (a measurement)
@@ -99,6 +106,11 @@ def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
         "m": cfg.m,
         "recipe": cfg.recipe,
         "steps": cfg.steps,
+        "model": cfg.model.name,
+        "global_batch": cfg.global_batch,
+        "micro_batches": cfg.micro_batches,
+        "recompute": cfg.recompute,
+        "clip_grad_norm": cfg.clip_grad_norm,
         "options": dict(cfg.options),
         "psi": sum(p.numel() for p in ref_params),
         "ranks": ranks,
@@ -108,6 +120,9 @@ def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
             "model_states": all(_states_match(r) for r in ranks),
             "comm": all(r["measured"]["comm"] == r["predicted"]["comm"]
                         and r["measured"]["comm_by_axis"] == r["predicted"]["comm_by_axis"] for r in ranks),
+            # None where the model has no closed form (a custom model): measured only.
+            "activations": (None if any(r["predicted"]["activations"] is None for r in ranks) else
+                            all(r["measured"]["activations"] == r["predicted"]["activations"] for r in ranks)),
         },
     }
     if ranks and "params" in ranks[0]:

@@ -1,22 +1,26 @@
 """The rank side of every training job: build one run on this rank, then train it step by step.
 
 Every job that trains with a zeroedu strategy goes through these two functions (the `zeroedu
-run` job below, checkpoint save/resume, the torch comparisons, the notebook jobs), so each of
-them runs every strategy, hybrids included:
+run` job, checkpoint save/resume, the torch comparisons, the notebook jobs), so each of them
+runs every strategy, hybrids included, with every run option:
 
 * `build_run(ctx, cfg)`: the distributed state for the configuration (the flat world axis, or
   the M x N mesh's two axes for hybrid strategies), a fresh ledger and comm, the model built
-  from its seed, and the strategy;
-* `train_steps(run, start, stop)`: steps [start, stop) on this rank's slice of each global
-  batch, each step marked in the ledger; returns the local losses.
+  from its seed (with activation recompute applied if asked), and the strategy;
+* `train_steps(run, start, stop)`: optimizer steps [start, stop); each takes this rank's slice
+  of the step's global batch, cut into K micro-batches (K-1 of them inside `no_sync()`), and
+  returns the mean of the micro-batch losses.
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
+import torch
+
 from ..catalog import get_spec
-from ..models import local_slice, make_batch, make_model
+from ..models import apply_recompute, local_slice
 from ..recipes import get_recipe
 from ..runtime.comm import Comm
 from ..runtime.ledger import Ledger
@@ -39,6 +43,20 @@ class RankRun:
     def batch_slice(self) -> slice:
         return local_slice(self.cfg.global_batch, self.ctx.world_size, self.ctx.rank)
 
+    def micro_batches(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return local_micro_batches(self.cfg, step, self.ctx.rank, self.ctx.world_size)
+
+
+def local_micro_batches(cfg: RunConfig, step: int, rank: int, world_size: int,
+                        micro_batches: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Rank `rank`'s K micro-batches of the step's global batch, each a tensor of its own: a
+    slice would keep the whole global batch's storage alive, and autograd saves inputs and
+    targets (the activation ledger would count the global batch)."""
+    x, y = cfg.model.batch(step, cfg.global_batch)
+    sl = local_slice(cfg.global_batch, world_size, rank)
+    k = cfg.micro_batches if micro_batches is None else micro_batches
+    return [(a.clone(), b.clone()) for a, b in zip(x[sl].chunk(k), y[sl].chunk(k))]
+
 
 def dist_state(ctx, cfg: RunConfig, ledger: Ledger) -> DistState:
     """The axes this rank communicates on: the world, or (dp_outer, dp_shard) of the mesh."""
@@ -51,10 +69,29 @@ def dist_state(ctx, cfg: RunConfig, ledger: Ledger) -> DistState:
 
 def build_run(ctx, cfg: RunConfig, sink: Callable[[dict], None] | None = None) -> RankRun:
     """Ledger, distributed state, model (same seed on every rank) and strategy for `cfg`."""
+    cfg = cfg.resolved()
     ledger = Ledger(ctx.rank, sink=sink)
     dist = dist_state(ctx, cfg, ledger)
-    strategy = build(cfg.strategy, make_model(cfg.model), dist, get_recipe(cfg.recipe), cfg.adam, **cfg.options)
+    model = cfg.model.build()
+    if cfg.recompute != "none":
+        apply_recompute(cfg.model.recompute_modules(model, cfg.recompute),
+                        on_rerun=lambda k: ledger.mark(f"recompute {k}"))
+    strategy = build(cfg.strategy, model, dist, get_recipe(cfg.recipe), cfg.adam,
+                     clip_grad_norm=cfg.clip_grad_norm, **cfg.options)
     return RankRun(cfg, ctx, ledger, dist, strategy)
+
+
+def train_step(run: RankRun, step: int) -> float:
+    """One optimizer step: K micro-batches (the first K-1 inside `no_sync()`), then `step()`."""
+    strategy = run.strategy
+    run.ledger.begin_step(step)
+    micro = run.micro_batches(step)
+    losses = []
+    for k, (x, y) in enumerate(micro):
+        with strategy.no_sync() if k < len(micro) - 1 else nullcontext():
+            losses.append(strategy.forward_backward(x, y))
+    strategy.step()
+    return sum(losses) / len(losses)
 
 
 def train_steps(run: RankRun, start: int = 0, stop: int | None = None,
@@ -62,16 +99,14 @@ def train_steps(run: RankRun, start: int = 0, stop: int | None = None,
                 after_step: Callable[[int], None] | None = None) -> list[float]:
     """Train steps [start, stop) (default: to cfg.steps); return this rank's local losses.
     `before_step(step)` / `after_step(step)` let a job act around a step (a checkpoint save,
-    an injected fault) without writing its own loop."""
-    cfg, sl = run.cfg, run.batch_slice
+    an injected fault, a timer) without writing its own loop."""
     losses = []
-    for step in range(start, cfg.steps if stop is None else stop):
+    for step in range(start, run.cfg.steps if stop is None else stop):
         if before_step is not None:
             before_step(step)
-        run.ledger.begin_step(step)
-        x, y = make_batch(step, cfg.global_batch, cfg.model)
-        losses.append(run.strategy.forward_backward(x[sl], y[sl]))
-        run.strategy.step()
+        losses.append(train_step(run, step))
+        # A small message per step: the parent shows progress and knows the ranks are alive.
+        run.ctx.emit({"kind": "progress", "rank": run.ctx.rank, "step": step, "loss": losses[-1]})
         if after_step is not None:
             after_step(step)
     return losses

@@ -92,6 +92,7 @@ class RunPanel:
         from ...runtime.cluster import RankError
         from ...train import predicted, run
         from ..nbtools import match_table
+        from ..report import all_match
 
         message(self.message, "")
         self.table.value = ""
@@ -127,7 +128,7 @@ class RunPanel:
         self.events = {r["rank"]: r["timeline"]["events"] for r in report["ranks"]}
         self._draw(f"{report['strategy']}, N={report['n']}, {report['recipe']}: memory per rank "
                    "(dashed: predicted model states)")
-        ok = report["match"]["model_states"] and report["match"]["comm"]
+        ok = all_match(report)
         self.status.value = (f"done in {time.perf_counter() - t0:.2f} s: {self.events_received} events streamed; "
                              f'predicted vs measured — match: <b style="{OK_STYLE if ok else BAD_STYLE}">{ok}</b>')
         self.table.value = match_table(report).html

@@ -1,0 +1,300 @@
+"""Activation memory in closed form: zeroedu's own models exactly, and Korthikanti et al. 2022.
+
+Pure Python (no torch): every function takes sizes and returns integer bytes.
+
+"Activations" are the tensors autograd saves for backward, measured at the forward/backward
+boundary (loss computed, backward not started) for one micro-batch, each storage once, parameters
+excluded: what `zeroedu.runtime.ledger.Ledger.saving_activations` counts. The tests check
+formula == measurement byte for byte (`tests/test_activations.py`).
+
+Notation: B sequences × S tokens, T = B·S; D = d_model, H = n_heads, L = n_layers, r = mlp_ratio,
+V = vocab; a = bytes of one activation element (4 fp32, 2 bf16 / fp16: the recipe's parameter
+dtype, which the model computes in); m = bytes of one LayerNorm mean/rstd element
+(`ln_stats_bytes`: torch's CPU kernel keeps them in the input dtype, m = a; its CUDA kernel in
+fp32, m = 4).
+
+Korthikanti et al. 2022 = V. Korthikanti, J. Casper, S. Lym, L. McAfee, M. Andersch, M. Shoeybi,
+B. Catanzaro, "Reducing Activation Recomputation in Large Transformer Models", arXiv:2205.05198
+(MLSys 2023). Their symbols: s sequence, b micro-batch, h hidden, a heads, v vocabulary, t tensor-
+and p pipeline-parallel size. Their assumptions (§4, before §4.1): "activations" are tensors
+created in forward and needed in backward, dropout masks included, parameters and optimizer
+state excluded; 16-bit activations (2 bytes), 1-byte dropout masks; small buffers ignored, in
+particular LayerNorm's mean and variance ("we only include sbh, not sbh + 2sb").
+Where their numbers are: §4.1 and Eq. (1), per layer without model parallelism; §4.2.1 Eq. (2)
+tensor parallel, §4.2.2 Eq. (4) tensor + sequence parallel, §4.2.3 Eq. (5) the first pipeline
+stage, sbhL/t·(34 + 5as/h); §4.3 the terms outside the layers (an unnumbered equation);
+§5 and Table 2, selective (34sbh/t with sequence parallelism; 34sbh at t = 1) and full
+recomputation (2sbh).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+INT64, FP32 = 8, 4
+RECOMPUTE = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class Term:
+    """One kind of saved tensor: `count` tensors of `numel` elements of `elem_bytes` each
+    (for unit "block": in one block; the model has L of them)."""
+
+    unit: str  # "embed", "block" (one block; multiply by L), "head"
+    name: str
+    saved_by: str  # the op whose backward needs it
+    numel: int
+    elem_bytes: int
+    count: int = 1
+
+    @property
+    def bytes(self) -> int:
+        return self.count * self.numel * self.elem_bytes
+
+
+def _dims(cfg_like) -> tuple[int, int, int, int, int]:
+    """(V, D, H, L, r) from a GPTConfig, any object with those attributes, or a dict."""
+    get = (lambda k, d=None: cfg_like.get(k, d)) if isinstance(cfg_like, dict) else \
+        (lambda k, d=None: getattr(cfg_like, k, d))
+    V, D, H, L, r = (get("vocab"), get("d_model"), get("n_heads"), get("n_layers"), get("mlp_ratio", 4))
+    for name, v in zip(("vocab", "d_model", "n_heads", "n_layers", "mlp_ratio"), (V, D, H, L, r)):
+        if not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    if D % H:
+        raise ValueError(f"d_model ({D}) must be divisible by n_heads ({H})")
+    return V, D, H, L, r
+
+
+def gpt_activation_terms(cfg_like, batch: int, seq: int, dtype_bytes: int, recompute: str = "none",
+                         ln_stats_bytes: int | None = None) -> list[Term]:
+    """The saved tensors of `zeroedu.models.gpt.GPT` and its loss, term by term (see
+    `gpt_activation_bytes`)."""
+    V, D, H, L, r = _dims(cfg_like)
+    if not (isinstance(batch, int) and isinstance(seq, int) and batch >= 1 and seq >= 1):
+        raise ValueError(f"batch and seq must be integers >= 1, got {batch!r}, {seq!r}")
+    if dtype_bytes not in (1, 2, 4, 8):
+        raise ValueError(f"dtype_bytes must be 1, 2, 4 or 8, got {dtype_bytes!r}")
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+    a = dtype_bytes
+    m = a if ln_stats_bytes is None else ln_stats_bytes
+    B, S, T = batch, seq, batch * seq
+    terms = [Term("embed", "token ids (int64)", "embedding (index for the scatter-add)", T, INT64)]
+    if recompute in ("none", "selective"):
+        terms += [
+            Term("block", "ln1 input (residual stream)", "layer_norm", T * D, a),
+            Term("block", "ln1 mean, rstd", "layer_norm", T, m, count=2),
+            Term("block", "qkv input = ln1 output", "qkv Linear (for dW)", T * D, a),
+            Term("block", "q (scaled), k", "q @ kᵀ (selective: kept to re-run the attention core)",
+                 T * D, a, count=2),
+        ]
+        if recompute == "none":
+            terms.append(Term("block", "softmax output (B·H·S² probs)", "softmax, and att @ v (one storage)",
+                              B * H * S * S, a))
+        terms += [
+            Term("block", "v", "att @ v (selective: kept to re-run the attention core)", T * D, a),
+            Term("block", "heads merged = proj input", "proj Linear (for dW)", T * D, a),
+            Term("block", "ln2 input (residual stream)", "layer_norm", T * D, a),
+            Term("block", "ln2 mean, rstd", "layer_norm", T, m, count=2),
+            Term("block", "fc input = ln2 output", "fc Linear (for dW)", T * D, a),
+            Term("block", "GELU input = fc output", "gelu (tanh)", T * r * D, a),
+            Term("block", "GELU output = fc2 input", "fc2 Linear (for dW)", T * r * D, a),
+        ]
+    else:
+        terms.append(Term("block", "block input (checkpoint)", "checkpoint (kept to re-run the block)", T * D, a))
+    terms += [
+        Term("head", "ln_f input (last block output)", "layer_norm", T * D, a),
+        Term("head", "ln_f mean, rstd", "layer_norm", T, m, count=2),
+        Term("head", "lm_head input = ln_f output", "lm_head Linear (for dW)", T * D, a),
+        Term("head", "log-probs (fp32)", "log_softmax and nll_loss (one storage)", T * V, FP32),
+        Term("head", "targets (int64)", "nll_loss", T, INT64),
+        Term("head", "total_weight (fp32 scalar)", "nll_loss (mean reduction)", 1, FP32),
+    ]
+    return terms
+
+
+def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, recompute: str = "none",
+                         ln_stats_bytes: int | None = None) -> int:
+    """Exact bytes autograd saves for one micro-batch of `zeroedu.models.gpt.GPT` and its
+    cross-entropy loss (torch 2.13).
+
+    Parameters: `cfg_like` has vocab V, d_model D, n_heads H, n_layers L, mlp_ratio r (default 4);
+    B = batch, S = seq (S <= the model's seq_len), T = B·S; a = dtype_bytes of the activations
+    (the model cast to that dtype); m = ln_stats_bytes, the LayerNorm mean/rstd element: None
+    means m = a, which is torch's CPU kernel (it keeps them in the input dtype when the
+    LayerNorm parameters have that dtype); pass 4 for CUDA, which keeps them in fp32.
+
+    embed (once):
+        8T        token ids, int64, saved by the embedding (the position slice saves nothing)
+    per block (× L), recompute="none":
+        aTD       ln1 input (the residual stream)          layer_norm
+        2mT       ln1 mean and rstd, (B, S, 1) each         layer_norm
+        aTD       ln1 output = qkv input                    qkv Linear, for its weight gradient
+        2aTD      q (already scaled) and k, (B, H, S, D/H)  q @ kᵀ
+        aBHS²     softmax output                            softmax; att @ v saves the same storage
+        aTD       v                                         att @ v
+        aTD       heads merged = proj input                 proj Linear
+        aTD       ln2 input                                 layer_norm
+        2mT       ln2 mean and rstd                         layer_norm
+        aTD       ln2 output = fc input                     fc Linear
+        a·rTD     fc output = GELU input                    gelu
+        a·rTD     GELU output = fc2 input                   fc2 Linear
+        ------------------------------------------------------------------------
+        = a·(8 + 2r)·TD + a·BHS² + 4mT   (r = 4: 16aTD + aBHS² + 4mT)
+      Nothing else: the residual adds, the causal bias add, the scale multiply, views, splits
+      and .contiguous() copies save nothing; Linear's other saved tensor is its weight, a
+      parameter. Not saved: the qkv output itself (only its contiguous q/k/v copies), the
+      scores before softmax, the attention output before merging heads.
+    per block (× L), recompute="full" (torch.utils.checkpoint, use_reentrant=False):
+        aTD       the block input, kept by checkpoint to re-run the block in backward
+    head (once):
+        aTD       ln_f input (the last block's output)      layer_norm
+        2mT       ln_f mean and rstd                        layer_norm
+        aTD       ln_f output = lm_head input               lm_head Linear
+        4TV       log-probabilities, fp32                   log_softmax; nll_loss saves the same
+        8T        targets, int64                            nll_loss
+        4         total_weight, a 0-dim fp32 tensor         nll_loss (reduction="mean")
+      The logits (activation dtype) and their fp32 cast are *not* saved: cross-entropy is
+      log_softmax + nll_loss, and log_softmax's backward needs only its output.
+
+    per block (× L), recompute="selective" (the attention core re-run in backward):
+        as "none" without the softmax output aBHS²; q, k, v are kept as the core's inputs.
+
+    Total, recompute="none":       16T + L·(a(8+2r)TD + aBHS² + 4mT) + 2aTD + 2mT + 4TV + 4
+    Total, recompute="selective":  16T + L·(a(8+2r)TD + 4mT) + 2aTD + 2mT + 4TV + 4
+    Total, recompute="full":       16T + L·aTD + 2aTD + 2mT + 4TV + 4
+
+    Assumes the ids and the targets are two separate contiguous (B, S) int64 tensors, as the
+    runner gives each rank (a view into a bigger batch would be counted with its whole storage,
+    as the ledger counts storages).
+    """
+    L = _dims(cfg_like)[3]
+    return sum(t.bytes * (L if t.unit == "block" else 1)
+               for t in gpt_activation_terms(cfg_like, batch, seq, dtype_bytes, recompute, ln_stats_bytes))
+
+
+def gpt_activation_table(cfg_like, batch: int, seq: int, dtype_bytes: int, recompute: str = "none",
+                         ln_stats_bytes: int | None = None) -> list[dict]:
+    """Rows for a notebook table: unit, tensor, saved by, elements, bytes each, bytes in total
+    (block rows multiplied by L)."""
+    L = _dims(cfg_like)[3]
+    rows = []
+    for t in gpt_activation_terms(cfg_like, batch, seq, dtype_bytes, recompute, ln_stats_bytes):
+        n = L if t.unit == "block" else 1
+        rows.append({"unit": t.unit, "tensor": t.name, "saved_by": t.saved_by, "numel": t.numel,
+                     "count": t.count * n, "elem_bytes": t.elem_bytes, "bytes": t.bytes * n})
+    return rows
+
+
+# ----------------------------------------------------------------------------- Korthikanti et al.
+def korthikanti_layer_terms(s: int, b: int, h: int, a: int) -> list[tuple[str, str, int]]:
+    """Korthikanti et al. 2022, §4.1, one transformer layer, no tensor/sequence parallelism,
+    16-bit activations, 1-byte dropout masks: (block, tensor, bytes)."""
+    sbh, as2b = s * b * h, a * s * s * b
+    return [
+        ("attention", "QKV matmul input (shared)", 2 * sbh),
+        ("attention", "Q and K for QKᵀ", 4 * sbh),
+        ("attention", "softmax output", 2 * as2b),
+        ("attention", "softmax dropout mask", as2b),
+        ("attention", "softmax-dropout output (for attention over V)", 2 * as2b),
+        ("attention", "V", 2 * sbh),
+        ("attention", "output projection input", 2 * sbh),
+        ("attention", "attention dropout mask", sbh),
+        ("mlp", "first linear input", 2 * sbh),
+        ("mlp", "GeLU input", 8 * sbh),
+        ("mlp", "second linear input (GeLU output)", 8 * sbh),
+        ("mlp", "dropout mask", sbh),
+        ("layernorm", "two LayerNorm inputs", 4 * sbh),
+    ]
+
+
+def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, recompute: str = "none",
+                            dtype_bytes: int = 2) -> int:
+    """Activation bytes of one Megatron GPT layer, no tensor/sequence parallelism (t = 1),
+    Korthikanti et al. 2022, with their 16-bit activations (dtype_bytes = 2) and 1-byte masks:
+
+        "none"       s·b·h·(34 + 5·a·s/h) = 34sbh + 5as²b   (§4.1, Eq. (1): attention 11sbh + 5as²b,
+                                                            MLP 19sbh, LayerNorms 4sbh)
+        "selective"  34·s·b·h   (§5 and Table 2 at t = 1: QKᵀ, softmax, softmax dropout and
+                                 attention over V, the 5as²b part, are recomputed)
+        "full"       2·s·b·h    (§5 and Table 2: only the layer input is kept)
+
+    With e = dtype_bytes per activation element and masks still 1 byte, the same terms read
+    (16e + 2)·sbh + (2e + 1)·as²b, (16e + 2)·sbh and e·sbh (e = 2 gives the paper's numbers).
+    The as²b form keeps the result an exact integer (5as/h need not be one)."""
+    if min(s, b, h, a, dtype_bytes) < 1:
+        raise ValueError("s, b, h, a and dtype_bytes must be >= 1")
+    sbh, e = s * b * h, dtype_bytes
+    if recompute == "none":
+        return (16 * e + 2) * sbh + (2 * e + 1) * a * s * s * b
+    if recompute == "selective":
+        return (16 * e + 2) * sbh
+    if recompute == "full":
+        return e * sbh
+    raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
+
+
+def korthikanti_extra_bytes(s: int, b: int, h: int, v: int, p: int = 1) -> dict[str, int]:
+    """The whole-model terms outside the L layers (Korthikanti et al. 2022, §4.3, t = 1): "position
+    and word embeddings do not require any considerable activations"; the embedding dropout
+    mask, sbh per in-flight micro-batch (p of them on the first pipeline stage, so sbhp); and,
+    only for p = 1 (they count the first stage, which then also holds the output layer), the
+    LayerNorm before the output layer 2sbh, the output-layer projection's input 2sbh and the
+    logits cross-entropy keeps "calculated in 32-bit floating point", 4sbv: 4sbh(1 + v/h) in
+    all. In total sbhL·(p/L + δ_{p=1}·(4/L)(1 + v/h)), which they call negligible (< 0.01% for
+    their 22B model) and drop from then on. Megatron-LM's code for this accounting
+    (megatron/training/theoretical_memory_usage.py, compute_activation_memory, "formula in
+    Table 2") also adds the int64 token ids, 8sb per in-flight micro-batch."""
+    out = {"embedding dropout mask": s * b * h * p}
+    if p == 1:
+        out["final LayerNorm input"] = 2 * s * b * h
+        out["output layer input"] = 2 * s * b * h
+        out["fp32 logits (cross-entropy)"] = 4 * s * b * v
+    return out
+
+
+def korthikanti_model_bytes(s: int, b: int, h: int, a: int, L: int, v: int, recompute: str = "none") -> int:
+    """L layers + the §4.3 extra terms (p = t = 1), 16-bit activations."""
+    return L * korthikanti_layer_bytes(s, b, h, a, recompute) + sum(korthikanti_extra_bytes(s, b, h, v).values())
+
+
+# ----------------------------------------------------------------------------- the MLP
+def mlp_activation_bytes(dims: list[int], batch: int, dtype_bytes: int) -> int:
+    """Exact bytes autograd saves for one micro-batch of `zeroedu.models.mlp.MLP` and its MSE
+    loss: the input (a·d_in per sample, saved by the first Linear), each Tanh output (a·hidden,
+    saved by the Tanh and again by the next Linear: one storage), and for the fp32 loss the
+    output cast to fp32 and the fp32 target (4·d_out each). `dims` = [d_in, hidden..., d_out]."""
+    if batch < 1:
+        raise ValueError(f"batch must be >= 1, got {batch!r}")
+    a = dtype_bytes
+    return batch * (a * dims[0] + a * sum(dims[1:-1]) + 2 * FP32 * dims[-1])
+
+
+def compare_with_korthikanti(cfg_like, batch: int, seq: int, ln_stats_bytes: int | None = None) -> list[dict]:
+    """Per layer, 16-bit activations: each Korthikanti term beside what our GPT saves for it
+    (bf16 model, `gpt_activation_terms`), so a notebook can show where 34sbh + 5as²b and our
+    exact count part. Bytes for one layer; s = seq, b = batch, h = d_model, a = n_heads."""
+    V, D, H, L, r = _dims(cfg_like)
+    s, b, h, a = seq, batch, D, H
+    sbh, as2b, sb = s * b * h, a * s * s * b, s * b
+    m = 2 if ln_stats_bytes is None else ln_stats_bytes
+    k = {name: n for _, name, n in korthikanti_layer_terms(s, b, h, a)}
+    rows = [
+        ("QKV matmul input (shared)", 2 * sbh, "qkv input = ln1 output: the same"),
+        ("Q and K for QKᵀ", 4 * sbh, "q (scaled) and k: the same"),
+        ("softmax output", 2 * as2b, "the same"),
+        ("softmax dropout mask", 0, "no dropout"),
+        ("softmax-dropout output (for attention over V)", 0,
+         "no dropout: att @ v saves the softmax output itself, counted once"),
+        ("V", 2 * sbh, "the same"),
+        ("output projection input", 2 * sbh, "the same"),
+        ("attention dropout mask", 0, "no dropout"),
+        ("first linear input", 2 * sbh, "the same"),
+        ("GeLU input", 2 * r * sbh, "the same (GELU saves its input)"),
+        ("second linear input (GeLU output)", 2 * r * sbh, "the same: GELU input AND output are both saved"),
+        ("dropout mask", 0, "no dropout"),
+        ("two LayerNorm inputs", 4 * sbh, "the same"),
+        ("(not counted by them) LayerNorm mean, rstd", 4 * m * sb,
+         "2 LayerNorms × (mean, rstd), s·b each; bf16 on CPU, fp32 (m = 4) on CUDA"),
+    ]
+    return [{"term": name, "korthikanti": k.get(name, 0), "ours": ours, "note": note}
+            for name, ours, note in rows]
