@@ -32,7 +32,7 @@ def _param_rel(params, ref):
 @pytest.mark.parametrize("m, n", [(2, 2), (2, 4), (2, 3)])
 def test_fp32_equals_single_process_and_theory(strategy, m, n):
     r = run(RunConfig(strategy, m * n, m=m, steps=5, recipe="fp32", return_params=True, model="mlp"))
-    assert r["match"] == {"model_states": True, "comm": True, "activations": True}
+    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
     assert _rel(r["losses"], r["reference_losses"]) <= 1e-6
     assert _param_rel(r["params"], r["reference_params"]) <= 1e-6
     comm = theory.exact_comm(strategy, SHAPES, n, m, recipe="fp32")
@@ -51,7 +51,7 @@ def test_default_recipe_bytes_exact(m, n):
     c = sum(PADDED(n * m)) // n
     for strategy, total in [("hsdp", 16 * c), ("hfsdp", 4 * c + 12 * (c // m))]:
         r = run(RunConfig(strategy, m * n, m=m, steps=2, model="mlp"))
-        assert r["match"] == {"model_states": True, "comm": True, "activations": True}
+        assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
         assert all(rk["measured"]["total"] == total for rk in r["ranks"])
         assert _rel(r["losses"], r["reference_losses"]) <= 2e-3  # bf16 weights: see test_megatron
 
@@ -105,6 +105,46 @@ def test_one_domain_and_bandwidth_choices():
         cross_domain_table(1e6, 4, 2, bandwidth={"dp_outer": 0})
     with pytest.raises(ValueError, match="layout"):
         step_comm_time("ddp", 1e6, 4, 2)
+
+
+def test_time_model_assumptions_are_inputs():
+    psi = 7 * GB
+    flat_sent = 3 * Fraction(15, 16) * 2 * psi  # 39.375 GB per rank per step
+    rows = {r["layout"]: r for r in cross_domain_table(7e9, 8, 2)}
+    flat = rows["flat_zero3"]
+    # one lockstep ring over one 50 GB/s NIC per boundary hop (the default reading) ...
+    assert flat["comm_seconds_single_ring"] == flat["comm_seconds"] == pytest.approx(0.7875)
+    # ... vs rings striped over the node's 8 NICs: one rank's sent bytes leave each node over
+    # 8 × 50 GB/s = 400 GB/s, below NVLink's 450: 39.375 / 400 = 98.4 ms
+    assert flat["comm_seconds_striped"] == pytest.approx(float(flat_sent) / min(450e9, 8 * 50e9))
+    assert flat["comm_seconds_striped"] == pytest.approx(0.0984375)
+    for h in ("hsdp", "hfsdp"):  # their outer rings are per rank, one NIC each: both readings agree
+        assert rows[h]["comm_seconds_single_ring"] == rows[h]["comm_seconds_striped"] == \
+            pytest.approx(0.11666666666666667)
+    # HSDP still sends 2.8x fewer bytes across domains than flat ZeRO-3
+    assert flat["cross_domain_per_rank"] / rows["hsdp"]["cross_domain_per_rank"] == Fraction(45, 16)
+    assert cross_domain_table(7e9, 8, 2, flat_ring="striped")[0]["comm_seconds"] == \
+        flat["comm_seconds_striped"]
+    # achieved NIC bandwidth (46-48 GB/s per 400 Gb/s NDR NIC), one NIC per node, latency
+    assert step_comm_time("flat_zero3", 7e9, 8, 2, nic_bandwidth=47e9) == pytest.approx(float(flat_sent) / 47e9)
+    assert step_comm_time("flat_zero3", 7e9, 8, 2, flat_ring="striped", nics_per_node=1) == \
+        pytest.approx(float(flat_sent) / 50e9)
+    inner = 3 * Fraction(7, 8) * 2 * psi
+    assert step_comm_time("hsdp", 7e9, 8, 2, nics_per_node=1) == pytest.approx(
+        float(inner) / 450e9 + 1.75 * GB / (50e9 / 8))  # 8 GPUs share one NIC
+    # α per ring step: 3 collectives × 15 steps per unit, at the slow link's α, for flat ZeRO-3;
+    # HSDP: 3 × 7 steps inside at the fast α, 2 × 1 (all-reduce over M = 2) across
+    a = {"dp_shard": 1e-6, "dp_outer": 1e-5}
+    assert step_comm_time("flat_zero3", 7e9, 8, 2, alpha=a, units=32) - flat["comm_seconds"] == \
+        pytest.approx(32 * 45 * 1e-5)
+    assert step_comm_time("hsdp", 7e9, 8, 2, alpha=a, units=32) - rows["hsdp"]["comm_seconds"] == \
+        pytest.approx(32 * (21 * 1e-6 + 2 * 1e-5))
+    with pytest.raises(ValueError, match="flat_ring"):
+        step_comm_time("flat_zero3", 7e9, 8, 2, flat_ring="tree")
+    with pytest.raises(ValueError, match="nic_bandwidth"):
+        cross_domain_table(7e9, 8, 2, nic_bandwidth=0)
+    with pytest.raises(ValueError, match="nics_per_node"):
+        step_comm_time("hsdp", 7e9, 8, 2, nics_per_node=0)
 
 
 def test_exact_model_states_accepts_global_mesh_rank():

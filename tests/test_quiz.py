@@ -1,7 +1,11 @@
-"""Interview deck, drills and `zeroedu quiz`. Figures are checked against zeroedu.theory and the
-ZeRO paper's own worked example; the CLI is driven through stdin in a subprocess."""
+"""Interview deck, drills and `zeroedu quiz`. Every card figure is checked against a closed form
+written out by hand here (ZeRO §5.1, §7; the ring model; Korthikanti et al. §4-5), the ZeRO
+paper's own worked example, and the notebooks the cards cite; the CLI is driven through stdin
+in a subprocess. The grading itself (keyword stuffing, wrong accounts) is in
+tests/test_deck_grading.py."""
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -12,9 +16,11 @@ import pytest
 from zeroedu import catalog, theory
 from zeroedu.cli import build_parser
 from zeroedu.quiz import deck, drills, session
-from zeroedu.quiz.deck import CARDS, HARD_CODED, PAPER_FIG1
+from zeroedu.quiz.deck import CARDS, HARD_CODED, NOTEBOOKS, PAPER_FIG1
+from zeroedu.quiz.grading import Choice, Number, Term
 
 ROOT = Path(__file__).resolve().parents[1]
+GB = 1e9
 
 # The questions of the two seed interview cards (000 and 004), by card id.
 SEED_QUESTIONS = {
@@ -25,55 +31,161 @@ SEED_QUESTIONS = {
     "fsdp_linear": "hand-written FSDP linear", "mfsdp_v2": "Megatron-FSDP v2",
     "nvlink_levels": "levels inside/across NVLink", "own_optimizer": "its own optimizer",
 }
+# The topics the deck must cover beyond the seeds (issue "Assignable"), by card id.
+NEW_TOPICS = {
+    "fsdp_comm_bound", "alpha_beta", "activation_memory", "grad_accumulation", "grad_clipping",
+    "meta_init", "loss_scaling", "checkpoint_reshard", "offload", "zero_pp", "fsdp_tp", "pp_zero",
+    "debug_hang",
+}
+
+# ------------------------------------------------------------------ closed forms, by hand
+# Every figure of every card, written out from the formulas (7B = 7e9 parameters, mixed-bf16:
+# P = G = 2 bytes, K = 12; ring: reduce-scatter / all-gather send (g-1)/g·S, all-reduce twice).
+P7, P13, P70 = 7e9, 13e9, 70e9
+RS8 = 7 / 8 * 2 * P7  # one bf16 reduce-scatter or all-gather of 7B over 8 ranks: 12.25 GB
+SBH = 2048 * 1 * 4096
+ALPHA = theory.DEFAULT_ALPHA["dp_outer"]  # an assumption of the theory, used as given
+EXPECTED = {
+    "ddp_overlap": {"sent": 2 * RS8, "bpp": 16, "bucket": 25 * 2 ** 20, "first": 2 ** 20},
+    "zero_stages": {"ddp": 16 * P7, "z1": 4 * P7 + 12 * P7 / 8, "z2": 2 * P7 + 14 * P7 / 8,
+                    "z3": 16 * P7 / 8, "bpp": 16, "k": 12, "gpu": 80e9},
+    "fsdp_how": {"z3": 14 * GB, "ratio": 1.5},
+    "zero3_comm": {"ratio": 1.5, "ddp": 2 * RS8, "z3": 3 * RS8, "noreshard": 2 * RS8,
+                   "fsdp_mixed": 2 * RS8 + 7 / 8 * 4 * P7, "ddp_fp32": 2 * 7 / 8 * 4 * P7,
+                   "r_mixed": 2.0, "r_same": 1.0},
+    "megatron_level": {"dist": 6 * P7 + 12 * P7 / 8, "full": 18 * P7, "mega_rs": 7 / 8 * 4 * P7,
+                       "z1_rs": RS8, "mega_total": 7 / 8 * 4 * P7 + RS8, "z1_total": 2 * RS8},
+    "zero1_vs_zero2_comm": {"z1": 38.5 * GB, "z2": 26.25 * GB, "gap": 1.5, "z1ar": 3 * RS8, "z1s": 2 * RS8},
+    "fsdp_hide_comm": {"t_block": 7 / 8 * (P7 / 32 * 2) / 450e9, "nvl": 450e9},
+    "fsdp1_vs_fsdp2": {},
+    "hybrid_sharding": {"hsdp": 14 * GB, "flat": 7 * GB, "hfsdp": 4 * P7 / 8 + 12 * P7 / 16,
+                        "cross_h": 2 * (1 / 2) * (2 * P7 / 8),
+                        "t_flat": 3 * 15 / 16 * 2 * P7 / 50e9,
+                        "t_hsdp": 3 * RS8 / 450e9 + 2 * (1 / 2) * (2 * P7 / 8) / 50e9},
+    "fsdp_linear": {},
+    "mfsdp_v2": {"hsdp": 14 * GB, "hfsdp": 8.75 * GB, "flat": 7 * GB},
+    "nvlink_levels": {"bw_ratio": 9, "nvl": 450e9, "nic": 50e9,
+                      # a ring over 16 ranks crosses the boundary twice: per rank (g-1)/g·S/N
+                      "cross_flat": 3 * 15 / 16 * 2 * P7 / 8, "cross_h": 1.75 * GB},
+    "own_optimizer": {},
+    "zero_pp": {"zpp": 3 * RS8 / (7 / 8 * 1 * P7 + 7 / 8 * 0.5 * P7), "hpz_mem": 2 * P7 / 8},
+    "zero_equivalence": {},
+    "fsdp_comm_bound": {"flops": 400e12, "nvl": 450e9, "nic": 50e9,
+                        "t_nvl": 3 * RS8 / 450e9 * 400e12 / (6 * P7),
+                        "t_ib": 15 / 16 * 400e12 / 50e9, "t_ib_70b": 15 / 16 * 400e12 / 50e9,
+                        "comm_ib": 3 * 15 / 16 * 2 * P7 / 50e9},
+    "reshard_after_forward": {"keep": 2 * RS8, "reshard": 3 * RS8, "full": 2 * P7, "int_mem": 2 * P7 / 8},
+    "ring_allreduce": {"ar8": 2 * 7 / 8 * 2 * P7, "ar64": 2 * 63 / 64 * 2 * P7},
+    "alpha_beta": {"alpha": ALPHA, "nic": 50e9, "bucket": 25 * 2 ** 20,
+                   "s_star": 8 * ALPHA * 50e9, "s90": 9 * 8 * ALPHA * 50e9,
+                   "t_bucket": 2 * 7 * ALPHA + 2 * 7 / 8 * 25 * 2 ** 20 / 50e9},
+    "debug_hang": {},
+    "activation_memory": {"none": SBH * (34 + 5 * 32 * 2048 / 4096),
+                          "none32": 32 * SBH * (34 + 5 * 32 * 2048 / 4096),
+                          "sel": 34 * SBH, "full": 2 * SBH},
+    "meta_init": {"p70": 2 * P70, "fsdp70": 16 * P70 / 64, "gpu": 80e9},
+    "offload": {"dev": 2 * P7, "host": (12 + 4) * P7 / 8, "pcie_bytes": (4 + 4) * P7 / 8,
+                "pcie_t": (4 + 4) * P7 / 8 / 25e9, "pcie_bw": 25e9, "pcie4": 31.5e9, "pcie5": 63e9},
+    "fit_stage": {"ddp": 16 * P13, "z1": 4 * P13 + 12 * P13 / 8, "z2": 2 * P13 + 14 * P13 / 8,
+                  "z3": 16 * P13 / 8, "gpu": 80e9, "reserve": 20e9},
+    "precision_bytes": {"k": 12, "mixed": 16, "meg": 18, "fp16": 20, "fp32": 16},
+    "grad_accumulation": {"z1k": 2 * RS8, "z2k": 4 * RS8 + RS8, "z3k": 4 * 3 * RS8, "z3": 3 * RS8},
+    "grad_clipping": {"norm_bytes": 2 * 7 / 8 * 4},
+    "loss_scaling": {"rs_fp32": 7 / 8 * 4 * P7, "rs_bf16": RS8},
+    "checkpoint_reshard": {"opt": 12 * P7, "total": 16 * P7},
+    "fsdp_tp": {"ms": 16 * P70 / 64, "dp_sent": 3 * 7 / 8 * 2 * P70 / 8},
+    "pp_zero": {"z1": 2 * 7 / 8 * 2 * P7 / 4, "z2": 17 * 7 / 8 * 2 * P7 / 4, "z3": 16 * 3 * 7 / 8 * 2 * P7 / 4},
+}
 
 
-def test_deck_covers_seed_questions():
+def test_deck_size_and_coverage():
+    assert len(CARDS) >= 30 and len(deck.BY_ID) == len(CARDS), "ids are unique"
     assert set(SEED_QUESTIONS) <= set(deck.BY_ID)
+    assert NEW_TOPICS <= set(deck.BY_ID)
+    assert set(EXPECTED) == set(deck.BY_ID), "every card's figures are written out by hand above"
 
 
 @pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
 def test_card_is_complete(card):
     assert card.question.strip() and card.answer.strip() and card.must_hit
     assert re.search(r"[\u4e00-\u9fff]", card.question_zh), "Chinese question"
-    assert card.evidence, "every card says where it is proved"
     assert card.topic in deck.TOPICS
+    assert card.checks and all(isinstance(c, (Number, Choice, Term)) for c in card.checks), \
+        "at least one auto-graded check"
+    assert any(e.kind == "notebook" for e in card.evidence), "a proof link into a notebook"
+    for c in card.checks:
+        if isinstance(c, Number):
+            assert c.figure in card.figures and "{" + c.figure + "}" not in c.prompt, "prompt hides its answer"
+        if isinstance(c, Choice):
+            assert len(c.answer) < len(c.options), "ticking every option must not be right"
 
 
 @pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
 def test_no_hard_coded_figures(card):
-    for t in card.templates():
-        assert not HARD_CODED.findall(t), f"{card.id}: write figures as {{name}} -> theory call"
+    texts = card.templates() + [card.question] + [p.text for p in card.must_hit]
+    for t in texts:
+        assert not HARD_CODED.findall(t), f"{card.id}: write figures as {{name}} -> theory call: {t!r}"
     card.rendered_answer()  # every placeholder resolves
     card.rendered_follow_ups()
     used = set(re.findall(r"{(\w+)}", " ".join(card.templates())))
+    used |= {c.figure for c in card.checks if isinstance(c, Number)}
     assert used == set(card.figures), "no unused or undefined figures"
 
 
 @pytest.mark.parametrize("card", [c for c in CARDS if c.figures], ids=lambda c: c.id)
 def test_every_quoted_figure_is_theory_output(card):
-    """Each 'N GB' / 'N×' / 'N ms' in the rendered text is one of the card's figures, and that
-    figure's shown value equals the theory's output."""
-    text = " ".join([card.rendered_answer()] + [t for qa in card.rendered_follow_ups() for t in qa])
+    """Each quantity with a unit in the rendered text is one of the card's figures; a computed
+    figure's expression goes through the theory layer; an assumed input says where it is from."""
+    text = " ".join([card.rendered_answer()] + [t for qa in card.rendered_follow_ups() for t in qa] +
+                    [card.check_prompt(i) for i in range(len(card.checks))])
     shown = {f.text() for f in card.figures.values()}
-    for m in re.finditer(r"\d+(?:\.\d+)?\s*(?:GB|ms|×(?!\s*\d)|bytes)(?![\w])", text):
-        assert m.group(0) in shown or m.group(0).endswith("bytes"), m.group(0)
+    # ("2 bytes" of a bf16 element is a dtype's width, not a figure: bytes are not checked)
+    units = r"GB/s|TFLOP/s|GB|MB|MiB|ms|µs|tokens|×(?!\s*\d)"
+    for m in re.finditer(rf"\d+(?:\.\d+)?\s*(?:{units})(?![\w/])", text):
+        assert m.group(0) in shown, m.group(0)
     for name, f in card.figures.items():
-        assert f.expr.split("(")[0].split(".")[0] in deck.NAMESPACE or f.expr == "80e9", f.expr
-        assert abs(float(f.text().split()[0].rstrip("×")) - float(f.value()) / f.scale) \
-            <= 1e-3 * abs(float(f.value()) / f.scale), name
+        idents = set(re.findall(r"[A-Za-z_]\w*", f.expr))
+        if f.input:
+            assert f.note, f"input {name} says where it comes from"
+        else:
+            assert idents & set(deck.THEORY_NAMES), f"{name}: {f.expr} does not use the theory"
+        shown_value = float(f.text().split()[0].rstrip("×%"))
+        assert abs(shown_value - float(f.value()) / f.scale) <= 1e-3 * abs(float(f.value()) / f.scale), name
+
+
+@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
+def test_figures_match_closed_forms(card):
+    exp = EXPECTED[card.id]
+    assert set(exp) == set(card.figures)
+    for name, value in exp.items():
+        got = float(card.figures[name].value())
+        assert got == pytest.approx(value, rel=1e-9), (card.id, name, got, value)
+
+
+@pytest.mark.parametrize("card_id", list(SEED_QUESTIONS))
+def test_notebook11_verdict(card_id):
+    """The 'verdict' cells of the rehearsal notebook, one per seed card: the card's own answers
+    earn full marks, and each figure renders as the theory's output (and equals the closed form
+    in EXPECTED, checked above)."""
+    card = deck.get_card(card_id)
+    g = card.grade(card.model_responses(), ticked=range(len(card.must_hit)))
+    assert g.auto_points == g.auto_total and g.self_points == g.tick_total
+    for name, f in card.figures.items():
+        assert card.render("{" + name + "}") == f.text()
+        assert f.text() in card.as_text()
 
 
 def test_headline_figures_against_the_closed_forms():
     """The figures interviews quote, written out from ZeRO §5.1 by hand, against the cards."""
-    psi, n, gb = 7e9, 8, 1e9
+    psi, n = 7e9, 8
     z = deck.get_card("zero_stages").figures
-    assert z["ddp"].shown() == 16 * psi / gb == 112
-    assert z["z1"].shown() == (4 * psi + 12 * psi / n) / gb == 38.5
-    assert z["z2"].shown() == (2 * psi + 14 * psi / n) / gb == 26.25
-    assert z["z3"].shown() == 16 * psi / n / gb == 14
-    assert deck.get_card("megatron_level").figures["dist"].shown() == (6 * psi + 12 * psi / n) / gb == 52.5
+    assert z["ddp"].shown() == 16 * psi / GB == 112
+    assert z["z1"].shown() == (4 * psi + 12 * psi / n) / GB == 38.5
+    assert z["z2"].shown() == (2 * psi + 14 * psi / n) / GB == 26.25
+    assert z["z3"].shown() == 16 * psi / n / GB == 14
+    assert deck.get_card("megatron_level").figures["dist"].shown() == (6 * psi + 12 * psi / n) / GB == 52.5
     assert deck.get_card("zero3_comm").figures["ratio"].shown() == 1.5
-    assert deck.get_card("mfsdp_v2").figures["hfsdp"].shown() == (4 * psi / 8 + 12 * psi / 16) / gb == 8.75
+    assert deck.get_card("mfsdp_v2").figures["hfsdp"].shown() == (4 * psi / 8 + 12 * psi / 16) / GB == 8.75
 
 
 def test_theory_reproduces_zero_paper_figure_1():
@@ -83,20 +195,108 @@ def test_theory_reproduces_zero_paper_figure_1():
         assert round(got, 1) == printed, (strategy, got)
 
 
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_own_answer_hits_every_point(card):
-    hit, total, missed = card.score(card.rendered_answer())
-    assert hit == total, [p.text for p in missed]
-    assert card.score("")[0] == 0
+def test_fit_stage_choice_agrees_with_theory():
+    card = deck.get_card("fit_stage")
+    reserve, gpu = card.figures["reserve"].value(), card.figures["gpu"].value()
+    order = ["ddp", "zero1", "zero2", "fsdp1"]
+    first = next(s for s in order if theory.fits(s, 13e9, 8, gpu_bytes=gpu, reserve_bytes=reserve))
+    choice = card.checks[2]
+    assert isinstance(choice, Choice) and choice.answer == (order.index(first),)
+
+
+# ------------------------------------------------------------------ the truth fixes
+def _text(card_id: str) -> str:
+    c = deck.get_card(card_id)
+    return " ".join([c.rendered_answer()] + [t for qa in c.rendered_follow_ups() for t in qa] +
+                    [e.text() for e in c.evidence] + list(c.sources))
+
+
+def test_deepspeed_zero12_reduction_is_cited_from_the_code():
+    t = _text("zero1_vs_zero2_comm")
+    for needle in ("use_multi_rank_bucket_allreduce", "v0.12.4", "reduce_scatter: false",
+                   "deepspeed/runtime/zero/stage_1_and_2.py", "deepspeed/runtime/zero/config.py",
+                   "every micro-batch", "accumulation boundary"):
+        assert needle in t, needle
+    c = deck.get_card("zero1_vs_zero2_comm")
+    # with the default bucket all-reduce: 2Ψ of all-reduce + Ψ of all-gather = 3Ψ
+    assert float(c.figures["z1ar"].value()) == 3 * RS8
+    assert not re.search(r"DeepSpeed[^.]*\b2Ψ", c.rendered_answer().split("The gap")[1].split("Setting")[0])
+
+
+def test_megatron_follow_up_compares_like_with_like():
+    c = deck.get_card("megatron_level")
+    f = c.figures
+    assert float(f["mega_rs"].value()) == float(theory.sent_bytes("reduce_scatter", 7e9 * 4, 8)) == 24.5 * GB
+    assert float(f["z1_rs"].value()) == float(theory.sent_bytes("reduce_scatter", 7e9 * 2, 8)) == 12.25 * GB
+    q, a = c.follow_ups[0]
+    assert "{mega_rs}" in a and "{z1_rs}" in a and "{mega_total}" in a and "{z1_total}" in a
+    assert a.index("{mega_rs}") < a.index("{z1_rs}") < a.index("{mega_total}") < a.index("{z1_total}")
+
+
+def test_no_text_about_how_the_deck_was_written():
+    meta = re.compile(r"release notes give no reason|this is the reading|\bseed\b|this deck|this card|"
+                      r"worth saying|the notes say|as written here", re.I)
+    for c in CARDS:
+        for t in c.templates() + [p.text for p in c.must_hit] + [c.question]:
+            assert not meta.search(t), (c.id, t)
+
+
+def test_condition_for_one_and_a_half():
+    a = deck.get_card("zero3_comm").answer
+    assert "same dtype" in a and "{ratio}" in a
+    assert float(deck.get_card("zero3_comm").figures["r_mixed"].value()) == 2
+
+
+def test_hpz_is_not_hsdp_and_defaults_are_flat():
+    z = _text("zero_pp")
+    assert "hpZ is not HSDP" in z and "MiCS" in z
+    h = _text("hybrid_sharding")
+    assert "FULL_SHARD" in h and "torchtitan" in h and "not a default" in h
+    assert "MiCS" in h
+
+
+def test_pcie_figures_are_per_direction_and_generation():
+    o = deck.get_card("offload").figures
+    assert o["pcie4"].value() == 31.5e9 and o["pcie5"].value() == 63e9  # 16 / 32 GT/s x 16, 128b/130b
+
+
+# ------------------------------------------------------------------ evidence
+def _headings(path: Path) -> set[str]:
+    nb = json.loads(path.read_text())
+    out = set()
+    for c in nb["cells"]:
+        if c["cell_type"] == "markdown":
+            for line in "".join(c["source"]).splitlines():
+                if line.startswith("#"):
+                    out.add(line.lstrip("#").strip())
+    return out
+
+
+def test_notebook_list_is_one_numbered_sequence():
+    names = [Path(p).name for p in NOTEBOOKS.values()]
+    assert [int(n[:2]) for n in names] == list(range(1, len(names) + 1))
+    assert all(p.startswith("notebooks/") and p.endswith(".ipynb") for p in NOTEBOOKS.values())
 
 
 @pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
 def test_evidence_targets_exist(card):
     for e in card.evidence:
-        if e.kind in ("module", "notebook"):
-            assert (ROOT / e.target).exists() or e.target.startswith("notebooks/"), e.target
-        if e.kind == "notebook" and (ROOT / e.target).exists():
-            assert e.detail in (ROOT / e.target).read_text(), f"{e.target} has no section {e.detail!r}"
+        if e.kind == "module":
+            assert (ROOT / e.target).exists(), e.target
+        if e.kind == "notebook":
+            assert e.target in NOTEBOOKS.values(), e.target
+            path = ROOT / e.target
+            if not path.exists():
+                # before the renumbering lands, check the same notebook under its old number;
+                # the rehearsal notebook is rewritten with a section per card, so skip it then
+                stem = path.name[3:]
+                old = sorted((ROOT / "notebooks").glob(f"[0-9][0-9]_{stem}"))
+                if not old or e.target == NOTEBOOKS["rehearsal"]:
+                    continue
+                path = old[0]
+            heads = _headings(path)  # "Claim 6" names the heading 'Claim 6: "..."'
+            assert any(h == e.detail or h.startswith(e.detail + ":") for h in heads), \
+                f"{path.name} has no section {e.detail!r}"
         if e.kind == "run":
             args = build_parser().parse_args(e.target.split()[1:])
             catalog.get_spec(args.strategy)
@@ -105,12 +305,24 @@ def test_evidence_targets_exist(card):
             assert any(e.target == lab.file[:-3] for lab in LABS.values()), e.target
 
 
+def test_notebook_sections_lists_every_cited_section():
+    sections = deck.notebook_sections()
+    assert set(sections) <= set(NOTEBOOKS.values())
+    assert {f"Card {c.id}" for c in CARDS} <= set(sections[NOTEBOOKS["rehearsal"]])
+
+
 # ------------------------------------------------------------------ drills
 def test_drills_are_reproducible_and_vary():
     a, b = drills.draw_drills(20, seed=5), drills.draw_drills(20, seed=5)
     assert a == b and a != drills.draw_drills(20, seed=6)
     assert {d.kind for d in a} == set(drills.KINDS)
     assert all(d.strategy in drills.TOPIC_STRATEGIES["hybrid"] for d in drills.draw_drills(10, 1, "hybrid"))
+
+
+@pytest.mark.parametrize("topic", deck.TOPICS)
+def test_every_deck_topic_has_drills(topic):
+    ds = drills.draw_drills(5, seed=0, topic=topic)
+    assert len(ds) == 5 and all(d.kind in drills.TOPIC_KINDS.get(topic, drills.KINDS) for d in ds)
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -145,11 +357,6 @@ def test_parse_bytes(text, value):
 
 
 # ------------------------------------------------------------------ the session and the CLI
-def _answers(s) -> str:
-    lines = [c.rendered_answer() for c in s.cards] + [d.expected_text() for d in s.drills]
-    return "\n".join(lines) + "\n"
-
-
 def _quiz(args, stdin):
     return subprocess.run([sys.executable, "-m", "zeroedu", "quiz", *args], input=stdin, text=True,
                           capture_output=True, timeout=60, cwd=ROOT)
@@ -157,34 +364,62 @@ def _quiz(args, stdin):
 
 def test_cli_full_score_with_correct_answers():
     s = session.build(None, seed=3, n_drills=4, n_cards=2)
-    total = sum(len(c.must_hit) for c in s.cards) + len(s.drills)
-    p = _quiz(["--seed", "3", "--drills", "4", "--cards", "2"], _answers(s))
+    total = sum(len(c.checks) for c in s.cards) + len(s.drills)
+    ticks = sum(len(c.must_hit) for c in s.cards)
+    p = _quiz(["--seed", "3", "--drills", "4", "--cards", "2"], session.scripted_answers(s))
     assert p.returncode == 0, p.stderr
-    assert f"Session score: {total}/{total} (100%)" in p.stdout
+    assert f"Session score: {total}/{total} auto-graded (100%)" in p.stdout
+    assert f"self-ticked {ticks}/{ticks} must-hit points" in p.stdout
     assert "✗" not in p.stdout
 
 
-def test_cli_wrong_answers_show_worked_solution():
+def test_cli_wrong_answers_show_answers_and_worked_solution():
     s = session.build("zero", seed=1, n_drills=3, n_cards=1)
-    p = _quiz(["--topic", "zero", "--seed", "1", "--drills", "3", "--cards", "1"], "no idea\n0\n0\n0\n")
+    n_checks = len(s.cards[0].checks)
+    stdin = "no idea\n" * n_checks + "none\n" + "0\n0\n0\n"
+    p = _quiz(["--topic", "zero", "--seed", "1", "--drills", "3", "--cards", "1"], stdin)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.count("✗") == 3 and p.stdout.count("worked solution:") == 3
+    assert p.stdout.count("✗") == n_checks + 3 and p.stdout.count("worked solution:") == 3
     for d in s.drills:
         assert d.worked().splitlines()[-1].strip() in p.stdout
-    assert "missed:" in p.stdout and "30-second answer:" in p.stdout
-    assert "Session score: 0/" in p.stdout
+    for i in range(n_checks):
+        assert s.cards[0].check_answer(i) in p.stdout
+    assert "30-second answer:" in p.stdout and "Session score: 0/" in p.stdout
+
+
+def test_cli_keyword_stuffing_scores_nothing_but_ticks_are_apart():
+    s = session.build(None, n_drills=0, card_ids=["own_optimizer", "zero_stages"])
+    stuffed = "if ddp shard all-reduce reduce-scatter optimizer state gradient parameter"
+    stdin = "".join(stuffed + "\n" for _ in s.cards[0].checks) + "all\n"
+    stdin += "".join(stuffed + "\n" for _ in s.cards[1].checks) + "all\n"
+    p = _quiz(["--card", "own_optimizer", "--card", "zero_stages", "--drills", "0"], stdin)
+    assert p.returncode == 0, p.stderr
+    n, t = sum(len(c.checks) for c in s.cards), sum(len(c.must_hit) for c in s.cards)
+    assert f"Session score: 0/{n} auto-graded (0%)" in p.stdout
+    assert f"self-ticked {t}/{t} must-hit points (not in the score)" in p.stdout
 
 
 def test_cli_eof_ends_gracefully():
     p = _quiz(["--seed", "0"], "")
     assert p.returncode == 0 and "end of input" in p.stdout and "Session score: 0/0" in p.stdout
     assert "Traceback" not in p.stderr
+    card = deck.get_card("zero_stages")  # EOF in the middle of a card: the card is not counted
+    p = _quiz(["--card", "zero_stages", "--drills", "0"], "\n".join(card.model_responses()[:2]) + "\n")
+    assert p.returncode == 0 and "Session score: 0/0" in p.stdout
 
 
 def test_cli_list_and_bad_topic():
+    p = _quiz(["--list"], "")
+    assert p.returncode == 0
+    for c in CARDS:
+        assert f"Q [{c.id}]" in p.stdout
+    assert p.stdout.count("30-second answer:") == len(CARDS) and p.stdout.count("Proof:") == len(CARDS)
+    assert "theory.model_states('hfsdp'" in p.stdout and "Checks (auto-graded):" in p.stdout
     p = _quiz(["--list", "--topic", "hybrid"], "")
-    assert p.returncode == 0 and "mfsdp_v2" in p.stdout and "theory.model_states('hfsdp'" in p.stdout
+    assert p.returncode == 0 and "mfsdp_v2" in p.stdout and "ddp_overlap" not in p.stdout
     p = _quiz(["--topic", "nope"], "")
+    assert p.returncode == 2 and "invalid choice" in p.stderr
+    p = _quiz(["--card", "nope"], "")
     assert p.returncode == 2 and "invalid choice" in p.stderr
 
 
@@ -192,9 +427,10 @@ def test_session_in_process():
     import io
 
     s = session.build("megatron", seed=0, n_drills=1, n_cards=1)
-    s.inp, s.out = io.StringIO(_answers(s)), io.StringIO()
+    s.inp, s.out = io.StringIO(session.scripted_answers(s, ticks="1")), io.StringIO()
     score = s.run()
     assert score.points == score.total > 0
+    assert score.self_points == 1 and score.self_total == len(s.cards[0].must_hit)
 
 
 def test_widgets_grade_like_the_terminal():
@@ -205,5 +441,16 @@ def test_widgets_grade_like_the_terminal():
     assert t.drill.worked().splitlines()[-1].strip()[:10] in t.feedback.value
     assert not DrillTrainer(seed=2).check("nonsense")
     v = CardViewer(topic="fsdp")
-    v.answer.value = ""
-    assert v.reveal()[0] == 0 and "missed:" in v.out.value
+    g = v.check()  # nothing answered
+    assert g.auto_points == 0 and "✗" in v.result.value
+    for card in CARDS:
+        v = CardViewer()
+        v.pick.value = card.id
+        v.set_answers(card.model_responses())
+        assert card.grade(v.answers()).full_marks  # the widgets read back what was set
+        g = v.check()
+        assert g.auto_points == g.auto_total == len(card.checks), card.id
+        assert g == card.grade(card.model_responses(), ticked=())
+        v.tick([0])
+        assert v.grade.self_points == 1 and v.grade.auto_points == g.auto_points
+        assert "self-ticked 1/" in v.self_score.value

@@ -19,7 +19,7 @@ def test_every_rank_ends_with_the_same_parameters(name):
     r = run(RunConfig(name, 4 if hybrid else 3, steps=3, recipe="fp32", m=2 if hybrid else 1,
                       return_params=True, model="mlp"))
     assert r["replica_max_diff"] == 0.0
-    assert r["match"] == {"model_states": True, "comm": True, "activations": True}
+    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
 
 
 def _local(name, recipe="fp32"):

@@ -74,6 +74,25 @@ def test_zero3_comm_is_1_5x_ddp_not_2x():
     assert theory.comm_per_rank("fsdp1", PSI, 8, reshard_after_forward=False).total() == ddp
 
 
+def test_zero3_over_ddp_ratio_depends_on_the_reduce_dtype():
+    # Bytes per parameter on the wire, (g-1)/g dropped: ZeRO-3 = AG(P) + AG(P) + RS(G), DDP = 2·G.
+    ratio = lambda z3, ddp: theory.comm_per_rank("fsdp1", PSI, 8, **z3).total() / \
+        theory.comm_per_rank("ddp", PSI, 8, **ddp).total()
+    assert ratio({}, {}) == Fraction(2 + 2 + 2, 2 * 2)  # mixed-bf16: 1.5
+    fp32 = {"reduce_dtype": "fp32"}  # FSDP2 reduce_dtype=float32; Megatron's --bf16 default
+    assert ratio(fp32, fp32) == Fraction(2 + 2 + 4, 2 * 4) == 1
+    assert ratio(fp32, {}) == Fraction(2 + 2 + 4, 2 * 2) == 2
+    # the megatron-bf16 recipe (fp32 grads) is the same wire as reduce_dtype="fp32"
+    mb = {"recipe": "megatron-bf16"}
+    assert ratio(mb, mb) == 1
+    assert theory.comm_per_rank("fsdp1", PSI, 8, **mb) == theory.comm_per_rank("fsdp1", PSI, 8, **fp32)
+    # the reduce dtype moves gradient bytes only: the all-gathers keep the param dtype
+    ag = lambda **kw: theory.comm_per_rank("zero2", PSI, 8, **kw).by_collective()["all_gather"]
+    assert ag(**fp32) == ag() == Fraction(7, 8) * 2 * PSI
+    assert theory.exact_comm("fsdp1", [[(8, 4)]], 4, **fp32).by_collective() == \
+        {"all_gather": Fraction(3, 4) * 32 * 2 * 2, "reduce_scatter": Fraction(3, 4) * 32 * 4}
+
+
 def test_zero1_cut_at_n8_is_2_9x_not_4x():
     ratio = theory.model_states("ddp", PSI, 8).total / theory.model_states("zero1", PSI, 8).total
     assert ratio == Fraction(16, 4 + Fraction(12, 8)) == Fraction(32, 11)
@@ -141,22 +160,54 @@ def test_timing():
     assert theory.comm_time(h) == pytest.approx(expected)
 
 
+def test_alpha_beta_ring_model():
+    # t = steps·α + sent/β; a ring over g ranks: g-1 steps (RS, AG), 2(g-1) (AR)
+    assert [theory.ring_steps(c, 8) for c in theory.COLLECTIVES] == [14, 7, 7]
+    assert theory.ring_steps("all_reduce", 1) == 0
+    assert theory.ring_allreduce_time(1e9, 8, 1e9, alpha=1e-3) == pytest.approx(14e-3 + 2 * 7 / 8)
+    assert theory.all_gather_time(1e9, 8, 1e9, alpha=1e-3) == pytest.approx(7e-3 + 7 / 8)
+    assert theory.ring_time("reduce_scatter", 0, 4, 1e9, alpha=2e-6) == pytest.approx(3 * 2e-6)
+    # bucket sizing: bandwidth share e reached at S = e/(1-e)·g·α·β (9·8·5e-6·50e9 = 18 MB)
+    g, a, b = 8, 5e-6, 50e9
+    s90 = theory.min_bucket_bytes(g, b, a, efficiency=0.9)
+    assert s90 == pytest.approx(18e6)
+    for coll in theory.COLLECTIVES:
+        assert theory.bucket_time(s90, g, b, a, coll)["efficiency"] == pytest.approx(0.9)
+    small = theory.bucket_time(s90 / 100, g, b, a)
+    assert small["efficiency"] < 0.1 and small["latency"] == pytest.approx(14 * a)
+    # a 1 GB buffer in 25 MB buckets pays 40 latencies and the bytes once
+    assert theory.bucketed_time(1e9, 25e6, g, b, a) == pytest.approx(
+        40 * 14 * a + theory.ring_allreduce_time(1e9, g, b))
+    # comm_time: steps·α for every collective in the op list, per axis
+    c = theory.comm_per_rank("hsdp", PSI, 8, 2)
+    lat = theory.comm_time(c, alpha={"dp_shard": 1e-6, "dp_outer": 1e-5}) - theory.comm_time(c)
+    assert lat == pytest.approx(3 * 7 * 1e-6 + 2 * 1 * 1e-5)  # AG, AG, RS over 8; AR over 2
+    with pytest.raises(ValueError, match="alpha"):
+        theory.ring_time("all_reduce", 1, 2, 1e9, alpha=-1)
+    with pytest.raises(ValueError, match="efficiency"):
+        theory.min_bucket_bytes(8, 1e9, 1e-6, efficiency=1)
+
+
 # ------------------------------------------------------------------ extensions
 def test_offload_and_compose_and_fits():
+    # ZeRO-Offload: optimizer state, fp32 grads and the step on the host; the device keeps the
+    # bf16 params (2Ψ for ZeRO-2, DeepSpeed's estimate_zero2_model_states_mem_needs with
+    # cpu_offload). Host: fp32 grad partition 4Ψ/N + master, m, v 12Ψ/N.
     o = theory.offload("zero2", PSI, 8, what="optimizer")
-    assert o["device"].total == 2 * PSI + 2 * PSI / 8 and o["host"].total == 12 * PSI / 8
+    assert o["device"].total == 2 * PSI and o["host"].total == 16 * PSI / 8
     o = theory.offload("fsdp1", PSI, 8, what="optimizer+params")
-    assert o["device"].total == 2 * PSI / 8 and o["host"].total == 14 * PSI / 8
+    assert o["device"].total == 0 and o["host"].total == 18 * PSI / 8
     with pytest.raises(ValueError, match="shards params"):
         theory.offload("zero2", PSI, 8, what="optimizer+params")
-    fp16 = theory.offload("megatron_distopt", PSI, 8, recipe="fp16")["host"]
-    assert fp16.main_grad == 4 * PSI / 8
+    fp16 = theory.offload("zero2", PSI, 8, recipe="fp16")["host"]
+    assert fp16.main_grad == 4 * PSI / 8 and fp16.grad == 0  # the fp32 main grad is the grad partition
     assert theory.compose("ddp", PSI, 8, tp=2, pp=4).total == 16 * PSI / 8
     assert not theory.fits("ddp", 7e9, 8)
     assert theory.fits("ddp", 7e9, 8, tp=2)  # 56 GB
     assert theory.fits("zero1", 7e9, 8)
     assert not theory.fits("zero1", 7e9, 8, gpu_bytes=80e9, reserve_bytes=50e9)
-    assert theory.fits("ddp", 7e9, 1, offload="optimizer", gpu_bytes=28e9)
+    assert theory.fits("zero1", 7e9, 1, offload="optimizer", gpu_bytes=28e9)  # 2Ψ + 2Ψ
+    assert not theory.fits("zero1", 7e9, 1, offload="optimizer", gpu_bytes=28e9 - 1)
 
 
 @pytest.mark.parametrize("call, match", [
@@ -174,6 +225,15 @@ def test_offload_and_compose_and_fits():
     (lambda: theory.comm_per_rank("ddp", PSI, -1), "n must"),
     (lambda: theory.compose("ddp", PSI, 8, tp=0), "tp must"),
     (lambda: theory.offload("ddp", PSI, 8, what="disk"), "choose one of none"),
+    (lambda: theory.offload("ddp", PSI, 8, what="optimizer"), "ZeRO stages 1-3 only"),
+    (lambda: theory.fits("ddp_bucketed", PSI, 8, offload="optimizer"), "ZeRO stages 1-3 only"),
+    (lambda: theory.offload("megatron_distopt", PSI, 8), "not modelled"),
+    (lambda: theory.comm_per_rank("ddp", PSI, 8, reduce_dtype="fp8"), "reduce_dtype"),
+    (lambda: theory.fits("ddp", PSI, 8, activation_bytes=-1), "activation_bytes"),
+    (lambda: theory.fits("ddp", PSI, 8, recompute="some"), "recompute"),
+    (lambda: theory.transformer_shape(PSI, hidden=4096, heads=3), "divisible"),
+    (lambda: theory.transformer_shape(PSI, layers=0), "layers must be an integer >= 1"),
+    (lambda: theory.transformer_shape(0), "psi"),
     (lambda: theory.exact_model_states("fsdp2", [[(4,)]], 2, rank=2), "rank"),
     (lambda: theory.exact_model_states("ddp", [[(4, -1)]], 2), "shape"),
 ])

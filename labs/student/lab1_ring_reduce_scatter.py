@@ -1,5 +1,5 @@
-# GENERATED from zeroedu/labs/sources/lab1_ring_reduce_scatter.py (student skeleton: replace each NotImplementedError).
-# Regenerate with `python -m zeroedu.labs build`; edit the source, not this copy.
+# GENERATED from labs/source/lab1_ring_reduce_scatter.py (student skeleton: replace each NotImplementedError).
+# Regenerate with `python -m zeroedu.labs build`; check with the command in the docstring.
 """Lab 1: a ring reduce-scatter from point-to-point send and recv.
 
 Every rank holds a tensor `x` of the same size, cut into `world` equal chunks. A reduce-scatter
@@ -14,6 +14,9 @@ Bytes: every rank sends world - 1 chunks of S / world bytes, (world - 1) / world
 You get two primitives:
     send(t, dst)   sends a copy of tensor t to rank dst and returns at once;
     recv(t, src)   blocks until a tensor from rank src arrived, written into t (same size).
+
+Graded (10 points, on N = 4 and, with --hidden, on random N, sizes and inputs):
+  values 6: rank r returns chunk r of the sum;  bytes 3: the ring model;  input 1: x untouched.
 
 Check your work:  python -m zeroedu.labs check 1
 """

@@ -1,5 +1,5 @@
-# GENERATED from zeroedu/labs/sources/lab2_zero2_grad_shard.py (student skeleton: replace each NotImplementedError).
-# Regenerate with `python -m zeroedu.labs build`; edit the source, not this copy.
+# GENERATED from labs/source/lab2_zero2_grad_shard.py (student skeleton: replace each NotImplementedError).
+# Regenerate with `python -m zeroedu.labs build`; check with the command in the docstring.
 """Lab 2: ZeRO-2 gradient sharding of one flat unit.
 
 After backward every rank holds the full gradient of a unit as one flat buffer of `numel`
@@ -13,6 +13,9 @@ Use `zeroedu.shard` for the index math (never re-derive it): `shard.padded_numel
 
 Bytes: one reduce-scatter of the padded buffer, (N-1)/N · padded · 4 bytes sent per rank, half
 of what an all-reduce would send.
+
+Graded (10 points, on N = 4 and, with --hidden, on random N and sizes):
+  range 2: shard.shard_range;  values 5: the averaged chunk;  bytes 3: one reduce-scatter.
 
 Check your work:  python -m zeroedu.labs check 2
 """

@@ -1,5 +1,5 @@
-# GENERATED from zeroedu/labs/sources/lab3_fsdp_linear.py (student skeleton: replace each NotImplementedError).
-# Regenerate with `python -m zeroedu.labs build`; edit the source, not this copy.
+# GENERATED from labs/source/lab3_fsdp_linear.py (student skeleton: replace each NotImplementedError).
+# Regenerate with `python -m zeroedu.labs build`; check with the command in the docstring.
 """Lab 3: one FSDP linear layer, by hand: the backward pass.
 
 W has shape (out_features, in_features) and is sharded on dim 0 (FSDP2's layout): rank r keeps
@@ -17,6 +17,9 @@ let the full W go. Write the backward:
      over ranks, and keep only this rank's real rows.
 
 Communicate with `comm.reduce_scatter(out, inp, axis, tag="lab3/dW")`.
+
+Graded (15 points, on N = 4 and, with --hidden, on random N and shapes, some with fewer rows
+than ranks):  dx 4;  dw 7: this rank's rows of the mean;  bytes 4: one all-gather + one reduce-scatter.
 
 Check your work:  python -m zeroedu.labs check 3
 """

@@ -1,5 +1,5 @@
-# GENERATED from zeroedu/labs/sources/lab4_hfsdp_memory.py (student skeleton: replace each NotImplementedError).
-# Regenerate with `python -m zeroedu.labs build`; edit the source, not this copy.
+# GENERATED from labs/source/lab4_hfsdp_memory.py (student skeleton: replace each NotImplementedError).
+# Regenerate with `python -m zeroedu.labs build`; check with the command in the docstring.
 """Lab 4: an HFSDP memory estimate, as a pure function.
 
 HFSDP arranges M·N GPUs as M domains of N: inside a domain (mesh axis dp_shard) it is ZeRO-3,
@@ -10,6 +10,9 @@ replicated across domains.
 Bytes per parameter come from the precision recipe: `zeroedu.recipes.get_recipe(name)` has
 `param_bytes` (P), `grad_bytes` (G) and `optim_bytes` (K). Count model states only (no
 activations, no temporary gathered layers).
+
+Graded (10 points, on five visible cases and, with --hidden, on random Ψ, N, M and recipes,
+against zeroedu.theory):  param 2;  grad 2;  optim 4;  total 2.
 
 Check your work:  python -m zeroedu.labs check 4
 """

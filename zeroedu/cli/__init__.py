@@ -4,11 +4,18 @@ A subcommand module defines ``add_parser(subparsers)``, which adds its parser an
 ``func=callable(args) -> int``. To add a subcommand, write ``zeroedu/cli/<name>.py`` and append
 its name below; nothing else changes. A subcommand signals bad input by raising `ValueError`,
 which becomes argparse's usual ``zeroedu: error: ...`` line and exit status 2.
+
+Output piped into a reader that stops early (``zeroedu quiz --list | head``) ends quietly with
+status 0: Python ignores SIGPIPE, so the write raises `BrokenPipeError`; `main` catches it and,
+as the Python docs recommend (library/signal.html, "Note on SIGPIPE"), points stdout at devnull
+so the interpreter's final flush cannot raise again.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import sys
 
 SUBCOMMANDS = ["memory", "run", "tour", "quiz"]
 
@@ -28,7 +35,14 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        rc = int(args.func(args) or 0)
+        sys.stdout.flush()  # a broken pipe surfaces here, inside the try, not at exit
+        return rc
+    except BrokenPipeError:
+        # The reader has gone (`| head`): nothing more can be shown, so it is not an error.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except ValueError as e:
         parser.error(str(e))  # prints "zeroedu: error: ..." and exits with status 2
 

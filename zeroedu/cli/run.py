@@ -19,6 +19,7 @@ from ..models import DEFAULT_MODEL, PRESETS, RECOMPUTE_MODES, MLPConfig, get_mod
 from ..notebook.report import plain, summary
 from ..optim import AdamConfig
 from ..runtime import cluster
+from ..runtime.comm import IMPLEMENTATIONS
 from ..train import RunConfig, assemble, config_to_dict, run, train_job
 from .args import positive_float, positive_int
 
@@ -52,7 +53,7 @@ def config_from_args(args, world_size: int) -> RunConfig:
     return RunConfig(args.strategy, world_size, steps=args.steps, recipe=args.recipe, m=args.outer,
                      global_batch=args.global_batch, model=model, adam=adam, options=_options(args),
                      micro_batches=args.micro_batches, recompute=args.recompute,
-                     clip_grad_norm=args.clip_grad_norm).resolved()
+                     clip_grad_norm=args.clip_grad_norm, collectives=args.collectives).resolved()
 
 
 class Progress:
@@ -129,6 +130,10 @@ def add_common(p) -> None:
     p.add_argument("--clip-grad-norm", type=positive_float, default=None,
                    help="clip the global gradient norm to this value")
     p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate (default: the model's)")
+    p.add_argument("--collectives", choices=list(IMPLEMENTATIONS), default="auto",
+                   help="ring: zeroedu's ring reduce-scatter/all-gather (the ring bound on the wire); "
+                        "backend: torch's (gloo's reduce-scatter sends an all-reduce's bytes); "
+                        "auto (default): ring on gloo, backend on NCCL")
 
 
 def add_parser(subparsers) -> None:

@@ -1,39 +1,105 @@
-"""python -m zeroedu.labs build | check N|all [--path FILE] [--instructor] [--n N]"""
+"""python -m zeroedu.labs list | build | check
+
+    list [--json]                               the labs: objective, notebook, time, points, command
+    build [--student DIR] [--key DIR] [--source DIR]
+                                                student skeletons (default labs/student); the answer
+                                                key only with --key, only into DIR
+    check LAB|all [--path FILE | --dir DIR] [--hidden [K]] [--seed S] [--n N] [--json]
+                                                grade on real ranks; --json prints the grade for an
+                                                autograder (schema in zeroedu.labs.grading)
+
+Exit status: 0 when the command ran (with --json, also when tests fail: the JSON says so); without
+--json, `check` exits 1 when a lab is not fully passed; 2 on a usage error.
+"""
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from . import checks, generate
+from .grading import to_json
+from .registry import LABS, TOTAL_POINTS
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m zeroedu.labs", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    ls = sub.add_parser("list", help="the labs, with objective, notebook, time, points and command")
+    ls.add_argument("--json", action="store_true")
+    b = sub.add_parser("build", help="generate the student skeletons (and, with --key, the answer key)")
+    b.add_argument("--student", metavar="DIR", default=None, help="student tree (default: labs/student)")
+    b.add_argument("--key", metavar="DIR", default=None, help="write the answer key into DIR (instructors only)")
+    b.add_argument("--source", metavar="DIR", default=None, help="lab sources (default: labs/source of the checkout)")
+    c = sub.add_parser("check", help="grade a lab (or all) on real ranks")
+    c.add_argument("lab", help=f"1-{len(LABS)} or all")
+    where = c.add_mutually_exclusive_group()
+    where.add_argument("--path", default=None, help="the file to grade (one lab)")
+    where.add_argument("--dir", default=None, help="a folder holding the lab files (a student's submission)")
+    c.add_argument("--hidden", nargs="?", type=int, const=checks.DEFAULT_HIDDEN, default=0, metavar="K",
+                   help=f"add K hidden randomized cases per lab (default K={checks.DEFAULT_HIDDEN})")
+    c.add_argument("--seed", type=int, default=None, help="seed of the hidden cases (default: a fresh one, "
+                                                          "reported in the output)")
+    c.add_argument("--n", type=int, default=checks.DEFAULT_N, help=f"ranks of the visible cases (default {checks.DEFAULT_N})")
+    c.add_argument("--json", action="store_true", help="print the grade as JSON (exit 0 even when tests fail)")
+    return p
+
+
+def _list(as_json: bool) -> int:
+    rows = [{"lab": lab.number, "name": lab.name, "title": lab.title, "objective": lab.objective,
+             "notebook": lab.notebook, "minutes": lab.minutes, "points": lab.points, "command": lab.command,
+             "tests": [{"id": t.id, "title": t.title, "points": t.points} for t in lab.tests]}
+            for lab in LABS.values()]
+    if as_json:
+        print(json.dumps({"labs": rows, "max_points": TOTAL_POINTS}, indent=2, ensure_ascii=False))
+        return 0
+    for r in rows:
+        print(f"lab {r['lab']}: {r['title']} ({r['points']} points, ~{r['minutes']} min, after {r['notebook']})")
+        print(f"    {r['objective']}")
+        print(f"    {r['command']}")
+    print(f"total: {TOTAL_POINTS} points")
+    return 0
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m zeroedu.labs", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="write labs/student and labs/instructor from the sources")
-    b.add_argument("--out", default=None, help="output folder (default: the repository's labs/)")
-    c = sub.add_parser("check", help="check a lab on real ranks")
-    c.add_argument("lab", help="1-4 or all")
-    c.add_argument("--path", default=None, help="the file to check (default labs/student/<lab file>)")
-    c.add_argument("--instructor", action="store_true", help="check the instructor version")
-    c.add_argument("--n", type=int, default=checks.DEFAULT_N, help="ranks (default 4)")
+    p = _parser()
     args = p.parse_args(argv)
+    if args.cmd == "list":
+        return _list(args.json)
     if args.cmd == "build":
-        for path in generate.build(args.out):
+        try:
+            if args.key is not None:
+                generate.check_key_dir(args.key, args.source)  # before anything is written
+            written = generate.build_student(args.student, args.source)
+            if args.key is not None:
+                written += generate.build_key(args.key, args.source)
+        except ValueError as e:
+            p.error(str(e))
+        for path in written:
             print(f"wrote {path}")
         return 0
-    version = "instructor" if args.instructor else "student"
+    from ..runtime import cluster
+
     try:
-        labs = list(checks.LABS) if args.lab == "all" else [int(args.lab)]
+        labs = list(LABS) if args.lab == "all" else [checks.get_lab(args.lab).number]
         if args.path and len(labs) != 1:
-            raise ValueError("--path needs a single lab number")
-        results = [checks.check(k, args.path, version=version, n=args.n) for k in labs]
+            raise ValueError("--path names one lab's file; use --dir for a folder of labs")
+        if args.hidden < 0:
+            raise ValueError("--hidden must be >= 0")
+        seed = args.seed if args.seed is not None or not args.hidden else checks.new_seed()
+        if args.json:
+            grade = checks.grade(labs, path=args.path, directory=args.dir, n=args.n, hidden=args.hidden, seed=seed)
+            print(to_json(grade))
+            return 0
+        results = [checks.check(k, args.path, n=args.n, hidden=args.hidden, seed=seed, directory=args.dir)
+                   for k in labs]
     except ValueError as e:
         p.error(str(e))
     finally:
-        from ..runtime import cluster
-
         cluster.shutdown_pools()
+    if len(results) > 1:
+        print(f"total: {sum(r.points for r in results):g}/{sum(r.max_points for r in results)} points")
     return 0 if all(r.ok for r in results) else 1
 
 

@@ -1,50 +1,67 @@
-"""One source per lab, two generated versions: the student's skeleton and the instructor's key.
+"""One source per lab, two generated artefacts: the student's skeleton and the instructor's key.
 
-A lab source (`zeroedu/labs/sources/labN_*.py`) is ordinary, runnable Python whose solution
+The single sources live in the repository at ``labs/source/labN_*.py``, *outside* the `zeroedu`
+package, so they are never installed with it (``pyproject.toml`` packages ``zeroedu*`` only) and
+nothing the learner imports can print them. A source is ordinary, runnable Python whose solution
 regions are marked::
 
     # BEGIN SOLUTION write the ring: world - 1 steps, ...
-    ...the reference code...
+    ...the solution...
     # END SOLUTION
 
 The **student** version replaces each region with one line at the same indentation,
-``raise NotImplementedError("write the ring: ...")``, so the skeleton imports and `check()` can
-say "not implemented yet: write the ring ...". The **instructor** version keeps the code and
-drops the two marker lines. Both get a header naming the source and the regeneration command.
+``raise NotImplementedError("write the ring: ...")``, so the skeleton imports and the grader can
+say "not implemented yet: write the ring ...". The **key** keeps the code and drops the two marker
+lines. Both get a header naming the source and the command that made them.
 
-``python -m zeroedu.labs build`` writes ``labs/student/`` and ``labs/instructor/``;
-`stale()` lists generated files that differ from what the sources produce now (a test keeps the
-committed copies up to date).
+    python -m zeroedu.labs build                    # labs/student/ (committed, handed out)
+    python -m zeroedu.labs build --student DIR      # the student tree somewhere else
+    python -m zeroedu.labs build --key DIR          # the answer key, only into DIR
+
+The key is written only where asked, never into the package nor into the student tree. The
+grader does not read it: it grades against independent oracles (`zeroedu.labs.checks`).
+`stale()` lists student files that differ from what the sources produce now (a test keeps the
+committed tree up to date).
 """
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-SOURCES = Path(__file__).parent / "sources"
 BEGIN = re.compile(r"^(?P<indent>\s*)# BEGIN SOLUTION\s*(?P<hint>.*)$")
 END = re.compile(r"^\s*# END SOLUTION\s*$")
-VERSIONS = ("student", "instructor")
+VERSIONS = ("student", "key")
+PACKAGE = Path(__file__).resolve().parents[1]  # the zeroedu package: keys never go in here
 
 
-def default_out() -> Path:
-    """The repository's top-level labs/ folder (next to the zeroedu package)."""
-    return Path(__file__).resolve().parents[2] / "labs"
+def repo_labs() -> Path:
+    """The repository's top-level labs/ folder (next to the zeroedu package in a checkout)."""
+    return PACKAGE.parent / "labs"
 
 
-def source_files() -> list[Path]:
-    return sorted(SOURCES.glob("lab[0-9]*.py"))
+def default_source() -> Path:
+    return repo_labs() / "source"
+
+
+def source_files(source: str | Path | None = None) -> list[Path]:
+    src = Path(source) if source is not None else default_source()
+    files = sorted(src.glob("lab[0-9]*.py")) if src.is_dir() else []
+    if not files:
+        raise ValueError(f"no lab sources (lab[0-9]*.py) in {src}: the sources are not installed with the "
+                         "package; run from a checkout of the repository, or pass --source DIR")
+    return files
 
 
 def header(src: Path, version: str) -> str:
-    what = "student skeleton: replace each NotImplementedError" if version == "student" else \
-        "instructor key, with solutions"
-    return (f"# GENERATED from zeroedu/labs/sources/{src.name} ({what}).\n"
-            f"# Regenerate with `python -m zeroedu.labs build`; edit the source, not this copy.\n")
+    if version == "student":
+        return (f"# GENERATED from labs/source/{src.name} (student skeleton: replace each NotImplementedError).\n"
+                "# Regenerate with `python -m zeroedu.labs build`; check with the command in the docstring.\n")
+    return (f"# ANSWER KEY generated from labs/source/{src.name}: for instructors, do not hand out.\n"
+            "# Regenerate with `python -m zeroedu.labs build --key DIR`.\n")
 
 
 def strip(text: str, version: str, name: str = "<lab>") -> str:
-    """The student or instructor text of one lab source."""
+    """The student or key text of one lab source."""
     if version not in VERSIONS:
         raise ValueError(f"version must be one of {VERSIONS}, got {version!r}")
     out, inside, regions = [], False, 0
@@ -63,7 +80,7 @@ def strip(text: str, version: str, name: str = "<lab>") -> str:
                 raise ValueError(f"{name}:{lineno}: END SOLUTION without BEGIN SOLUTION")
             inside = False
             continue
-        if not inside or version == "instructor":
+        if not inside or version == "key":
             out.append(line)
     if inside:
         raise ValueError(f"{name}: BEGIN SOLUTION is never closed")
@@ -72,33 +89,77 @@ def strip(text: str, version: str, name: str = "<lab>") -> str:
     return "".join(out)
 
 
+def solution_regions(text: str) -> list[str]:
+    """The code inside each solution region (what must never ship)."""
+    out, cur = [], None
+    for line in text.splitlines(keepends=True):
+        if BEGIN.match(line.rstrip("\n")):
+            cur = []
+        elif END.match(line.rstrip("\n")):
+            out.append("".join(cur))
+            cur = None
+        elif cur is not None:
+            cur.append(line)
+    return out
+
+
 def render(src: Path, version: str) -> str:
     return header(src, version) + strip(src.read_text(), version, src.name)
 
 
-def build(out: Path | None = None) -> list[Path]:
-    """Write every lab's student and instructor version under `out`; return the paths written."""
-    out = Path(out) if out is not None else default_out()
+def _inside(path: Path, folder: Path) -> bool:
+    path, folder = path.resolve(), folder.resolve()
+    return path == folder or folder in path.parents
+
+
+def _write(version: str, out: Path, source) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
     written = []
-    for version in VERSIONS:
-        (out / version).mkdir(parents=True, exist_ok=True)
-        for src in source_files():
-            dst = out / version / src.name
-            dst.write_text(render(src, version))
-            written.append(dst)
+    for src in source_files(source):
+        dst = out / src.name
+        dst.write_text(render(src, version))
+        written.append(dst)
     return written
 
 
-def stale(out: Path | None = None) -> list[str]:
-    """Generated files missing or differing from the sources (empty when up to date)."""
-    out = Path(out) if out is not None else default_out()
+def build_student(out: str | Path | None = None, source: str | Path | None = None) -> list[Path]:
+    """Write every lab's student skeleton into `out` (default: the repository's labs/student)."""
+    out = Path(out) if out is not None else repo_labs() / "student"
+    if _inside(out, PACKAGE):
+        raise ValueError(f"{out} is inside the zeroedu package; write the student tree elsewhere")
+    return _write("student", out, source)
+
+
+def build_key(out: str | Path, source: str | Path | None = None) -> list[Path]:
+    """Write every lab's answer key into `out`, which must be outside the package, the sources and
+    the student tree (so the key is always a separate artefact)."""
+    check_key_dir(out, source)
+    return _write("key", Path(out), source)
+
+
+def check_key_dir(out: str | Path, source: str | Path | None = None) -> None:
+    """ValueError unless `out` is a place for the key: outside the package, the student tree and
+    the sources."""
+    if out is None:
+        raise ValueError("say where the key goes: build --key DIR")
+    out = Path(out)
+    src = Path(source) if source is not None else default_source()
+    for folder, what in ((PACKAGE, "the zeroedu package"), (repo_labs() / "student", "the student tree"),
+                         (src, "the lab sources")):
+        if _inside(out, folder):
+            raise ValueError(f"refusing to write the answer key into {out}: it is inside {what} ({folder})")
+
+
+def stale(out: str | Path | None = None, source: str | Path | None = None) -> list[str]:
+    """Student files missing or differing from the sources (empty when up to date)."""
+    out = Path(out) if out is not None else repo_labs() / "student"
     bad = []
-    for version in VERSIONS:
-        for src in source_files():
-            dst = out / version / src.name
-            if not dst.exists() or dst.read_text() != render(src, version):
-                bad.append(str(dst))
+    for src in source_files(source):
+        dst = out / src.name
+        if not dst.exists() or dst.read_text() != render(src, "student"):
+            bad.append(str(dst))
     return bad
 
 
-__all__ = ["build", "stale", "strip", "render", "source_files", "default_out", "VERSIONS"]
+__all__ = ["VERSIONS", "build_key", "build_student", "check_key_dir", "default_source", "render", "repo_labs", "solution_regions",
+           "source_files", "stale", "strip"]

@@ -72,11 +72,40 @@ def summary(report: dict[str, Any]) -> str:
     out += [f"losses            {_curve(report['losses'])}",
             f"reference losses  {_curve(report['reference_losses'])}",
             f"max relative loss difference vs single process: {max_rel_diff(report['losses'], report['reference_losses']):.2e}"]
+    out += wire_lines(report)
     if "overlap" in report["ranks"][0]:
         out.append("overlap (comm hidden behind backward): "
                    + "  ".join(f"rank {r['rank']} {r['overlap']:.0%}" for r in report["ranks"]))
     out.append(f"predicted vs measured — match: {all_match(report)}")
     return "\n".join(out)
+
+
+def wire_lines(report: dict[str, Any]) -> list[str]:
+    """Ring model vs the wire, per rank: what the closed forms say each collective sends, and
+    what the kernel counted on the rank's sockets (per collective where it ran alone)."""
+    r0 = report["ranks"][0]
+    w = r0.get("wire") or {}
+    if w.get("sent") is None:
+        return [f"on the wire: not measured ({w.get('reason', 'no meter')})"]
+    impl = report.get("collectives", "?")
+    rows = []
+    for r in report["ranks"]:
+        wr, ring = r["wire"], r["measured"]["comm"]
+        for op in sorted(set(ring) | set(wr.get("by_collective", {}))):
+            got = wr.get("by_collective", {}).get(op)
+            rows.append([str(r["rank"]), op, _fmt(ring.get(op, 0)), "—" if got is None else _fmt(got)])
+        rows.append([str(r["rank"]), "total", _fmt(sum(ring.values())), _fmt(wr["sent"])])
+    out = [f"bytes sent per step: ring model vs the wire (collectives: {impl}; kernel byte counters; "
+           "'—': overlapped with other collectives, in the total only)",
+           table(rows, ["rank", "collective", "ring model", "wire"])]
+    exp = r0["predicted"]["wire"]
+    out.append(f"rank 0: wire {_fmt(w['sent'])} B = expected {_fmt(exp)} B of payload + gloo framing "
+               f"{w['messages']} messages x 144 B ({_fmt(w['sent'] - exp)} B over the payload, "
+               f"{100 * (w['sent'] / exp - 1):.2f} %)" if exp else f"rank 0: wire {_fmt(w['sent'])} B")
+    if impl == "backend" and any("reduce_scatter" in r["measured"]["comm"] for r in report["ranks"]):
+        out.append("note: gloo's reduce_scatter_single is an all-reduce with one chunk kept, so it sends "
+                   "2(g-1)/g of its input, twice the ring model; --collectives ring sends the ring bound")
+    return out
 
 
 def all_match(report: dict[str, Any]) -> bool:

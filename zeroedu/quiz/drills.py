@@ -35,7 +35,11 @@ TOPIC_STRATEGIES = {
     "fsdp": ("fsdp1", "fsdp2"),
     "megatron": ("megatron_distopt",),
     "hybrid": ("hsdp", "hfsdp"),
+    # deck topics with no strategy of their own draw from every strategy
+    "comm": STRATEGIES, "memory": STRATEGIES, "training": STRATEGIES, "composition": STRATEGIES,
 }
+# and ask the question kind the topic is about (default: every kind)
+TOPIC_KINDS = {"comm": ("comm",), "memory": ("bytes", "fits")}
 PSIS = (125e6, 1.3e9, 7e9, 8e9, 13e9, 30e9, 70e9, 175e9)
 NS = (2, 4, 8, 16, 32, 64)
 MS = (2, 4)
@@ -202,17 +206,20 @@ def make_drill(rng: random.Random, kinds=KINDS, strategies=STRATEGIES) -> Drill:
                  rng.choice(MS) if spec.hybrid else 1, recipe)
 
 
-def draw_drills(k: int, seed: int = 0, topic: str | None = None, kinds=KINDS) -> list[Drill]:
-    """`k` drills, the same ones for the same seed (and topic)."""
+def draw_drills(k: int, seed: int = 0, topic: str | None = None, kinds=None) -> list[Drill]:
+    """`k` drills, the same ones for the same seed (and topic). `kinds` defaults to the topic's
+    (`TOPIC_KINDS`), else every kind."""
     if topic in (None, "all"):
         strategies = STRATEGIES
     elif topic in TOPIC_STRATEGIES:
         strategies = TOPIC_STRATEGIES[topic]
     else:
         raise ValueError(f"unknown topic {topic!r}; choose one of {', '.join(TOPIC_STRATEGIES)}, all")
+    if kinds is None:
+        kinds = TOPIC_KINDS.get(topic, KINDS)
     rng = random.Random(seed)
     return [make_drill(rng, kinds, strategies) for _ in range(k)]
 
 
-__all__ = ["Drill", "KINDS", "TOLERANCE", "GPU_BYTES", "STRATEGIES", "TOPIC_STRATEGIES",
+__all__ = ["Drill", "KINDS", "TOLERANCE", "GPU_BYTES", "STRATEGIES", "TOPIC_STRATEGIES", "TOPIC_KINDS",
            "draw_drills", "make_drill", "parse_bytes", "parse_yes_no", "gb"]

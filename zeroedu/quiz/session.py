@@ -1,13 +1,22 @@
 """The terminal quiz loop: interview cards, then numeric drills, then a session score.
 
 Reads one answer per line from `inp` and writes to `out` (stdin/stdout by default), so it works
-interactively and from a script (``printf 'answer\\n112\\n' | zeroedu quiz``). End of input ends
-the session early but gracefully: the questions not reached are not counted, and the score of
-the ones answered is printed.
+interactively and from a script (``zeroedu quiz --list`` shows every check's answer). End of
+input ends the session early but gracefully: a card or drill whose lines did not all arrive is
+not counted, and the score of the ones answered is printed.
 
-Scoring: a card is worth one point per must-hit point the answer mentions (keyword match, see
-`deck.Point`), a drill one point when within 1 % of the theory (`drills.Drill.grade`). After each
-answer the session shows the model answer (cards) or the worked solution (drills).
+A card takes, one line each:
+
+1. an answer for each of its checks (`Card.checks`: a number, a letter or letters, a short
+   term), graded automatically (`grading`); then the model answer is shown;
+2. the must-hit points the learner's own spoken answer made, ticked by number ("1,3", "all",
+   "none" or an empty line). These are self-assessed and kept apart from the auto score.
+
+A drill takes one line, graded by `drills.Drill.grade` (the theory within 1 %); the worked
+solution follows.
+
+`Score` keeps the auto-graded points (card checks and drills) and the self-ticked points
+separately, and `Score.line()` prints both.
 """
 from __future__ import annotations
 
@@ -18,12 +27,15 @@ from typing import TextIO
 
 from . import deck as deck_mod
 from . import drills as drills_mod
+from .grading import parse_ticks
 
 
 @dataclass
 class Score:
-    points: int = 0
+    points: int = 0  # auto-graded: card checks + drills
     total: int = 0
+    self_points: int = 0  # self-ticked must-hit points, reported apart
+    self_total: int = 0
     answered: int = 0
     log: list[dict] = field(default_factory=list)
 
@@ -32,8 +44,11 @@ class Score:
         return self.points / self.total if self.total else 0.0
 
     def line(self) -> str:
-        return (f"Session score: {self.points}/{self.total} "
-                f"({100 * self.fraction:.0f}%) over {self.answered} question(s)")
+        s = (f"Session score: {self.points}/{self.total} auto-graded "
+             f"({100 * self.fraction:.0f}%) over {self.answered} question(s)")
+        if self.self_total:
+            s += f"; self-ticked {self.self_points}/{self.self_total} must-hit points (not in the score)"
+        return s
 
 
 class Session:
@@ -59,18 +74,42 @@ class Session:
 
     def run_card(self, i: int, card) -> bool:
         self.say(f"\n[{i}] {card.question}\n    {card.question_zh}")
-        ans = self.ask("your answer (one line)> ")
-        if ans is None:
-            return False
-        hit, total, missed = card.score(ans)
-        self.score.points += hit
-        self.score.total += total
-        self.score.answered += 1
-        self.score.log.append({"card": card.id, "points": hit, "of": total})
-        self.say(f"  {hit}/{total} must-hit points.")
-        for p in missed:
-            self.say(f"  missed: {p.text}")
+        n = len(card.checks)
+        self.say(f"  Give your 30-second answer (aloud or on paper), then {n} check(s), one line each.")
+        answers = []
+        for j in range(n):
+            lines = card.check_prompt(j).splitlines()
+            self.say(f"  ({j + 1}/{n}) {lines[0]}")
+            for extra in lines[1:]:
+                self.say("    " + extra.strip())
+            a = self.ask("  > ")
+            if a is None:
+                return False
+            answers.append(a)
+        g = card.grade(answers)
+        self.say(f"  {g.summary()}")
+        for r in g.results:
+            self.say("    " + r.line())
         self.say("  30-second answer: " + card.rendered_answer())
+        self.say("  Must hit (tick the ones your answer made):")
+        for k, p in enumerate(card.must_hit):
+            self.say(f"    {k + 1}. {p.text}")
+        t = self.ask("  points you made (e.g. 1,3; all; none)> ")
+        if t is None:
+            return False
+        ticked = parse_ticks(t, len(card.must_hit))
+        if ticked is None:
+            self.say(f"  could not read {t.strip()!r} as point numbers; counted as none")
+            ticked = ()
+        g = card.grade(answers, ticked)
+        self.score.points += g.auto_points
+        self.score.total += g.auto_total
+        self.score.self_points += g.self_points
+        self.score.self_total += g.tick_total
+        self.score.answered += 1
+        self.score.log.append({"card": card.id, "points": g.auto_points, "of": g.auto_total,
+                               "ticked": g.self_points, "of_ticks": g.tick_total})
+        self.say(f"  {g.summary()}")
         for e in card.evidence:
             self.say("  proof: " + e.text())
         return True
@@ -103,14 +142,28 @@ class Session:
         return self.score
 
 
-def build(topic: str | None = None, seed: int = 0, n_drills: int = 3, n_cards: int | None = 3) -> Session:
-    """Pick `n_cards` cards of `topic` (all when None) and `n_drills` drills, both by `seed`."""
+def scripted_answers(s: Session, ticks: str = "all") -> str:
+    """The stdin that answers every question of `s` right (and ticks `ticks`): for scripts/tests."""
+    lines = []
+    for c in s.cards:
+        lines += c.model_responses() + [ticks]
+    lines += [d.expected_text() for d in s.drills]
+    return "\n".join(lines) + "\n"
+
+
+def build(topic: str | None = None, seed: int = 0, n_drills: int = 3, n_cards: int | None = 3,
+          card_ids: list[str] | None = None) -> Session:
+    """Pick `n_cards` cards of `topic` (all when None) and `n_drills` drills, both by `seed`;
+    or exactly the cards `card_ids`, in that order."""
     if n_drills < 0 or (n_cards is not None and n_cards < 0):
         raise ValueError("--drills and --cards must be >= 0")
-    pool = deck_mod.cards(topic)
-    rng = random.Random(seed)
-    chosen = pool if n_cards is None or n_cards >= len(pool) else rng.sample(pool, n_cards)
+    if card_ids:
+        chosen = [deck_mod.get_card(c) for c in card_ids]
+    else:
+        pool = deck_mod.cards(topic)
+        rng = random.Random(seed)
+        chosen = pool if n_cards is None or n_cards >= len(pool) else rng.sample(pool, n_cards)
     return Session(chosen, drills_mod.draw_drills(n_drills, seed=seed, topic=topic))
 
 
-__all__ = ["Session", "Score", "build"]
+__all__ = ["Session", "Score", "build", "scripted_answers"]

@@ -1,7 +1,14 @@
 """Notebook versions of the quiz: a drill trainer and a flash-card viewer (ipywidgets).
 
-Same data and grading as the terminal quiz (`drills.Drill.grade`, `deck.Card.score`); only the
+Same data and grading as the terminal quiz (`drills.Drill.grade`, `deck.Card.grade`); only the
 input and output differ. Kept inside zeroedu.quiz so the suite's dashboard widgets stay separate.
+
+`CardViewer`: pick a card, write notes for your 30-second answer (not graded), answer its
+checks (a text box per number or term, radio buttons or tick boxes per choice), press Check.
+The auto-graded result and the model answer appear, with a tick box per must-hit point; the
+ticks update the self-assessed score, shown apart. Scripted use: ``viewer.pick.value = id``,
+``viewer.set_answers(card.model_responses())``, ``viewer.check()`` -> `grading.CardGrade`,
+``viewer.tick([0, 2])``.
 """
 from __future__ import annotations
 
@@ -11,6 +18,7 @@ import random
 import ipywidgets as W
 
 from . import deck, drills
+from .grading import LETTERS, Choice
 
 
 def _pre(text: str) -> str:
@@ -39,7 +47,8 @@ class DrillTrainer:
 
     def next(self):
         strategies = drills.TOPIC_STRATEGIES.get(self.topic, drills.STRATEGIES)
-        self.drill = drills.make_drill(self.rng, drills.KINDS, strategies)
+        kinds = drills.TOPIC_KINDS.get(self.topic, drills.KINDS)
+        self.drill = drills.make_drill(self.rng, kinds, strategies)
         self.prompt.value = f"<b>{html.escape(self.drill.prompt())}</b>"
         self.answer.value, self.feedback.value, self.answered = "", "", False
 
@@ -60,25 +69,113 @@ class DrillTrainer:
 
 
 class CardViewer:
-    """Pick a card, write your answer, Reveal shows the must-hit points you missed and the answer."""
+    """Pick a card, answer its checks, Check grades them and reveals the model answer; tick the
+    must-hit points your own answer made (self-assessed, reported apart)."""
 
     def __init__(self, topic: str | None = None):
         cards = deck.cards(topic)
-        self.pick = W.Dropdown(options=[(c.question, c.id) for c in cards], layout=W.Layout(width="720px"))
-        self.answer = W.Textarea(placeholder="your 30-second answer", layout=W.Layout(width="720px", height="90px"))
-        self.reveal_btn = W.Button(description="Reveal", button_style="primary")
-        self.out = W.HTML()
-        self.reveal_btn.on_click(lambda _: self.reveal())
-        self.pick.observe(lambda _: setattr(self.out, "value", ""), names="value")
-        self.view = W.VBox([self.pick, self.answer, self.reveal_btn, self.out])
+        self.pick = W.Dropdown(options=[(f"[{c.id}] {c.question}", c.id) for c in cards],
+                               layout=W.Layout(width="760px"))
+        self.question = W.HTML()
+        self.notes = W.Textarea(placeholder="your 30-second answer (notes, not graded)",
+                                layout=W.Layout(width="760px", height="80px"))
+        self.checks_box = W.VBox()
+        self.check_btn = W.Button(description="Check", button_style="primary")
+        self.result = W.HTML()
+        self.ticks_box = W.VBox()
+        self.self_score = W.HTML()
+        self.details = W.HTML()
+        self.grade = None
+        self.check_btn.on_click(lambda _: self.check())
+        self.pick.observe(lambda _: self._load(), names="value")
+        self.view = W.VBox([self.pick, self.question, self.notes, self.checks_box, self.check_btn,
+                            self.result, self.ticks_box, self.self_score, self.details])
+        self._load()
 
-    def reveal(self) -> tuple[int, int]:
-        card = deck.get_card(self.pick.value)
-        hit, total, missed = card.score(self.answer.value)
-        head = f"<b>{hit}/{total} must-hit points</b>" + "".join(
-            f"<br>missed: {html.escape(p.text)}" for p in missed)
-        self.out.value = head + _pre(card.as_text())
-        return hit, total
+    @property
+    def card(self):
+        return deck.get_card(self.pick.value)
+
+    def _load(self) -> None:
+        """Build the input widgets for the picked card; clear any previous grade."""
+        card = self.card
+        self.question.value = (f"<b>{html.escape(card.question)}</b><br>{html.escape(card.question_zh)}")
+        self.inputs = []
+        rows = []
+        for i, c in enumerate(card.checks):
+            label = W.HTML(f"{i + 1}. {html.escape(card.check_prompt(i).splitlines()[0])}")
+            if isinstance(c, Choice):
+                opts = [(f"{LETTERS[k]}) {card.render(o)}", LETTERS[k]) for k, o in enumerate(c.options)]
+                if c.multi:
+                    w = W.VBox([W.Checkbox(value=False, description=t, indent=False,
+                                           layout=W.Layout(width="740px")) for t, _ in opts])
+                else:
+                    w = W.RadioButtons(options=opts, value=None, layout=W.Layout(width="740px"))
+            else:
+                w = W.Text(placeholder=c.hint(card.figures.get(getattr(c, "figure", ""), None)),
+                           layout=W.Layout(width="320px"))
+            self.inputs.append(w)
+            rows.append(W.VBox([label, w]))
+        self.checks_box.children = rows
+        self.result.value = self.self_score.value = self.details.value = ""
+        self.ticks_box.children = ()
+        self.tick_boxes = []
+        self.grade = None
+
+    def answers(self) -> list[str]:
+        """The current inputs as the strings the terminal quiz would read."""
+        out = []
+        for c, w in zip(self.card.checks, self.inputs):
+            if isinstance(c, Choice) and c.multi:
+                out.append(",".join(LETTERS[k] for k, b in enumerate(w.children) if b.value))
+            elif isinstance(c, Choice):
+                out.append(w.value or "")
+            else:
+                out.append(w.value)
+        return out
+
+    def set_answers(self, answers: list[str]) -> None:
+        """Fill the inputs from terminal-style answers ("b", "a,c", "26.25 GB", "reduce-scatter")."""
+        for c, w, a in zip(self.card.checks, self.inputs, answers):
+            if isinstance(c, Choice):
+                picked = c.read(a) or frozenset()
+                if c.multi:
+                    for k, b in enumerate(w.children):
+                        b.value = k in picked
+                else:
+                    w.value = LETTERS[min(picked)] if len(picked) == 1 else None
+            else:
+                w.value = a
+
+    def check(self):
+        """Grade the checks, reveal the model answer and the must-hit tick boxes."""
+        card = self.card
+        self.grade = card.grade(self.answers(), ticked=())
+        self.result.value = (f"<b>auto-graded {self.grade.auto_points}/{self.grade.auto_total}</b>" +
+                             "".join(f"<br>{html.escape(r.line())}" for r in self.grade.results))
+        self.tick_boxes = [W.Checkbox(value=False, description=p.text, indent=False,
+                                      layout=W.Layout(width="740px")) for p in card.must_hit]
+        for b in self.tick_boxes:
+            b.observe(lambda _: self._update_ticks(), names="value")
+        self.ticks_box.children = [W.HTML("<b>Must hit: tick the points your answer made</b>"), *self.tick_boxes]
+        self.details.value = _pre(card.as_text())
+        self._update_ticks()
+        return self.grade
+
+    reveal = check  # the old name of the button's action
+
+    def tick(self, indices) -> None:
+        """Tick must-hit points (0-based) as the learner would."""
+        for i in indices:
+            self.tick_boxes[i].value = True
+
+    def _update_ticks(self) -> None:
+        if self.grade is None:
+            return
+        ticked = [i for i, b in enumerate(self.tick_boxes) if b.value]
+        self.grade = self.card.grade(self.answers(), ticked)
+        self.self_score.value = (f"self-ticked {self.grade.self_points}/{self.grade.tick_total} "
+                                 "(self-assessed, not part of the auto-graded score)")
 
     def _ipython_display_(self):
         from IPython.display import display

@@ -1,8 +1,12 @@
 """Thin wrappers over torch.distributed collectives: the only code in zeroedu that talks to the network.
 
 Every call records a `CommRecord` in the rank's ledger: the op, a tag saying what moved
-(``"zero2/grads"``), the mesh axis, the payload, and the bytes *this rank sends* under the ring
-algorithm that NCCL and gloo use for large messages. With S the payload bytes and g ranks:
+(``"zero2/unit3/grads"``), the mesh axis, the payload, and two byte figures:
+
+* ``sent``, the **ring model**: the bytes this rank sends if the collective runs the ring
+  algorithm, computed from the payload (the same arithmetic as `zeroedu.theory`, so it agrees
+  with the closed forms by construction: it is a model, not a measurement). With S the payload
+  bytes and g ranks:
 
     reduce-scatter (input S)   sends (g-1)/g * S    g-1 ring steps, each one chunk of S/g
     all-gather (output S)      sends (g-1)/g * S    the same ring, forwarding instead of adding
@@ -13,9 +17,31 @@ algorithm that NCCL and gloo use for large messages. With S the payload bytes an
 Harness plumbing that is not training traffic (result gathering under torchrun, barriers
 around a checkpoint write) uses torch.distributed directly and is deliberately not recorded.
 
-These are exact rationals (`fractions.Fraction`), so they can be compared for equality with the
-closed forms in `zeroedu.theory`. `ring_all_reduce` builds the all-reduce by hand from send/recv
-(reduce-scatter phase then all-gather phase) to show where 2(g-1)/g comes from.
+  These are exact rationals (`fractions.Fraction`), comparable for equality with the closed forms.
+* ``wire``, the **measurement**: bytes this rank's sockets really took for the collective, read
+  from the kernel by `zeroedu.runtime.wire.WireMeter` around it, when the collective ran alone
+  (nothing else in flight from its launch to its wait: otherwise bytes of overlapping
+  collectives cannot be told apart, and ``wire`` is None; the ledger's per-step total is
+  always measured). None on NCCL, whose bytes do not pass through this process's sockets.
+
+Which implementation runs (``collectives``):
+
+* ``"ring"``: zeroedu's own ring reduce-scatter and all-gather from point-to-point messages
+  (`zeroedu.runtime.ring`), which send exactly the ring bound; all-reduce stays the backend's,
+  which on gloo is already a ring (and bitwise equal to `ring.ring_all_reduce`).
+* ``"backend"``: torch's collectives. On gloo, `reduce_scatter_single` is an all-reduce with one
+  chunk kept (ProcessGroupGloo's reduce_scatter_tensor_coalesced: clone, all-reduce, copy), so
+  it sends an all-reduce's bytes, 2(g-1)/g·S, twice the ring bound; its all-gather is on it.
+* ``"auto"`` (the default): "ring" on gloo, where it halves the reduce-scatter's bytes and is
+  faster (measured 0.62x the time of gloo's at 4 MB, N = 4; all-gather about equal), and
+  "backend" on NCCL, whose collectives are on the ring bound for large messages.
+
+`ring_all_reduce` below builds an all-reduce by hand from send/recv through this class (every
+message recorded), for notebook 01 to show where 2(g-1)/g comes from.
+
+torch 2.13 renamed `all_gather_into_tensor` / `reduce_scatter_tensor` to `all_gather_single` /
+`reduce_scatter_single` (the old names warn); `_all_gather_single` / `_reduce_scatter_single`
+below take whichever this torch has, so the declared range of torch versions works.
 
 Async ops return a `Handle`; the completion time is taken by a callback on the work's future,
 when the collective really finished, not when someone got round to waiting on it — that is what
@@ -30,7 +56,28 @@ import threading
 import torch
 import torch.distributed as dist
 
+from . import ring, wire
 from .ledger import CommRecord, Ledger
+
+IMPLEMENTATIONS = ("auto", "ring", "backend")
+
+# One compatibility point for the renamed collectives (torch >= 2.13 has the *_single names).
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def resolve_implementation(collectives: str, backend: str) -> str:
+    """"ring" or "backend" for a run's `collectives` choice on this backend (see above)."""
+    if collectives not in IMPLEMENTATIONS:
+        raise ValueError(f"collectives must be one of {IMPLEMENTATIONS}, got {collectives!r}")
+    if collectives == "auto":
+        return "ring" if backend == "gloo" else "backend"
+    return collectives
+
+
+def backend_functions() -> dict:
+    """Which torch functions the backend implementation calls (for tests and reports)."""
+    return {"all_gather": _all_gather_single.__name__, "reduce_scatter": _reduce_scatter_single.__name__}
 
 
 @dataclass
@@ -65,9 +112,10 @@ class Handle:
     """An in-flight collective. `wait()` blocks until done; the record's end time is already set;
     `done()` says, without blocking, whether the work has finished."""
 
-    def __init__(self, work, rec: CommRecord, ledger: Ledger):
-        self.work, self.rec, self.ledger = work, rec, ledger
-        self._thread, self._error = None, None
+    def __init__(self, work, rec: CommRecord, comm: "Comm"):
+        self.work, self.rec, self.comm = work, rec, comm
+        self.ledger = comm.ledger
+        self._thread, self._error, self._waited = None, None, False
         if work is None:
             return
         try:
@@ -77,7 +125,7 @@ class Handle:
             self._thread.start()
             return
 
-        def _done(_f, rec=rec, ledger=ledger):
+        def _done(_f, rec=rec, ledger=self.ledger):
             rec.t_end = ledger.now()
 
         fut.add_done_callback(_done)
@@ -104,6 +152,9 @@ class Handle:
             self.work.wait()
             if self.rec.t_end is None:  # callback not run yet: it finished no later than now
                 self.rec.t_end = self.ledger.now()
+        if not self._waited:
+            self._waited = True
+            self.comm._finished(self)
         return self
 
 
@@ -112,30 +163,62 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 class Comm:
-    """The collectives one rank uses, each recorded in `ledger`."""
+    """The collectives one rank uses, each recorded in `ledger` (and measured on the wire)."""
 
-    def __init__(self, ledger: Ledger):
-        self.ledger = ledger
+    def __init__(self, ledger: Ledger, collectives: str = "auto", backend: str = "gloo",
+                 meter: "wire.WireMeter | None" = None):
+        self.ledger, self.backend = ledger, backend
+        self.implementation = resolve_implementation(collectives, backend)
+        self.meter = meter if meter is not None and meter.available else None
+        self._open: set = set()  # handles issued and not yet waited
+        self._window = None  # (meter snapshot, records) of the collectives in flight
 
-    def _record(self, op, tag, axis: Axis, payload: int, factor: Fraction) -> CommRecord:
+    # ---------------------------------------------------------------- records and the wire
+    # The wire is read in *windows*: from the moment a collective is issued while none is in
+    # flight to the moment the last one in flight is waited for. Bytes of collectives that
+    # overlap cannot be told apart, so a window's bytes are attributed to a kind of collective
+    # only when every collective in it is of that kind (and to the record itself when it is
+    # alone); the ledger's per-step total is measured whatever overlaps.
+    def _record(self, op, tag, axis: Axis, payload: int, factor: Fraction, numel: int = 0,
+                elem: int = 1) -> CommRecord:
         rec = CommRecord(op, tag, axis.name, axis.size, payload, factor * payload,
                          self.ledger.step, self.ledger.now())
+        rec.implementation = self.implementation if op in ("reduce_scatter", "all_gather") else "backend"
+        rec.messages = wire.messages(op, numel, elem, axis.size, rec.implementation)
+        if self.meter is not None:
+            if not self._open:
+                self._window = (self.meter.snapshot(), [])
+            self._window[1].append(rec)
         self.ledger.add_comm(rec)
         return rec
 
+    def _finished(self, h: Handle) -> None:
+        self._open.discard(h)
+        if self.meter is None or self._open or self._window is None:
+            return
+        snap, recs = self._window
+        self._window = None
+        sent = self.meter.sent_since(snap).sent
+        if len(recs) == 1:
+            recs[0].wire = sent
+        self.ledger.add_wire_window(recs, sent)
+
     def _finish(self, work, rec, async_op):
-        if work is None:  # group of one: nothing moved
-            rec.t_end = rec.t_start
-        h = Handle(work, rec, self.ledger)
+        if work is None and rec.t_end is None:  # group of one, or ran inline: it is done
+            rec.t_end = self.ledger.now()
+        h = Handle(work, rec, self)
+        self._open.add(h)
         if async_op:
             return h
         h.wait()
         return None
 
+    # ---------------------------------------------------------------- collectives
     def all_reduce(self, t: torch.Tensor, axis: Axis, tag: str, async_op: bool = False):
         """SUM in place. Averaging is the caller's choice (gloo has no AVG/PREMUL_SUM)."""
         g = axis.size
-        rec = self._record("all_reduce", tag, axis, _nbytes(t), Fraction(2 * (g - 1), g))
+        rec = self._record("all_reduce", tag, axis, _nbytes(t), Fraction(2 * (g - 1), g), t.numel(),
+                           t.element_size())
         work = dist.all_reduce(t, group=axis.group, async_op=True) if g > 1 else None
         return self._finish(work, rec, async_op)
 
@@ -145,12 +228,15 @@ class Comm:
         g = axis.size
         if inp.numel() != out.numel() * g:
             raise ValueError(f"reduce_scatter: input has {inp.numel()} elements, need {g} x {out.numel()}")
-        rec = self._record("reduce_scatter", tag, axis, _nbytes(inp), Fraction(g - 1, g))
+        rec = self._record("reduce_scatter", tag, axis, _nbytes(inp), Fraction(g - 1, g), inp.numel(),
+                           inp.element_size())
         if g == 1:
             out.copy_(inp)
             work = None
+        elif rec.implementation == "ring":
+            work = ring.ring_reduce_scatter(out, inp, group=axis.group, async_op=async_op)
         else:
-            work = dist.reduce_scatter_single(out, inp, group=axis.group, async_op=True)
+            work = _reduce_scatter_single(out, inp, group=axis.group, async_op=True)
         return self._finish(work, rec, async_op)
 
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, axis: Axis, tag: str,
@@ -159,41 +245,43 @@ class Comm:
         g = axis.size
         if out.numel() != inp.numel() * g:
             raise ValueError(f"all_gather: output has {out.numel()} elements, need {g} x {inp.numel()}")
-        rec = self._record("all_gather", tag, axis, _nbytes(out), Fraction(g - 1, g))
+        rec = self._record("all_gather", tag, axis, _nbytes(out), Fraction(g - 1, g), out.numel(),
+                           out.element_size())
         if g == 1:
             out.copy_(inp)
             work = None
+        elif rec.implementation == "ring":
+            work = ring.ring_all_gather(out, inp, group=axis.group, async_op=async_op)
         else:
-            work = dist.all_gather_single(out, inp, group=axis.group, async_op=True)
+            work = _all_gather_single(out, inp, group=axis.group, async_op=True)
         return self._finish(work, rec, async_op)
 
     def broadcast(self, t: torch.Tensor, src_axis_rank: int, axis: Axis, tag: str):
-        sent = Fraction(_nbytes(t)) if axis.rank == src_axis_rank and axis.size > 1 else Fraction(0)
-        rec = self._record("broadcast", tag, axis, _nbytes(t), Fraction(0))
-        rec.sent = sent
+        rec = self._record("broadcast", tag, axis, _nbytes(t), Fraction(0), t.numel(), t.element_size())
+        rec.sent = Fraction(_nbytes(t)) if axis.rank == src_axis_rank and axis.size > 1 else Fraction(0)
         work = (dist.broadcast(t, src=axis.global_rank(src_axis_rank), group=axis.group, async_op=True)
                 if axis.size > 1 else None)
         return self._finish(work, rec, False)
 
     def send(self, t: torch.Tensor, dst_axis_rank: int, axis: Axis, tag: str):
-        rec = self._record("send", tag, axis, _nbytes(t), Fraction(1))
-        dist.send(t, dst=axis.global_rank(dst_axis_rank), group=axis.group)
-        rec.t_end = self.ledger.now()
+        rec = self._record("send", tag, axis, _nbytes(t), Fraction(1), t.numel(), t.element_size())
+        work = dist.isend(t, dst=axis.global_rank(dst_axis_rank), group=axis.group)
+        return self._finish(work, rec, False)
 
     def recv(self, t: torch.Tensor, src_axis_rank: int, axis: Axis, tag: str):
-        rec = self._record("recv", tag, axis, _nbytes(t), Fraction(0))
-        dist.recv(t, src=axis.global_rank(src_axis_rank), group=axis.group)
-        rec.t_end = self.ledger.now()
+        rec = self._record("recv", tag, axis, _nbytes(t), Fraction(0), t.numel(), t.element_size())
+        work = dist.irecv(t, src=axis.global_rank(src_axis_rank), group=axis.group)
+        return self._finish(work, rec, False)
 
     def isend(self, t, dst_axis_rank, axis, tag):
-        rec = self._record("send", tag, axis, _nbytes(t), Fraction(1))
+        rec = self._record("send", tag, axis, _nbytes(t), Fraction(1), t.numel(), t.element_size())
         work = dist.isend(t, dst=axis.global_rank(dst_axis_rank), group=axis.group)
-        return Handle(work, rec, self.ledger)
+        return self._finish(work, rec, True)
 
     def irecv(self, t, src_axis_rank, axis, tag):
-        rec = self._record("recv", tag, axis, _nbytes(t), Fraction(0))
+        rec = self._record("recv", tag, axis, _nbytes(t), Fraction(0), t.numel(), t.element_size())
         work = dist.irecv(t, src=axis.global_rank(src_axis_rank), group=axis.group)
-        return Handle(work, rec, self.ledger)
+        return self._finish(work, rec, True)
 
 
 def ring_all_reduce(comm: Comm, t: torch.Tensor, axis: Axis, tag: str = "ring") -> torch.Tensor:

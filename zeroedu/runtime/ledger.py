@@ -74,6 +74,9 @@ class CommRecord:
     step: int
     t_start: float
     t_end: float | None = None
+    implementation: str = "backend"  # "ring" (zeroedu's) or "backend" (torch's)
+    messages: int = 0  # point-to-point messages this rank sends in it (gloo framing: 144 B each)
+    wire: int | None = None  # bytes measured on this rank's sockets, when it ran alone
 
     def plain(self) -> dict:
         d = asdict(self)
@@ -106,10 +109,13 @@ class _Saved:
 class Ledger:
     rank: int = 0
     sink: Callable[[dict], None] | None = None
+    wire: Any = None  # a zeroedu.runtime.wire.WireMeter, or None
+    wire_axes: dict = field(default_factory=dict)  # socket label -> mesh axis name
     step: int = -1  # -1: set-up, before the first training step
     t0: float = field(default_factory=time.perf_counter)
     events: list[Event] = field(default_factory=list)
     comm: list[CommRecord] = field(default_factory=list)
+    wire_windows: list = field(default_factory=list)  # (step, kinds of collective, bytes)
     marks: list[tuple[float, str, int]] = field(default_factory=list)
     model_state_bytes: dict[str, int] = field(default_factory=dict)
     activation_bytes: int = 0  # activations at the last forward/backward boundary (one micro-batch)
@@ -118,6 +124,7 @@ class Ledger:
 
     def __post_init__(self):
         self._tracked: list[tuple[weakref.ref, str]] = []
+        self._wire_start = None  # the meter's reading at the start of the current step
 
     # ------------------------------------------------------------------ memory
     def track(self, tensor: torch.Tensor, category: str) -> torch.Tensor:
@@ -185,6 +192,8 @@ class Ledger:
 
     def begin_step(self, step: int) -> None:
         self.step = step
+        if self.wire is not None:
+            self._wire_start = self.wire.snapshot()
         self.mark(f"step {step} begin")
 
     def record_model_states(self) -> dict[str, int]:
@@ -197,6 +206,10 @@ class Ledger:
     # ------------------------------------------------------------------ communication
     def add_comm(self, rec: CommRecord) -> None:
         self.comm.append(rec)
+
+    def add_wire_window(self, recs: list[CommRecord], sent: int) -> None:
+        """Bytes measured on the wire while `recs` (and nothing else) were in flight."""
+        self.wire_windows.append((recs[0].step, frozenset(r.op for r in recs), sent))
 
     def comm_by_collective(self, step: int | None = None) -> dict[str, Fraction]:
         step = self.step if step is None else step
@@ -233,6 +246,35 @@ class Ledger:
             "comm_by_axis": {a: {k: float(v) for k, v in sorted(d.items()) if v}
                              for a, d in sorted(self.comm_by_axis().items()) if any(d.values())},
         }
+
+    def wire_report(self) -> dict[str, Any]:
+        """Bytes this rank wrote to its sockets since the current step began (the last step,
+        when called after training): per step, per mesh axis, and per collective where each
+        collective of that kind ran alone."""
+        method = ("kernel TCP counters of this rank's own sockets (getsockopt TCP_INFO: "
+                  "tcpi_bytes_sent - tcpi_bytes_retrans + tcpi_notsent_bytes), the rendezvous "
+                  "store's socket excluded; gloo's framing included, TCP/IP headers not")
+        if self.wire is None or not getattr(self.wire, "available", False):
+            reason = getattr(self.wire, "reason", "") or "no wire meter on this rank"
+            return {"sent": None, "method": method, "reason": reason}
+        d = self.wire.sent_since(self._wire_start)
+        by_axis: dict[str, int] = {}
+        for label, b in d.per_label.items():
+            ax = self.wire_axes.get(label, label or "other")
+            by_axis[ax] = by_axis.get(ax, 0) + b
+        recs = [r for r in self.comm if r.step == self.step]
+        # A kind of collective is measured on its own when every window it was in held only it.
+        by_op: dict[str, int | None] = {}
+        for step, kinds, sent in self.wire_windows:
+            if step != self.step:
+                continue
+            for op in kinds:
+                prev = by_op.get(op, 0)
+                by_op[op] = prev + sent if prev is not None and len(kinds) == 1 else None
+        return {"sent": d.sent, "method": method, "by_axis": dict(sorted(by_axis.items())),
+                "by_collective": {k: v for k, v in sorted(by_op.items()) if v is not None},
+                "messages": sum(r.messages for r in recs), "complete": d.complete,
+                "retransmitted": d.retrans}
 
     def timeline(self) -> dict[str, Any]:
         return {

@@ -38,6 +38,16 @@ class RankContext:
     job_id: int = 0
     _emit: Callable[[dict], None] | None = None
     _meshes: dict = field(default_factory=dict)
+    wire: Any = None  # this rank's WireMeter (zeroedu.runtime.wire), made after the group exists
+
+    def __post_init__(self):
+        from .wire import WireMeter
+
+        if self.wire is None:
+            self.wire = WireMeter(backend=self.backend)
+            # gloo opened the world group's pair sockets in init_process_group: label them, so
+            # bytes can be told apart per mesh axis once the mesh adds its own groups.
+            self.wire.label_new("world")
 
     def emit(self, msg: dict) -> None:
         """Stream a small message (e.g. a ledger event) to the parent while the job runs."""
@@ -51,26 +61,28 @@ class RankContext:
 
     def mesh(self, m: int):
         """(outer, inner) axes of an M x N mesh; inner ranks are contiguous, so under torchrun
-        the inner axis falls inside a node. Built once per shape with torch's DeviceMesh."""
+        the inner axis falls inside a node. Built once per shape: the dp_outer groups first, then
+        the dp_shard groups (every rank creates every group, as torch requires), each axis's
+        new sockets labelled for the wire meter."""
         if m < 1 or self.world_size % m:
             raise ValueError(f"M = {m} must be >= 1 and divide the world size {self.world_size}")
         if m not in self._meshes:
             import torch.distributed as dist
-            from torch.distributed.device_mesh import init_device_mesh
 
             from .comm import Axis
 
             n = self.world_size // m
-            dev = "cuda" if self.device.startswith("cuda") else "cpu"
-            mesh = init_device_mesh(dev, (m, n), mesh_dim_names=("dp_outer", "dp_shard"))
-            axes = []
-            for name in ("dp_outer", "dp_shard"):
-                g = mesh.get_group(name)
-                axes.append(Axis(name, g, mesh.size(mesh.mesh_dim_names.index(name)),
-                                 mesh.get_local_rank(name), tuple(dist.get_process_group_ranks(g))))
-            self._meshes[m] = (mesh, axes[0], axes[1])
-        _, outer, inner = self._meshes[m]
-        return outer, inner
+            layout = {"dp_outer": [[o * n + i for o in range(m)] for i in range(n)],
+                      "dp_shard": [[o * n + i for i in range(n)] for o in range(m)]}
+            axes = {}
+            for name, groups in layout.items():
+                for ranks in groups:
+                    g = dist.new_group(ranks)
+                    if self.rank in ranks:
+                        axes[name] = Axis(name, g, len(ranks), ranks.index(self.rank), tuple(ranks))
+                self.wire.label_new(name)
+            self._meshes[m] = (axes["dp_outer"], axes["dp_shard"])
+        return self._meshes[m]
 
 
 def _resolve(fn: Callable | str) -> Callable:

@@ -4,9 +4,14 @@ Pure Python (no torch): the predictions every notebook, CLI table and test compa
 measured runs against. Submodules, each stating its formulas and paper sections:
 
 * `memory`: model-state bytes per rank, asymptotic (ZeRO §5.1) and exact for a concrete model;
-* `comm`: bytes each rank sends per step under the ring model, per mesh axis and collective;
-* `timing`: seconds from bytes and link bandwidths;
-* `extensions`: ZeRO-Offload / ZeRO-Infinity, composing with TP/PP, fitting a GPU.
+* `activations`: activation bytes, exact for zeroedu's models and Korthikanti et al. 2022 for a
+  GPT shape (`transformer_shape` infers one from Ψ);
+* `comm`: bytes each rank sends per step under the ring model, per mesh axis and collective
+  (with an optional gradient reduce dtype);
+* `timing`: seconds from bytes and link bandwidths, and the α–β latency model;
+* `extensions`: ZeRO-Offload / ZeRO-Infinity, composing with TP/PP (GPU count), and what one
+  GPU holds: model states + activations + the gathered unit, and whether it fits;
+* `hybrid`: flat ZeRO-3 vs HSDP vs HFSDP across domains, in bytes and seconds.
 
 Quick check (7B, N = 8, bf16 mixed precision): DDP 112 GB, ZeRO-1 38.5, ZeRO-2 26.25,
 ZeRO-3 14; ZeRO-3 sends 1.5x DDP's bytes.
@@ -14,18 +19,25 @@ ZeRO-3 14; ZeRO-3 sends 1.5x DDP's bytes.
 from __future__ import annotations
 
 from .. import catalog
+from .activations import TransformerShape, transformer_activation_bytes, transformer_shape
 from .comm import COLLECTIVES, CommBytes, CommOp, comm_per_rank, exact_comm, sent_bytes
-from .extensions import OFFLOAD_MODES, compose, fits, offload
+from .extensions import (DEFAULT_RECOMPUTE, OFFLOAD_MODES, compose, device_bytes, fits,
+                         gathered_unit_bytes, gpu_count, offload, offload_not_applicable)
 from .memory import OPTIM_PARTS, ModelStates, exact_model_states, model_states
-from .timing import (DEFAULT_BANDWIDTH, all_gather_time, comm_time, reduce_scatter_time,
-                     ring_allreduce_time)
+from .timing import (DEFAULT_ALPHA, DEFAULT_BANDWIDTH, all_gather_time, bucket_time,
+                     bucketed_time, comm_time, min_bucket_bytes, reduce_scatter_time,
+                     ring_allreduce_time, ring_steps, ring_time)
 
 STRATEGY_NAMES = tuple(catalog.STRATEGIES)
 
 __all__ = [
     "STRATEGY_NAMES", "COLLECTIVES", "OFFLOAD_MODES", "OPTIM_PARTS", "DEFAULT_BANDWIDTH",
+    "DEFAULT_ALPHA", "DEFAULT_RECOMPUTE",
     "ModelStates", "model_states", "exact_model_states",
+    "TransformerShape", "transformer_shape", "transformer_activation_bytes",
     "CommBytes", "CommOp", "comm_per_rank", "exact_comm", "sent_bytes",
     "ring_allreduce_time", "all_gather_time", "reduce_scatter_time", "comm_time",
-    "offload", "compose", "fits",
+    "ring_steps", "ring_time", "bucket_time", "min_bucket_bytes", "bucketed_time",
+    "offload", "offload_not_applicable", "compose", "gpu_count", "gathered_unit_bytes",
+    "device_bytes", "fits",
 ]

@@ -25,10 +25,17 @@ tensor parallel, §4.2.2 Eq. (4) tensor + sequence parallel, §4.2.3 Eq. (5) the
 stage, sbhL/t·(34 + 5as/h); §4.3 the terms outside the layers (an unnumbered equation);
 §5 and Table 2, selective (34sbh/t with sequence parallelism; 34sbh at t = 1) and full
 recomputation (2sbh).
+
+For one GPU of a large run (`zeroedu memory`, `theory.fits`): `transformer_shape(psi)` infers a
+GPT-3-family shape from Ψ (or keeps the sizes given), `korthikanti_layer_bytes_tp` is Eq. (2)
+(tensor parallel, no sequence parallelism) and `transformer_activation_bytes` adds up the busiest
+pipeline stage: L layer-equivalents (§4.2.3) plus the §4.3 terms.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 INT64, FP32 = 8, 4
 RECOMPUTE = ("none", "selective", "full")
@@ -255,6 +262,181 @@ def korthikanti_extra_bytes(s: int, b: int, h: int, v: int, p: int = 1) -> dict[
 def korthikanti_model_bytes(s: int, b: int, h: int, a: int, L: int, v: int, recompute: str = "none") -> int:
     """L layers + the §4.3 extra terms (p = t = 1), 16-bit activations."""
     return L * korthikanti_layer_bytes(s, b, h, a, recompute) + sum(korthikanti_extra_bytes(s, b, h, v).values())
+
+
+# ----------------------------------------------------------------------------- one GPU, with TP and PP
+def _exact(x: Fraction) -> Fraction | int:
+    """A whole Fraction as an int, so divisible configurations stay plain integers."""
+    return int(x) if x.denominator == 1 else x
+
+
+def korthikanti_layer_bytes_tp(s: int, b: int, h: int, a: int, t: int = 1, recompute: str = "none",
+                               dtype_bytes: int = 2) -> Fraction | int:
+    """Activation bytes of one Megatron GPT layer on one tensor-parallel rank, tensor
+    parallelism WITHOUT sequence parallelism (Korthikanti et al. 2022, §4.2.1, Eq. (2)):
+
+        "none"       sbh·(10 + 24/t + 5as/(ht))    Eq. (2)
+        "selective"  sbh·(10 + 24/t)               Table 2, "tensor parallel + selective"
+        "full"       2·sbh                         Table 2 (the layer input, not split without SP)
+
+    The 10sbh that t does not divide are what every tensor-parallel rank holds whole: the two
+    LayerNorm inputs (4sbh), the inputs of the QKV and first MLP matmuls (2sbh each: a
+    column-parallel matmul needs its whole input) and the two 1-byte dropout masks after attention
+    and after the MLP (sbh each). The 24sbh/t are Q, K (4), V (2), the output-projection input
+    (2), the GeLU input and output (8 + 8); the 5as²b/t are the attention scores, split by head.
+    With e = dtype_bytes (masks 1 byte): (4e + 2)·sbh + 12e·sbh/t + (2e + 1)·as²b/t.
+    t = 1 is `korthikanti_layer_bytes` (Eq. (1)). The result is an exact Fraction where t does not
+    divide h or a (Megatron itself requires both), an int otherwise."""
+    if min(s, b, h, a, t, dtype_bytes) < 1:
+        raise ValueError("s, b, h, a, t and dtype_bytes must be >= 1")
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    sbh, e = s * b * h, dtype_bytes
+    if recompute == "full":
+        return e * sbh
+    out = (4 * e + 2) * sbh + Fraction(12 * e * sbh, t)
+    if recompute == "none":
+        out += Fraction((2 * e + 1) * a * s * s * b, t)
+    return _exact(out)
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """A GPT (Megatron-style: LayerNorm, biases, 4h MLP, embeddings tied to the output layer):
+    `layers` L, `hidden` h, `heads` a, micro-batch of `micro_batch` b sequences of `seq` s tokens,
+    vocabulary `vocab` v. `inferred` names the fields `transformer_shape` chose itself."""
+
+    layers: int
+    hidden: int
+    heads: int
+    seq: int = 4096
+    micro_batch: int = 1
+    vocab: int = 50257
+    inferred: tuple[str, ...] = ()
+
+    @property
+    def layer_params(self) -> int:
+        """12h² weights (QKV 3h², projection h², MLP 8h²) + 13h biases and LayerNorm (3h + h +
+        4h + h, two LayerNorms 4h)."""
+        return 12 * self.hidden ** 2 + 13 * self.hidden
+
+    @property
+    def params(self) -> int:
+        """L·(12h² + 13h) + vh (tied input/output embedding) + 2h (final LayerNorm); no learned
+        position embedding (rotary or none)."""
+        return self.layers * self.layer_params + self.vocab * self.hidden + 2 * self.hidden
+
+    def as_dict(self) -> dict:
+        return {"layers": self.layers, "hidden": self.hidden, "heads": self.heads, "seq": self.seq,
+                "micro_batch": self.micro_batch, "vocab": self.vocab, "inferred": list(self.inferred)}
+
+
+DEFAULT_SEQ, DEFAULT_MICRO_BATCH, DEFAULT_VOCAB = 4096, 1, 50257  # GPT-2/GPT-3 BPE vocabulary
+HEAD_DIM = 128  # GPT-3's larger models: h = 128·a
+
+
+def _size(v, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    return v
+
+
+def transformer_shape(psi, layers: int | None = None, hidden: int | None = None,
+                      heads: int | None = None, seq: int = DEFAULT_SEQ,
+                      micro_batch: int = DEFAULT_MICRO_BATCH, vocab: int = DEFAULT_VOCAB) -> TransformerShape:
+    """A GPT shape for Ψ parameters; any of `layers`, `hidden`, `heads` given is kept.
+
+    With neither L nor h given, the GPT-3 family's large models set the rule (Brown et al. 2020,
+    Table 2.1: 6.7B L = 32, h = 4096; 13B 40, 5120; 175B 96, 12288, i.e. h = 128·L and 128-wide
+    heads): h = 128·L with L a multiple of 8 (or 1..7 for tiny Ψ), the L whose `params` is nearest
+    Ψ in ratio. 7e9 -> L = 32, h = 4096, a = 32 (6.65e9 parameters by this count); 175e9 -> 96,
+    12288, 96. With h given, L = round((Ψ - vh) / (12h² + 13h)); with L given, h solves
+    `params` = Ψ, rounded to a multiple of 128. a = h/128 (h/64, else 1, when 128 does not divide
+    h). The shape only sizes activations and gathered units: model states still use Ψ."""
+    psi = float(psi)
+    if not psi > 0:
+        raise ValueError(f"psi must be > 0, got {psi!r}")
+    seq, micro_batch, vocab = _size(seq, "seq"), _size(micro_batch, "micro_batch"), _size(vocab, "vocab")
+    inferred = []
+    if layers is None and hidden is None:
+        cands = list(range(1, 8)) + list(range(8, 8 * 200 + 1, 8))
+        count = lambda L: TransformerShape(L, HEAD_DIM * L, 1, vocab=vocab).params
+        layers = min(cands, key=lambda L: (abs(math.log(count(L) / psi)), L))
+        hidden = HEAD_DIM * layers
+        inferred += ["layers", "hidden"]
+    elif hidden is None:
+        L = _size(layers, "layers")
+        # L·12h² + (13L + v + 2)·h = Ψ, the positive root, to the nearest multiple of 128
+        b_ = 13 * L + vocab + 2
+        h = (-b_ + math.sqrt(b_ * b_ + 48 * L * psi)) / (24 * L)
+        hidden = max(1, round(h / HEAD_DIM)) * HEAD_DIM
+        inferred.append("hidden")
+    elif layers is None:
+        h = _size(hidden, "hidden")
+        layers = max(1, round((psi - vocab * h) / (12 * h * h + 13 * h)))
+        inferred.append("layers")
+    layers, hidden = _size(layers, "layers"), _size(hidden, "hidden")
+    if heads is None:
+        heads = next((hidden // d for d in (HEAD_DIM, 64) if hidden % d == 0), 1)
+        inferred.append("heads")
+    heads = _size(heads, "heads")
+    if hidden % heads:
+        raise ValueError(f"hidden ({hidden}) must be divisible by heads ({heads})")
+    return TransformerShape(layers, hidden, heads, seq, micro_batch, vocab, tuple(inferred))
+
+
+def transformer_activation_bytes(shape: TransformerShape, recompute: str = "selective",
+                                 dtype_bytes: int = 2, tp: int = 1, pp: int = 1) -> dict:
+    """Activation bytes on the busiest GPU (the first pipeline stage) for one step of `shape`.
+
+    * Per layer: `korthikanti_layer_bytes_tp` (Eq. (1) at t = 1, Eq. (2) for t > 1; Table 2 for
+      recomputation); tensor parallelism without sequence parallelism.
+    * Layers held: ⌈L/p⌉·p layer-equivalents. Under the non-interleaved 1F1B schedule the first
+      stage keeps p micro-batches in flight, each with its ⌈L/p⌉ layers, so that stage holds L
+      layers' worth whatever p is (Korthikanti §4.2.3, Eq. (5); Megatron-LM's
+      megatron/training/theoretical_memory_usage.py, compute_activation_memory, multiplies by
+      num_layers, not num_layers/p). Assumes at least p micro-batches per step; the interleaved
+      schedule's extra factor 1 + (p-1)/(pm) is not modelled.
+    * Outside the layers (§4.3, `korthikanti_extra_bytes` at e = 2, t = 1): the embedding
+      dropout mask sbh per micro-batch in flight (p of them); for p = 1 also the final LayerNorm
+      input e·sbh, the output layer's input e·sbh and the fp32 logits 4sbv/t (the output layer is
+      vocab-parallel, so each tensor-parallel rank keeps its v/t columns; without sequence
+      parallelism the other terms are not split). For p > 1 the output layer sits on the last
+      stage, which keeps one micro-batch and is not the busiest.
+    The int64 token ids (8sb per micro-batch, which Megatron-LM's code adds) are left out, as
+    in the paper.
+
+    Returns {"total", "per_layer", "layers_held", "layers_bytes", "extra": {term: bytes},
+    "formula", "recompute", "dtype_bytes", "tp", "pp", "shape"} (bytes exact: int or Fraction).
+    """
+    if not isinstance(shape, TransformerShape):
+        raise ValueError(f"shape must be a TransformerShape, got {shape!r}")
+    if dtype_bytes not in (1, 2, 4, 8):
+        raise ValueError(f"dtype_bytes must be 1, 2, 4 or 8, got {dtype_bytes!r}")
+    tp, pp = _size(tp, "tp"), _size(pp, "pp")
+    s, b, h, a, L, v = shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.layers, shape.vocab
+    per_layer = korthikanti_layer_bytes_tp(s, b, h, a, tp, recompute, dtype_bytes)
+    layers_held = -(-L // pp) * pp
+    extra = {"embedding dropout mask": s * b * h * pp}
+    if pp == 1:
+        extra["final LayerNorm input"] = dtype_bytes * s * b * h
+        extra["output layer input"] = dtype_bytes * s * b * h
+        extra["fp32 logits (cross-entropy)"] = _exact(Fraction(4 * s * b * v, tp))
+    if tp == 1:
+        eq, per = "Eq. (1), no tensor parallelism", {"none": "34sbh + 5as²b", "selective": "34sbh",
+                                                     "full": "2sbh"}[recompute]
+    else:
+        eq = "Eq. (2), tensor parallel without sequence parallelism"
+        per = {"none": "sbh(10 + 24/t + 5as/(ht))", "selective": "sbh(10 + 24/t)",
+               "full": "2sbh"}[recompute]
+    per = f"{eq}" + ("" if recompute == "none" else f", {recompute} recompute (Table 2)") + f": {per}"
+    layers_bytes = per_layer * layers_held
+    return {"total": _exact(Fraction(layers_bytes) + sum(extra.values())), "per_layer": per_layer,
+            "layers_held": layers_held, "layers_bytes": layers_bytes, "extra": extra,
+            "formula": f"Korthikanti et al. 2022, {per} per layer (the paper's e = 2 bytes per "
+                       f"element; here e = {dtype_bytes}) x {layers_held} layer-equivalents (§4.2.3) "
+                       f"+ §4.3 terms outside the layers",
+            "recompute": recompute, "dtype_bytes": dtype_bytes, "tp": tp, "pp": pp, "shape": shape}
 
 
 # ----------------------------------------------------------------------------- the MLP

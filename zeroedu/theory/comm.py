@@ -21,6 +21,15 @@ dtype P.
 applies the same rules per flat unit with padded sizes, or per dim-0 parameter with each chunk
 padded to equal rows on the wire (`zeroedu.shard.dim0_padded_numel`).
 
+**Reduce dtype, and when "ZeRO-3 = 1.5x DDP" holds.** Gradients go on the wire in the recipe's
+grad dtype G unless ``reduce_dtype`` names another: ``"fp32"`` is FSDP2's
+``MixedPrecisionPolicy(reduce_dtype=torch.float32)`` (torchtitan's default) and Megatron-LM's
+default under ``--bf16`` (gradients reduced in fp32 unless ``--grad-reduce-in-bf16``; the
+``megatron-bf16`` recipe already has G = 4). ZeRO §7.2.2's 3Ψ vs 2Ψ counts elements; in bytes
+the ratio is 1.5 only when the parameter all-gathers and every gradient reduction use the same
+dtype. With bf16 parameters and fp32 reduction ZeRO-3 sends 2 + 2 + 4 = 8 bytes per parameter
+against DDP's fp32 all-reduce 2·4 = 8: ratio 1.0; against a DDP reducing in bf16, 2·2 = 4: 2.0.
+
 **Gradient accumulation**, K micro-batches per optimizer step (bytes per *optimizer step*):
 a gradient reduction that can wait for the last micro-batch happens once (DDP's all-reduce,
 ZeRO-1's and Megatron's reduce-scatter, the hybrids' outer axis); ZeRO-2's reduce-scatter and
@@ -34,10 +43,11 @@ level (HFSDP) over the whole world; none for DDP, whose every rank holds the who
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from .. import shard
+from ..recipes import DTYPE_BYTES
 from ..catalog import INNER, OUTER, WORLD, shards
 from .inputs import check_counts, check_psi, check_units, resolve
 
@@ -146,10 +156,21 @@ def _check_k(micro_batches) -> int:
     return micro_batches
 
 
+def _reduce_in(rec, reduce_dtype):
+    """The recipe with gradients reduced in `reduce_dtype` (a dtype name); None keeps its own."""
+    if reduce_dtype is None:
+        return rec
+    if reduce_dtype not in DTYPE_BYTES:
+        raise ValueError(f"unknown reduce_dtype {reduce_dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
+    return replace(rec, grad=reduce_dtype)
+
+
 def comm_per_rank(strategy, psi, n, m=1, recipe=None, reshard_after_forward=True, micro_batches=1,
-                  clip=False) -> CommBytes:
-    """Asymptotic bytes sent by one rank per optimizer step (Fractions)."""
+                  clip=False, reduce_dtype=None) -> CommBytes:
+    """Asymptotic bytes sent by one rank per optimizer step (Fractions). `reduce_dtype` ("fp32",
+    "bf16", "fp16") puts gradients on the wire in that dtype instead of the recipe's grad dtype."""
     spec, rec = resolve(strategy, recipe)
+    rec = _reduce_in(rec, reduce_dtype)
     psi = check_psi(psi)
     n, m = check_counts(spec, n, m)
     k = _check_k(micro_batches)
@@ -158,9 +179,10 @@ def comm_per_rank(strategy, psi, n, m=1, recipe=None, reshard_after_forward=True
 
 
 def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True, micro_batches=1,
-               clip=False) -> CommBytes:
+               clip=False, reduce_dtype=None) -> CommBytes:
     """Bytes sent by one rank per optimizer step for a concrete model, with padding on the wire."""
     spec, rec = resolve(strategy, recipe)
+    rec = _reduce_in(rec, reduce_dtype)
     n, m = check_counts(spec, n, m)
     units = check_units(units)
     k = _check_k(micro_batches)
@@ -187,4 +209,16 @@ def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True,
     return CommBytes(ops + (_norm_ops(spec, n, m) if clip else []), _axes(spec, clip))
 
 
-__all__ = ["COLLECTIVES", "CommBytes", "CommOp", "sent_bytes", "comm_per_rank", "exact_comm"]
+def on_the_wire(comm: CommBytes, implementation: str = "ring") -> Fraction:
+    """Bytes one rank puts on the wire per step for these collectives: the ring model, except
+    that gloo's own reduce-scatter (``implementation="backend"``) is an all-reduce with one
+    chunk kept (ProcessGroupGloo's reduce_scatter_tensor_coalesced), so it sends 2(g-1)/g·S,
+    twice the ring bound (measured: `tests/test_wire.py`). gloo's framing, 144 B per message,
+    is on top (`zeroedu.runtime.wire`)."""
+    if implementation not in ("ring", "backend"):
+        raise ValueError(f"implementation must be 'ring' or 'backend', got {implementation!r}")
+    return sum((op.sent * (2 if implementation == "backend" and op.collective == "reduce_scatter" else 1)
+                for op in comm.ops), Fraction(0))
+
+
+__all__ = ["on_the_wire", "COLLECTIVES", "CommBytes", "CommOp", "sent_bytes", "comm_per_rank", "exact_comm"]

@@ -15,7 +15,8 @@ it, and again by M when a hybrid strategy's outer (``dp_outer``) level shards it
 
 7B on N = 8: 112, 38.5, 26.25, 14 and 52.5 GB; with M = 2, hsdp 14 and hfsdp 8.75 GB.
 Activations, temporary unsharded units and communication buffers are not model states and are
-not counted.
+not counted here; `extensions.device_bytes` adds activations (`activations`) and the largest
+gathered unit to give what one GPU holds, and `extensions.offload` moves states to the host.
 
 **Exact form** for a concrete model, byte for byte what a strategy allocates, following the
 layout named in `zeroedu.catalog`:

@@ -15,6 +15,7 @@ from ..catalog import get_spec
 from ..models import DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, MLPConfig, ModelSpec, get_model, local_slice
 from ..optim import AdamConfig
 from ..recipes import get_recipe
+from ..runtime.comm import IMPLEMENTATIONS
 
 
 @dataclass
@@ -31,6 +32,7 @@ class RunConfig:
     micro_batches: int = 1  # gradient accumulation: forward/backward passes per optimizer step
     recompute: str = "none"  # activation recompute: none | selective | full
     clip_grad_norm: float | None = None  # clip the global gradient norm to this value
+    collectives: str = "auto"  # ring (zeroedu's ring reduce-scatter/all-gather) | backend | auto
     stream: bool = False  # send ledger events to the parent while running
     return_params: bool = False
 
@@ -60,6 +62,8 @@ class RunConfig:
             raise ValueError("activation recompute is a transformer technique: use a gpt-* model")
         if self.recompute not in ("none", "full") and isinstance(model, CustomModel):
             raise ValueError("a custom model re-runs its CustomModel(recompute=...) modules: recompute='full'")
+        if self.collectives not in IMPLEMENTATIONS:
+            raise ValueError(f"collectives must be one of {', '.join(IMPLEMENTATIONS)}, got {self.collectives!r}")
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             raise ValueError(f"clip-grad-norm must be > 0, got {self.clip_grad_norm!r}")
         recipe = get_recipe(self.recipe or spec.default_recipe).name

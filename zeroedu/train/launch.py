@@ -15,6 +15,9 @@ from .. import theory
 from ..models import unit_shapes
 from ..recipes import get_recipe
 from ..runtime import analysis, cluster
+from ..runtime.comm import resolve_implementation
+from ..runtime.wire import FRAMING_PER_MESSAGE
+from ..theory import comm as theory_comm
 from .config import RunConfig, config_from_dict, config_to_dict
 from .reference import reference
 from .runner import build_run, train_steps
@@ -30,6 +33,10 @@ def predicted(cfg: RunConfig, rank: int, cuda: bool = False) -> dict[str, Any]:
     comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe,
                              **theory_comm_options(cfg))
     d = ms.as_dict()
+    # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
+    # when the backend's collectives run (`theory.comm.on_the_wire`).
+    implementation = resolve_implementation(cfg.collectives, "nccl" if cuda else "gloo")
+    d["wire"] = float(theory_comm.on_the_wire(comm, implementation))
     # One micro-batch's saved tensors, in the recipe's parameter dtype (what the model computes
     # in); LayerNorm statistics are fp32 on CUDA. None: no closed form for this model.
     d["activations"] = cfg.model.activation_bytes(cfg.micro_batch_size, get_recipe(cfg.recipe).param_bytes,
@@ -62,6 +69,7 @@ def train_job(ctx, cfg: dict) -> dict:
         "peak_label": ledger.peak_label,
         "losses": losses,
         "timeline": ledger.timeline(),
+        "wire": ledger.wire_report(),
     }
     if ctx.device.startswith("cuda"):
         import torch
@@ -111,6 +119,8 @@ def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
         "micro_batches": cfg.micro_batches,
         "recompute": cfg.recompute,
         "clip_grad_norm": cfg.clip_grad_norm,
+        "collectives": resolve_implementation(
+            cfg.collectives, "nccl" if any("cuda_max_memory_allocated" in r for r in ranks) else "gloo"),
         "options": dict(cfg.options),
         "psi": sum(p.numel() for p in ref_params),
         "ranks": ranks,
@@ -120,6 +130,9 @@ def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
             "model_states": all(_states_match(r) for r in ranks),
             "comm": all(r["measured"]["comm"] == r["predicted"]["comm"]
                         and r["measured"]["comm_by_axis"] == r["predicted"]["comm_by_axis"] for r in ranks),
+            # The bytes measured on the wire against the ring model (gloo's framing allowed for,
+            # see `wire_match`); None where nothing could be measured (NCCL).
+            "wire": wire_match(ranks),
             # None where the model has no closed form (a custom model): measured only.
             "activations": (None if any(r["predicted"]["activations"] is None for r in ranks) else
                             all(r["measured"]["activations"] == r["predicted"]["activations"] for r in ranks)),
@@ -134,6 +147,25 @@ def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
             (float((a - b).abs().max()) for r in ranks[1:] for a, b in zip(r.pop("params"), report["params"])),
             default=0.0)
     return report
+
+
+WIRE_MARGIN = 0.01  # relative, around the payload the ring model (of this implementation) predicts
+
+
+def wire_match(ranks: list[dict]) -> bool | None:
+    """Every rank's measured wire bytes within 1 % of the predicted payload, plus at most gloo's
+    framing: 144 B per point-to-point message (`zeroedu.runtime.wire`), for the messages this
+    rank's collectives send at most (`wire.messages`; gloo skips the empty segments of buffers
+    smaller than 2 elements per rank, so tiny collectives send fewer). For megabyte payloads the
+    framing is a few hundredths of a percent; for a few hundred bytes it dominates."""
+    if any(r["wire"]["sent"] is None for r in ranks):
+        return None
+    ok = True
+    for r in ranks:
+        payload, sent = r["predicted"]["wire"], r["wire"]["sent"]
+        framing = FRAMING_PER_MESSAGE * r["wire"]["messages"]
+        ok &= (1 - WIRE_MARGIN) * payload - 64 <= sent <= (1 + WIRE_MARGIN) * payload + framing + 64
+    return bool(ok)
 
 
 def _states_match(r: dict) -> bool:

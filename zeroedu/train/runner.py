@@ -59,18 +59,22 @@ def local_micro_batches(cfg: RunConfig, step: int, rank: int, world_size: int,
 
 
 def dist_state(ctx, cfg: RunConfig, ledger: Ledger) -> DistState:
-    """The axes this rank communicates on: the world, or (dp_outer, dp_shard) of the mesh."""
-    comm = Comm(ledger)
+    """The axes this rank communicates on: the world, or (dp_outer, dp_shard) of the mesh; the
+    comm that records (and measures) every collective on them."""
+    comm = Comm(ledger, cfg.collectives, ctx.backend, ctx.wire)
     if get_spec(cfg.strategy).hybrid:
         outer, inner = ctx.mesh(cfg.m)
+        # the world group carries only a hybrid's one gradient-norm all-reduce
+        ledger.wire_axes = {"world": "world", "dp_outer": "dp_outer", "dp_shard": "dp_shard"}
         return DistState(ctx.rank, ctx.world_size, ctx.device, inner, comm, ledger, outer)
+    ledger.wire_axes = {"world": "dp_shard"}  # a flat strategy shards over the world group
     return DistState(ctx.rank, ctx.world_size, ctx.device, ctx.world_axis(), comm, ledger)
 
 
 def build_run(ctx, cfg: RunConfig, sink: Callable[[dict], None] | None = None) -> RankRun:
     """Ledger, distributed state, model (same seed on every rank) and strategy for `cfg`."""
     cfg = cfg.resolved()
-    ledger = Ledger(ctx.rank, sink=sink)
+    ledger = Ledger(ctx.rank, sink=sink, wire=ctx.wire)
     dist = dist_state(ctx, cfg, ledger)
     model = cfg.model.build()
     if cfg.recompute != "none":

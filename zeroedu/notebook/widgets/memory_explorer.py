@@ -1,4 +1,13 @@
-"""Sliders over the closed forms for every strategy: memory per GPU, bytes per step, time, "fits"."""
+"""Sliders over the closed forms for every strategy: memory per GPU, bytes per step, time, "fits".
+
+What one GPU holds is `theory.device_bytes`: device model states (after TP/PP and offload) +
+activations + the largest unit a ZeRO-3-family strategy gathers. Activations are Korthikanti et
+al. 2022's for the GPT shape `theory.transformer_shape` infers from Ψ (L, h, a; the note under
+the summary names it) at the chosen sequence length S, micro-batch B and recomputation; "fits"
+compares that sum with the GPU. The time column is communication only, nothing overlapped, at
+the default bandwidths. Hybrids at M = 1 have one domain and are flat ZeRO-3 over N, so their
+rows are greyed and marked until M >= 2.
+"""
 from __future__ import annotations
 
 import html
@@ -9,9 +18,15 @@ from numbers import Real
 import ipywidgets as W
 
 from ... import catalog, theory
-from ...recipes import RECIPES
+from ...recipes import RECIPES, get_recipe
+from ...theory.activations import DEFAULT_MICRO_BATCH, DEFAULT_SEQ, RECOMPUTE
 from .. import viz
 from .common import BAD_STYLE, DEFAULT_RECIPE, OK_STYLE, bar_chart_html, message
+
+def _params(psi: float) -> str:
+    """7e9 -> '7B', 1.25e8 -> '125M': how model sizes are usually written."""
+    return f"{psi / 1e9:.3g}B" if psi >= 1e9 else f"{psi / 1e6:.3g}M"
+
 
 class MemoryExplorer:
     """Sliders over the closed forms for every strategy. `update()` recomputes and redraws."""
@@ -20,9 +35,13 @@ class MemoryExplorer:
     N_RANGE = (1, 1024)
     M_RANGE = (1, 64)
     GPU_GB_RANGE = (1.0, 1024.0)
+    SEQ_RANGE = (1, 262144)
+    MICRO_BATCH_RANGE = (1, 1024)
 
     def __init__(self, psi: float = 7e9, n: int = 8, m: int = 1, recipe: str | None = None,
-                 strategy: str = "zero1", gpu_gb: float = 80.0, strategies=None):
+                 strategy: str = "zero1", gpu_gb: float = 80.0, strategies=None,
+                 seq: int = DEFAULT_SEQ, micro_batch: int = DEFAULT_MICRO_BATCH,
+                 recompute: str = theory.DEFAULT_RECOMPUTE):
         self.strategies = list(strategies or catalog.STRATEGIES)
         style = {"description_width": "110px"}
         lay = W.Layout(width="420px")
@@ -40,13 +59,21 @@ class MemoryExplorer:
         self.pp = W.IntSlider(value=1, min=1, max=64, description="pipeline par. pp", style=style, layout=lay)
         self.offload = W.Dropdown(options=list(theory.OFFLOAD_MODES), value="none",
                                   description="offload", style=style, layout=lay)
+        self.seq = W.BoundedIntText(value=seq, min=self.SEQ_RANGE[0], max=self.SEQ_RANGE[1],
+                                    description="sequence S", style=style, layout=lay)
+        self.micro_batch = W.BoundedIntText(value=micro_batch, min=self.MICRO_BATCH_RANGE[0],
+                                            max=self.MICRO_BATCH_RANGE[1], description="micro-batch B",
+                                            style=style, layout=lay)
+        self.recompute = W.Dropdown(options=list(RECOMPUTE), value=recompute, description="recompute",
+                                    style=style, layout=lay)
         self.message = W.HTML()
         self.summary = W.HTML()
+        self.note = W.HTML()
         self.table = W.HTML()
         self.plot = W.HTML()
         self.plot.add_class("zeroedu-explorer-plot")
         self.controls = [self.psi, self.n, self.m, self.recipe, self.strategy, self.gpu_gb, self.tp,
-                         self.pp, self.offload]
+                         self.pp, self.offload, self.seq, self.micro_batch, self.recompute]
         for w in self.controls:
             w.observe(self._on_change, names="value")
         self.updates = 0
@@ -54,8 +81,8 @@ class MemoryExplorer:
         self.last_update_seconds = 0.0
         self.data: dict = {}
         self.widget = W.VBox([
-            W.HBox([W.VBox(self.controls[:5]), W.VBox(self.controls[5:])]),
-            self.message, self.summary, self.plot, self.table,
+            W.HBox([W.VBox(self.controls[:5]), W.VBox(self.controls[5:9]), W.VBox(self.controls[9:])]),
+            self.message, self.summary, self.note, self.plot, self.table,
         ])
         self.update()
 
@@ -71,7 +98,8 @@ class MemoryExplorer:
         """Set controls from Python (or a test). Out-of-range numbers are clamped, values of the
         wrong kind rejected; either way `message` says what happened. Returns True if all applied."""
         ranges = {"psi": self.PSI_RANGE, "n": self.N_RANGE, "m": self.M_RANGE, "tp": (1, 64),
-                  "pp": (1, 64), "gpu_gb": self.GPU_GB_RANGE}
+                  "pp": (1, 64), "gpu_gb": self.GPU_GB_RANGE, "seq": self.SEQ_RANGE,
+                  "micro_batch": self.MICRO_BATCH_RANGE}
         notes, ok = [], True
         self._muted = True  # one update for the whole batch, not one per control
         try:
@@ -115,26 +143,40 @@ class MemoryExplorer:
     def _recipe(self):
         return None if self.recipe.value == DEFAULT_RECIPE else self.recipe.value
 
+    def shape(self) -> theory.TransformerShape:
+        """The GPT shape the activations assume: L, h, a inferred from Ψ, S and B from the controls."""
+        return theory.transformer_shape(self.psi.value, seq=self.seq.value, micro_batch=self.micro_batch.value)
+
+    def flat_hybrid(self, s: str) -> bool:
+        """A hybrid at M = 1: one domain, so it is flat ZeRO-3 over N (greyed in the views)."""
+        return catalog.get_spec(s).hybrid and self.m.value == 1
+
     def compute(self) -> dict:
         """Everything the figure and table show, from the closed forms."""
         psi, n, m, rec = self.psi.value, self.n.value, self.m.value, self._recipe()
         tp, pp, off = self.tp.value, self.pp.value, self.offload.value
         gpu = self.gpu_gb.value * 1e9
+        shape = self.shape()
         mem = viz.theory_memory(self.strategies, psi, n, m, rec, tp, pp, off)
         comm = viz.theory_comm(self.strategies, psi / (tp * pp), n, m, rec)
         out = {}
         for s in self.strategies:
             spec = catalog.get_spec(s)
-            row = {"gpus": n * (m if spec.hybrid else 1) * tp * pp}
+            row = {"gpus": theory.gpu_count(s, n, m, tp, pp)}
             if isinstance(mem[s], dict):
                 row.update(mem[s])
-                row["fits"] = row["total"] <= gpu
+                d = theory.device_bytes(s, psi, n, m, rec, tp, pp, off, shape=shape,
+                                        recompute=self.recompute.value)
+                row.update(activations=float(d["activations"]), unit=float(d["gathered_unit"]),
+                           device_total=float(d["total"]))
+                row["fits"] = row["device_total"] <= gpu
             else:
                 row["error"] = mem[s]
             if isinstance(comm[s], dict):
                 row["comm"] = comm[s]
                 c = theory.comm_per_rank(s, psi / (tp * pp), n, m, rec)
                 row["comm_seconds"] = theory.comm_time(c)
+            row["recipe"] = get_recipe(rec or spec.default_recipe).name
             out[s] = row
         return out
 
@@ -154,21 +196,29 @@ class MemoryExplorer:
         message(self.message, "; ".join(notes))
         self._draw()
         self.summary.value = self._summary_html(sel)
+        self.note.value = self._note_html()
         self.table.value = self._table_html()
         self.updates += 1
         self.last_update_seconds = time.perf_counter() - t0
+
+    def _label(self, s: str) -> str:
+        return f"{s} (M=1: fsdp1)" if self.flat_hybrid(s) else s
 
     def _draw(self) -> None:
         """Two stacked horizontal bar charts in HTML/CSS: a redraw costs microseconds, so the
         bars follow a slider as it is dragged (a matplotlib PNG takes tens of milliseconds)."""
         gpu = self.gpu_gb.value * 1e9
-        sel = self.strategy.value
-        mem = {s: ({c: d[c] for c in viz.STATE_CATS} if "total" in d else None) for s, d in self.data.items()}
-        com = {s: ({c: d["comm"].get(c, 0.0) for c in theory.COLLECTIVES} if "comm" in d else None)
+        sel = self._label(self.strategy.value)
+        cats = list(viz.STATE_CATS)
+        mem = {self._label(s): ({**{c: d[c] for c in cats}, "activation": d["activations"],
+                                 "gathered": d["unit"]} if "total" in d else None)
+               for s, d in self.data.items()}
+        com = {self._label(s): ({c: d["comm"].get(c, 0.0) for c in theory.COLLECTIVES} if "comm" in d else None)
                for s, d in self.data.items()}
         self.plot.value = (
             '<div style="display:flex;gap:28px;flex-wrap:wrap">'
-            + bar_chart_html(f"model states per GPU (device), Ψ={self.psi.value:.3g}", mem, sel,
+            + bar_chart_html(f"per GPU (device): model states + activations + gathered unit, "
+                             f"Ψ = {_params(self.psi.value)}", mem, sel,
                              line=(gpu, f"GPU {self.gpu_gb.value:g} GB"))
             + bar_chart_html("bytes sent per GPU per step (ring model)", com, sel)
             + "</div>")
@@ -181,21 +231,38 @@ class MemoryExplorer:
         fit = (f'<span style="{OK_STYLE}">fits</span>' if d["fits"] else f'<span style="{BAD_STYLE}">does not fit</span>')
         host = f", host {viz.human_bytes(d['host'])}" if d["host"] else ""
         comm = viz.human_bytes(sum(d.get("comm", {}).values()))
-        return (f"<b>{s}</b> ({html.escape(spec.summary)}): {viz.human_bytes(d['total'])} per GPU"
-                f"{host}, {comm} sent per step, {d.get('comm_seconds', 0) * 1e3:.1f} ms of communication "
-                f"at default bandwidths; {fit} in {self.gpu_gb.value:g} GB.")
+        flat = " At M = 1 it is flat ZeRO-3 over N: set M &ge; 2 for a hybrid." if self.flat_hybrid(s) else ""
+        return (f"<b>{s}</b> ({html.escape(spec.summary)}): {viz.human_bytes(d['device_total'])} per GPU "
+                f"= model states {viz.human_bytes(d['total'])} + activations {viz.human_bytes(d['activations'])}"
+                f" + gathered unit {viz.human_bytes(d['unit'])}{host}; {comm} sent per step, "
+                f"{d.get('comm_seconds', 0) * 1e3:.1f} ms of communication alone (nothing overlapped, "
+                f"default bandwidths); {fit} in {self.gpu_gb.value:g} GB.{flat}")
+
+    def _note_html(self) -> str:
+        sh = self.shape()
+        grey = (" Greyed rows: hybrids at M = 1 (one domain) are flat ZeRO-3 over N; set M &ge; 2 to "
+                "compare them." if self.m.value == 1 else "")
+        return (f'<span style="font-size:11px;color:#555">Activations: GPT shape inferred from Ψ '
+                f"(L = {sh.layers}, h = {sh.hidden}, a = {sh.heads}, V = {sh.vocab}; GPT-3 family, "
+                f"h = 128·L), S = {sh.seq}, B = {sh.micro_batch}, recompute = {self.recompute.value}; "
+                f"Korthikanti et al. 2022 (tp: no sequence parallelism; pp: the first stage). "
+                f"Gathered unit: one unsharded layer or the embedding, ZeRO-3 family only.{grey}</span>")
 
     def _table_html(self) -> str:
-        head = ["strategy", "GPUs", "param", "grad", "optim", "device total", "host", "sent/step",
-                "comm time", f"fits {self.gpu_gb.value:g} GB?"]
+        head = ["strategy", "GPUs", "param", "grad", "optim", "model states", "host", "activations",
+                "gathered unit", "device total", "sent/step", "comm time, nothing overlapped",
+                f"fits {self.gpu_gb.value:g} GB?"]
         rows = []
         for s, d in self.data.items():
-            style = ' style="background:#FFF3CD"' if s == self.strategy.value else ""
+            style = "background:#FFF3CD;" if s == self.strategy.value else ""
+            style += "color:#999;" if self.flat_hybrid(s) else ""
+            style = f' style="{style}"' if style else ""
             if "total" not in d:
-                cells = [s, str(d["gpus"])] + ["n/a"] * 8
+                cells = [self._label(s), str(d["gpus"])] + ["n/a"] * (len(head) - 2)
             else:
-                cells = [s, str(d["gpus"])] + [viz.human_bytes(d[k]) for k in
-                                                ("param", "grad", "optim", "total", "host")]
+                cells = [self._label(s), str(d["gpus"])] + [viz.human_bytes(d[k]) for k in
+                                                ("param", "grad", "optim", "total", "host",
+                                                 "activations", "unit", "device_total")]
                 cells += [viz.human_bytes(sum(d.get("comm", {}).values())),
                           f"{d.get('comm_seconds', 0) * 1e3:.1f} ms", "yes" if d["fits"] else "no"]
             rows.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")

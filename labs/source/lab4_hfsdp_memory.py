@@ -1,5 +1,3 @@
-# GENERATED from zeroedu/labs/sources/lab4_hfsdp_memory.py (instructor key, with solutions).
-# Regenerate with `python -m zeroedu.labs build`; edit the source, not this copy.
 """Lab 4: an HFSDP memory estimate, as a pure function.
 
 HFSDP arranges M·N GPUs as M domains of N: inside a domain (mesh axis dp_shard) it is ZeRO-3,
@@ -11,6 +9,9 @@ Bytes per parameter come from the precision recipe: `zeroedu.recipes.get_recipe(
 `param_bytes` (P), `grad_bytes` (G) and `optim_bytes` (K). Count model states only (no
 activations, no temporary gathered layers).
 
+Graded (10 points, on five visible cases and, with --hidden, on random Ψ, N, M and recipes,
+against zeroedu.theory):  param 2;  grad 2;  optim 4;  total 2.
+
 Check your work:  python -m zeroedu.labs check 4
 """
 from zeroedu import recipes
@@ -18,8 +19,10 @@ from zeroedu import recipes
 
 def hfsdp_bytes_per_gpu(psi, n: int, m: int, recipe: str = "mixed-bf16") -> dict:
     """Model-state bytes on one GPU: {"param": ..., "grad": ..., "optim": ..., "total": ...}."""
+    # BEGIN SOLUTION write the four byte counts from the recipe's P, G, K and the two shard factors
     r = recipes.get_recipe(recipe)
     param = r.param_bytes * psi / n
     grad = r.grad_bytes * psi / n
     optim = r.optim_bytes * psi / (n * m)
     return {"param": param, "grad": grad, "optim": optim, "total": param + grad + optim}
+    # END SOLUTION

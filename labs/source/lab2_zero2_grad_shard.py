@@ -1,5 +1,3 @@
-# GENERATED from zeroedu/labs/sources/lab2_zero2_grad_shard.py (instructor key, with solutions).
-# Regenerate with `python -m zeroedu.labs build`; edit the source, not this copy.
 """Lab 2: ZeRO-2 gradient sharding of one flat unit.
 
 After backward every rank holds the full gradient of a unit as one flat buffer of `numel`
@@ -14,6 +12,9 @@ Use `zeroedu.shard` for the index math (never re-derive it): `shard.padded_numel
 Bytes: one reduce-scatter of the padded buffer, (N-1)/N · padded · 4 bytes sent per rank, half
 of what an all-reduce would send.
 
+Graded (10 points, on N = 4 and, with --hidden, on random N and sizes):
+  range 2: shard.shard_range;  values 5: the averaged chunk;  bytes 3: one reduce-scatter.
+
 Check your work:  python -m zeroedu.labs check 2
 """
 import torch
@@ -25,6 +26,7 @@ def shard_gradients(flat_grad: torch.Tensor, numel: int, axis, comm):
     """Return (rng, grad_shard): `rng` the buffer-wide `shard.Range` this rank owns (padding
     included), `grad_shard` a tensor of rng.size elements: the average over all ranks of the
     gradient on those positions (zero on padding). `axis.size` is N, `axis.rank` this rank."""
+    # BEGIN SOLUTION write the padding, the reduce-scatter into this rank's chunk, the average, and the shard range
     n = axis.size
     padded = torch.zeros(shard.padded_numel(numel, n), dtype=flat_grad.dtype)
     padded[:numel] = flat_grad
@@ -33,3 +35,4 @@ def shard_gradients(flat_grad: torch.Tensor, numel: int, axis, comm):
     # SUM then divide: gloo has no AVG, and every rank's loss is a mean over its own micro-batch
     out /= n
     return shard.shard_range(numel, n, axis.rank), out
+    # END SOLUTION

@@ -1,5 +1,3 @@
-# GENERATED from zeroedu/labs/sources/lab3_fsdp_linear.py (instructor key, with solutions).
-# Regenerate with `python -m zeroedu.labs build`; edit the source, not this copy.
 """Lab 3: one FSDP linear layer, by hand: the backward pass.
 
 W has shape (out_features, in_features) and is sharded on dim 0 (FSDP2's layout): rank r keeps
@@ -17,6 +15,9 @@ let the full W go. Write the backward:
      over ranks, and keep only this rank's real rows.
 
 Communicate with `comm.reduce_scatter(out, inp, axis, tag="lab3/dW")`.
+
+Graded (15 points, on N = 4 and, with --hidden, on random N and shapes, some with fewer rows
+than ranks):  dx 4;  dw 7: this rank's rows of the mean;  bytes 4: one all-gather + one reduce-scatter.
 
 Check your work:  python -m zeroedu.labs check 3
 """
@@ -44,6 +45,7 @@ def fsdp_linear_forward(x: torch.Tensor, w_shard: torch.Tensor, out_features: in
 def fsdp_linear_backward(x, dy, w_shard, out_features: int, axis, comm):
     """Return (dx, dw_shard): dx = dy @ W for the local batch; dw_shard = this rank's rows of
     the average over ranks of dyᵀ x (shape (rows this rank owns, in_features))."""
+    # BEGIN SOLUTION write the backward: gather W, dX, local dW, reduce-scatter dW to this rank's rows, average
     n = axis.size
     w = gather_weight(w_shard, out_features, axis, comm)
     dx = dy @ w
@@ -56,3 +58,4 @@ def fsdp_linear_backward(x, dy, w_shard, out_features: int, axis, comm):
     mine /= n  # SUM over ranks -> mean: each rank's dy came from its own micro-batch mean
     r = shard.dim0_rows(out_features, n, axis.rank)
     return dx, mine[: r.size]
+    # END SOLUTION

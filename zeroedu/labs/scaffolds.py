@@ -1,0 +1,359 @@
+"""Where the student's code plugs into the real strategies (labs 5 and 6).
+
+`ZeRO2Lab` is `zeroedu.strategies.zero2.ZeRO2` whose backward hooks call the student's four
+functions (`pre_accumulate`, `post_accumulate`, `reduce_scatter_unit`, `free_finished`);
+`FSDPLab` is `zeroedu.strategies.fsdp1.FSDP1` whose unit lifecycle calls the student's six
+(`unshard`, `reshard`, `prefetch`, `pre_forward`, `post_forward`, `pre_backward`). Everything
+else (flat units, Adam on the shard, the optimizer step, the all-gathers after it, the runner's
+loop) is the package's own code, so a student's version is graded inside the real algorithm.
+
+The scaffolds also *watch* the contract, deterministically, without trusting timing:
+
+* every collective goes through `WatchingComm`, whose handles remember whether anyone saw them
+  finish (`wait()` returned, or `done()` said True). A full gradient buffer freed while the
+  reduce-scatter reading it was not seen finished is a violation even when, on gloo, the
+  collective happened to be done already: with NCCL the caching allocator would hand that
+  memory to the next layer while the collective still reads it;
+* the FSDP hooks compare every unit's state before and after each student call: the unit is
+  unsharded (and waited for) when forward or backward uses it, resharded when the options say,
+  the right neighbour prefetched (asynchronously) exactly when `forward_prefetch` /
+  `backward_prefetch` and `limit_all_gathers` allow it.
+
+Violations that would make the rest of the run meaningless raise `LabViolation`; the others are
+collected in `violations` (plain dicts: test, message, unit, step) for the grader. The ledger
+events of the real strategies (buffer allocated / freed, unit unshard / reshard) are emitted here,
+not by the student's code, so every timeline has the same landmarks.
+
+Suggested for `zeroedu.strategies` (not done here; see the labs README): a `register_pre_backward`
+split out of `FSDPStrategy.post_forward`, so `FSDPLab.post_forward` would not repeat its hook line.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..runtime.comm import Comm, Handle
+from ..strategies.fsdp1 import FSDP1, FlatParamUnit
+from ..strategies.fsdp_units import SHARDED, UNSHARDED
+from ..strategies.zero2 import ZeRO2
+from .student import LabViolation
+
+
+def _ptr(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+class Watched:
+    """A `Handle` that remembers whether its completion was observed (`seen_done`)."""
+
+    def __init__(self, handle: Handle | None, op: str, ptr: int):
+        self.handle, self.op, self.ptr = handle, op, ptr
+        self.seen_done = handle is None  # a synchronous collective has finished when it returns
+
+    @property
+    def rec(self):
+        return self.handle.rec if self.handle is not None else None
+
+    def done(self) -> bool:
+        d = self.handle is None or self.handle.done()
+        self.seen_done = self.seen_done or d
+        return d
+
+    def wait(self):
+        if self.handle is not None:
+            self.handle.wait()
+        self.seen_done = True
+        return self
+
+
+class WatchingComm:
+    """The run's own `Comm` (whatever `runner.dist_state` configured), whose async handles come back
+    `Watched`, each tagged with the buffer it reads or writes. Everything else is delegated."""
+
+    def __init__(self, comm: Comm):
+        self._comm = comm
+        self.launched: list[Watched] = []
+
+    def __getattr__(self, name):
+        return getattr(self._comm, name)
+
+    def _watch(self, h, op, t):
+        w = Watched(h, op, _ptr(t))
+        self.launched.append(w)
+        return w if h is not None else None
+
+    def all_reduce(self, t, axis, tag, async_op=False):
+        return self._watch(self._comm.all_reduce(t, axis, tag, async_op=async_op), "all_reduce", t)
+
+    def reduce_scatter(self, out, inp, axis, tag, async_op=False):
+        return self._watch(self._comm.reduce_scatter(out, inp, axis, tag, async_op=async_op), "reduce_scatter", inp)
+
+    def all_gather(self, out, inp, axis, tag, async_op=False):
+        return self._watch(self._comm.all_gather(out, inp, axis, tag, async_op=async_op), "all_gather", out)
+
+
+# ====================================================================== lab 5: ZeRO-2's hooks
+class ZeRO2Lab(ZeRO2):
+    """The real ZeRO-2 with the student's hook functions. What the student's code sees:
+
+    ``zero2.units[k]`` (a `FlatUnit`), ``zero2.pending[k]`` (parameters of unit k still without a
+    gradient in this backward), ``zero2.inflight`` (unit index -> handle of its reduce-scatter),
+    ``zero2.comm``, ``zero2.dist.inner``, ``zero2.tag(unit.name, "grads")``."""
+
+    name = "zero2"
+
+    def __init__(self, model, dist, recipe, adam=None, *, student, **options):
+        if not isinstance(dist.comm, WatchingComm):
+            raise TypeError("ZeRO2Lab needs a DistState whose comm is a WatchingComm")
+        self.student = student
+        self.violations: list[dict] = []
+        self.grad_snapshot: list[torch.Tensor] | None = None
+        self._buffer_ptr: dict[int, int] = {}  # unit -> storage of its full buffer, while alive
+        super().__init__(model, dist, recipe, adam, **options)
+        for k, u in enumerate(self.units):
+            u.free_grad = self._watched_free(k, u.free_grad)
+
+    # ---------------------------------------------------------------- the student's view
+    @property
+    def pending(self) -> list[int]:
+        return self._pending
+
+    @property
+    def inflight(self) -> dict:
+        return self._inflight
+
+    # ---------------------------------------------------------------- routing to the student
+    def _pre_accumulate_hook(self, k: int):
+        def hook(grad):
+            u = self.units[k]
+            had = u.grad_buffer is not None
+            self._call("pre_accumulate", self, u)
+            if u.grad_buffer is None:
+                raise LabViolation("grads", f"pre_accumulate left {u.name} without a full gradient buffer: "
+                                            "allocate it (unit.alloc_grad()) when the unit's first gradient "
+                                            "arrives", unit=k)
+            if not had:
+                self._buffer_ptr[k] = _ptr(u.grad_buffer)
+                self.ledger.event(f"{u.name} grad buffer allocated")
+            elif self._buffer_ptr.get(k) != _ptr(u.grad_buffer):
+                self._violate("grads", k, f"pre_accumulate replaced {u.name}'s full gradient buffer, which already "
+                                          "held the gradients accumulated so far (they are lost): allocate only "
+                                          "when unit.grad_buffer is None")
+                self._buffer_ptr[k] = _ptr(u.grad_buffer)
+            return None
+        return hook
+
+    def _post_accumulate_hook(self, k: int):
+        def hook(_p):
+            self._call("post_accumulate", self, k)
+            self._check_inflight()
+        return hook
+
+    def _check_inflight(self) -> None:
+        for k, h in self._inflight.items():
+            if not isinstance(h, Watched):
+                raise LabViolation("overlap", f"zero2.inflight[{k}] is {h!r}, not the handle of unit {k}'s "
+                                              "reduce-scatter: launch it with async_op=True and store the "
+                                              "handle it returns", unit=k)
+
+    def post_backward(self, k: int) -> None:
+        # ZeRO2.after_backward's path for a unit that got no gradient (joins with zeros).
+        self._inflight[k] = self._call("reduce_scatter_unit", self, self.units[k])
+        self._check_inflight()
+
+    def free_finished(self, wait: bool = False) -> None:
+        if not self._inflight:
+            return  # nothing in flight (e.g. before the first backward): nothing to ask the student
+        self._call("free_finished", self, wait)
+        if wait and self._inflight:
+            raise LabViolation("freed", f"free_finished(wait=True) returned with units {sorted(self._inflight)} "
+                                        "still in zero2.inflight: wait for every one, free its buffer and "
+                                        "remove it")
+
+    def _call(self, fn: str, *args):
+        out = getattr(self.student, fn)(*args)
+        # A buffer dropped without unit.free_grad() (grad_buffer set to None by hand).
+        for k, u in enumerate(self.units):
+            if u.grad_buffer is None and k in self._buffer_ptr:
+                self._check_free(k)
+                self._freed(k)
+        return out
+
+    # ---------------------------------------------------------------- watching the frees
+    def _watched_free(self, k: int, free):
+        def free_grad():
+            if self.units[k].grad_buffer is not None and k in self._buffer_ptr:
+                self._check_free(k)
+                free()
+                self._freed(k)
+            else:
+                free()
+        return free_grad
+
+    def _check_free(self, k: int) -> None:
+        ptr = self._buffer_ptr[k]
+        mine = [w for w in self.comm.launched if w.ptr == ptr]
+        name = self.units[k].name
+        if not mine:
+            self._violate("no_early_free", k, f"{name}'s full gradient was freed before any collective read it: "
+                                              "launch its reduce-scatter first")
+        elif not all(w.seen_done for w in mine):
+            self._violate("no_early_free", k, f"{name}'s full gradient was freed while its reduce-scatter was "
+                                              "still in flight: free it only after handle.done() is True or "
+                                              "handle.wait() returned (with NCCL the memory would be reused "
+                                              "while the collective still reads it)")
+
+    def _freed(self, k: int) -> None:
+        ptr = self._buffer_ptr.pop(k)
+        self.comm.launched = [w for w in self.comm.launched if w.ptr != ptr]
+        self.ledger.event(f"{self.units[k].name} full grad freed")
+
+    def _violate(self, test: str, unit: int, message: str) -> None:
+        self.violations.append({"test": test, "unit": unit, "step": self.ledger.step, "message": message})
+
+    def before_micro_batch(self):
+        super().before_micro_batch()
+        # Keep watching only collectives on buffers that are still alive.
+        alive = set(self._buffer_ptr.values())
+        self.comm.launched = [w for w in self.comm.launched if w.ptr in alive]
+
+    # ---------------------------------------------------------------- what the grader reads
+    def update(self, grads):
+        if self.grad_snapshot is None:  # the first step's reduced shards (SUM over ranks)
+            self.grad_snapshot = [g.detach().float().cpu().clone() for g in grads]
+        super().update(grads)
+
+
+# ====================================================================== lab 6: FSDP's lifecycle
+class LabFlatUnit(FlatParamUnit):
+    """FSDP1's flat unit whose `unshard` / `reshard` are the student's."""
+
+    student = None
+    violations: list[dict] = []
+
+    def _bytes(self) -> int:
+        return sum(leaf.untyped_storage().nbytes() for leaf in self.leaves)
+
+    def unshard(self, async_op: bool = False) -> None:
+        before = self.state
+        self.student.unshard(self, async_op)
+        if before == SHARDED and self.state != SHARDED:
+            self.ledger.event(f"unit {self.index} unshard")
+        if not async_op and self.state != UNSHARDED:
+            raise LabViolation("lifecycle", f"unshard(unit {self.index}, async_op=False) returned with the unit "
+                                            f"{self.state.value}: wait for its all-gather (unit.wait_unshard()) "
+                                            "before returning", unit=self.index)
+        if self.state != SHARDED and self._bytes() == 0:
+            raise LabViolation("lifecycle", f"unit {self.index} is {self.state.value} but its unsharded buffer "
+                                            "has no storage: resize each leaf's storage to its full size before "
+                                            "the all-gather writes into it", unit=self.index)
+
+    def reshard(self) -> None:
+        before = self.state
+        self.student.reshard(self)
+        if self.state != SHARDED:
+            self.violations.append({"test": "lifecycle", "unit": self.index, "step": self.ledger.step,
+                                    "message": f"reshard(unit {self.index}) left it {self.state.value}; "
+                                               "set unit.state = SHARDED once its memory is freed"})
+        elif self._bytes():
+            self.violations.append({"test": "memory", "unit": self.index, "step": self.ledger.step,
+                                    "message": f"unit {self.index} is sharded but its unsharded buffer still "
+                                               f"holds {self._bytes()} bytes: resize the leaves' storage to 0 "
+                                               "(autograd keeps views of it, so dropping a reference frees "
+                                               "nothing)"})
+        if before != SHARDED:
+            self.ledger.event(f"unit {self.index} reshard")
+
+
+class FSDPLab(FSDP1):
+    """The real FSDP1 with the student's lifecycle functions. What the student's code sees:
+    ``fsdp.units`` (`LabFlatUnit`s: ``state``, ``leaves``, ``shards``, ``handles``, ``comm``,
+    ``axis``, ``tag``, ``wait_unshard()``), ``fsdp.reshard_after_forward``, ``fsdp.forward_prefetch``,
+    ``fsdp.backward_prefetch``, ``fsdp.limit_all_gathers``."""
+
+    name = "fsdp1"
+
+    def __init__(self, model, dist, recipe, adam=None, *, student, **options):
+        self.student = student
+        self.violations: list[dict] = []
+        super().__init__(model, dist, recipe, adam, **options)
+
+    def make_unit(self, index, module):
+        u = LabFlatUnit(index, module, self.shard_axis(), self.pad_multiple(), self.comm, self.ledger,
+                        self.param_dtype, self.grad_dtype, tag=self.tag)
+        u.student, u.violations = self.student, self.violations
+        return u
+
+    def _states(self):
+        return [u.state for u in self.units]
+
+    def _violate(self, test: str, unit: int, message: str) -> None:
+        self.violations.append({"test": test, "unit": unit, "step": self.ledger.step, "message": message})
+
+    # ---------------------------------------------------------------- the hooks
+    def _prefetch(self, j: int) -> None:
+        self.student.prefetch(self, j)
+
+    def pre_forward(self, u):
+        before = self._states()
+        self.student.pre_forward(self, u)
+        self._check_use(u, before, "pre_forward", +1, self.forward_prefetch, "forward_prefetch")
+        u.bind()
+
+    def post_forward(self, u, out):
+        outs = [t for t in (out if isinstance(out, (tuple, list)) else (out,))
+                if isinstance(t, torch.Tensor) and t.requires_grad]
+        if outs and torch.is_grad_enabled():  # as FSDPStrategy.post_forward: backward finds the unit
+            torch.autograd.graph.register_multi_grad_hook(outs, lambda _g, u=u: self.pre_backward(u), mode="any")
+        before = self._states()
+        self.student.post_forward(self, u)
+        after = self._states()
+        if self.reshard_after_forward and u.state != SHARDED:
+            self._violate("lifecycle", u.index, f"post_forward left unit {u.index} {u.state.value}: with "
+                                                "reshard_after_forward=True free its parameters after forward")
+        if not self.reshard_after_forward and u.state == SHARDED:
+            self._violate("lifecycle", u.index, f"post_forward resharded unit {u.index} although "
+                                                "reshard_after_forward=False: backward then gathers it again, "
+                                                "one all-gather more")
+        self._others_unchanged("post_forward", u, {u.index}, before, after)
+
+    def pre_backward(self, u):
+        before = self._states()
+        self.student.pre_backward(self, u)
+        self._check_use(u, before, "pre_backward", -1, self.backward_prefetch, "backward_prefetch")
+
+    # ---------------------------------------------------------------- the contract
+    def _check_use(self, u, before, phase: str, direction: int, enabled: bool, option: str) -> None:
+        after = self._states()
+        use = "forward" if phase == "pre_forward" else "backward"
+        if u.state != UNSHARDED:
+            raise LabViolation("lifecycle", f"{phase}: unit {u.index} is {u.state.value} when its {use} runs: "
+                                            "unshard it and wait for the all-gather first", unit=u.index)
+        j = u.index + direction
+        inside = 0 <= j < len(self.units)
+        busy = sum(s != SHARDED for s in before) + (before[u.index] == SHARDED)
+        limit = self.limit_all_gathers
+        expect = enabled and inside and before[j] == SHARDED and (limit is None or busy < int(limit))
+        got = inside and before[j] == SHARDED and after[j] != SHARDED
+        if expect and not got:
+            self._violate("prefetch", j, f"{phase} of unit {u.index} did not prefetch unit {j}: with {option}=True "
+                                         f"start unit {j}'s all-gather now (async), so it travels while unit "
+                                         f"{u.index} computes")
+        elif got and not enabled:
+            self._violate("prefetch", j, f"{phase} of unit {u.index} prefetched unit {j} although {option}=False")
+        elif got and not expect:
+            self._violate("prefetch", j, f"{phase} of unit {u.index} prefetched unit {j} although {busy} unit(s) "
+                                         f"were already unsharded and limit_all_gathers={limit}")
+        if got and after[j] == UNSHARDED:
+            self._violate("prefetch", j, f"{phase} of unit {u.index} prefetched unit {j} and waited for it: a "
+                                         "prefetch is asynchronous (unshard(unit, async_op=True)), waited for "
+                                         "only when the unit is used")
+        self._others_unchanged(phase, u, {u.index, j}, before, after)
+
+    def _others_unchanged(self, phase, u, allowed, before, after) -> None:
+        for k, (b, a) in enumerate(zip(before, after)):
+            if k not in allowed and b != a:
+                self._violate("lifecycle", k, f"{phase} of unit {u.index} changed unit {k} from {b.value} to "
+                                              f"{a.value}")
+
+
+__all__ = ["FSDPLab", "LabFlatUnit", "Watched", "WatchingComm", "ZeRO2Lab"]

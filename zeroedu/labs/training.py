@@ -1,0 +1,327 @@
+"""Labs 5 and 6: the student's hooks inside the real ZeRO-2 / FSDP1, trained on real ranks.
+
+Each case is a short training run (a small MLP, fp32, a few steps) through the package's own
+runner: `zeroedu.train.runner.dist_state` for the axes, `RankRun` + `train_steps` for the loop
+(the strategy is the lab's scaffold around the student's functions, `scaffolds`). The grade is
+read from the run and compared with independent oracles:
+
+* gradients (lab 5): each unit's reduced shard at the first optimizer step against the SUM over
+  ranks of every rank's local gradient, computed here with plain autograd on the same batches;
+* parameters: `zeroedu.train.reference` (one process, the global batch, torch.optim.Adam);
+* bytes: the ledger's records of every step against `theory.exact_comm` (per collective, and
+  per unit when they differ);
+* memory: the ledger's timeline, gradient bytes at each optimizer step against
+  `theory.exact_model_states(...).grad` (lab 5), unsharded bytes after forward and at the step
+  (lab 6);
+* overlap (lab 5): `runtime.analysis.launched_in_backward`, one reduce-scatter per unit per step;
+* the lifecycle contract (both): the scaffolds' violations.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+from fractions import Fraction
+
+import torch
+
+from .. import shard, theory
+from ..models import MLPConfig, unit_shapes, units
+from ..recipes import get_recipe
+from ..runtime import analysis
+from ..runtime.ledger import FORWARD_END, OPTIMIZER_STEP, Ledger
+from ..train.config import RunConfig
+from ..train.reference import reference
+from ..train.runner import RankRun, dist_state, local_micro_batches, train_steps
+from .basic import HIDDEN_N, compare
+from .grading import Case, Diagnosis, LabResult
+from .registry import LABS
+from .scaffolds import FSDPLab, WatchingComm, ZeRO2Lab
+from .student import run_cases
+
+STRATEGY = {5: "zero2", 6: "fsdp1"}
+SCAFFOLD = {5: ZeRO2Lab, 6: FSDPLab}
+RECIPE = "fp32"  # parameters are compared with single-process fp32 training
+# fp32 sums in another order (ring vs one process) and Adam's division differ by ~1e-7 relative;
+# any real mistake is orders of magnitude larger.
+TOL = 1e-4
+VISIBLE_STEPS = 3
+
+LAB6_VISIBLE = [
+    {"reshard_after_forward": True, "forward_prefetch": False, "backward_prefetch": True, "limit_all_gathers": None},
+    {"reshard_after_forward": False, "forward_prefetch": True, "backward_prefetch": False, "limit_all_gathers": None},
+    {"reshard_after_forward": True, "forward_prefetch": True, "backward_prefetch": True, "limit_all_gathers": 1},
+]
+
+
+# ------------------------------------------------------------------ cases
+def _model_dict(m: MLPConfig) -> dict:
+    d = m.as_dict()
+    d.pop("kind")
+    return d
+
+
+def cases(lab: int, n: int, hidden: int, rng: random.Random) -> list[Case]:
+    default = {"model": _model_dict(MLPConfig()), "steps": VISIBLE_STEPS, "global_batch": 24}
+    if 24 % n:
+        default["global_batch"] = 6 * n
+    out = []
+    if lab == 5:
+        out.append(Case("visible-1", False, n, dict(default)))
+    else:
+        out += [Case(f"visible-{k + 1}", False, n, {**default, "options": dict(o)}) for k, o in enumerate(LAB6_VISIBLE)]
+    for k in range(hidden):
+        nn = rng.choice(HIDDEN_N)
+        model = MLPConfig(d_in=rng.randint(3, 16), hidden=rng.randint(3, 24), depth=rng.randint(2, 4),
+                          d_out=rng.randint(1, 9), seed=rng.randint(1, 10**6))
+        p = {"model": _model_dict(model), "steps": rng.randint(2, 3), "global_batch": nn * rng.randint(2, 5)}
+        if lab == 6:
+            p["options"] = {"reshard_after_forward": rng.random() < 0.6, "forward_prefetch": rng.random() < 0.5,
+                            "backward_prefetch": rng.random() < 0.7, "limit_all_gathers": rng.choice([None, None, 1, 2])}
+        out.append(Case(f"hidden-{k + 1}", True, nn, p))
+    return out
+
+
+def config(lab: int, case_params: dict, n: int) -> RunConfig:
+    p = case_params
+    return RunConfig(STRATEGY[lab], n, steps=p["steps"], recipe=RECIPE, model=MLPConfig(**p["model"]),
+                     global_batch=p["global_batch"], options=dict(p.get("options", {}))).resolved()
+
+
+# ------------------------------------------------------------------ the rank side
+def _unit_of(tag: str) -> int | None:
+    parts = tag.split("/")
+    if len(parts) > 1 and parts[1].startswith("unit") and parts[1][4:].isdigit():
+        return int(parts[1][4:])
+    return None
+
+
+def _run_case(lab: int, mod, ctx, case: dict) -> dict:
+    cfg = config(lab, case, ctx.world_size)
+    ledger = Ledger(ctx.rank)
+    dist = dist_state(ctx, cfg, ledger)
+    dist = replace(dist, comm=WatchingComm(dist.comm))
+    strategy = SCAFFOLD[lab](cfg.model.build(), dist, get_recipe(cfg.recipe), cfg.adam, student=mod, **cfg.options)
+    run = RankRun(cfg, ctx, ledger, dist, strategy)
+    losses = train_steps(run)
+    # Read the bytes before full_parameters(), whose all-gathers (FSDP) are not training traffic.
+    per_step = [{op: b for op, b in ledger.comm_by_collective(s).items() if b} for s in range(cfg.steps)]
+    per_unit = [{} for _ in range(cfg.steps)]
+    for r in ledger.comm:
+        if 0 <= r.step < cfg.steps:
+            key = (_unit_of(r.tag), r.op)
+            per_unit[r.step][key] = per_unit[r.step].get(key, Fraction(0)) + r.sent
+    timeline = ledger.timeline()
+    params = strategy.full_parameters()  # every rank: a collective for FSDP
+    return {"losses": losses, "per_step": per_step, "per_unit": per_unit, "timeline": timeline,
+            "violations": list(strategy.violations), "params": params if ctx.rank == 0 else None,
+            "grad_snapshot": getattr(strategy, "grad_snapshot", None)}
+
+
+def train_lab_job(ctx, lab: int, path: str, cases: list[dict]) -> list[dict]:
+    """Runs on every rank: each case of lab `lab` (5 or 6) with the student's functions."""
+    return run_cases(ctx, path, cases, lambda mod, c, case: _run_case(lab, mod, c, case), LABS[lab].functions)
+
+
+# ------------------------------------------------------------------ the oracles (parent side)
+def _param_names(model) -> list[list[str]]:
+    names = {id(p): name for name, p in model.named_parameters()}
+    return [[names[id(p)] for p in u.parameters()] for u in units(model)]
+
+
+def summed_local_grads(cfg: RunConfig) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+    """Step 0: every rank's local gradient (plain autograd on its slice of the global batch, the
+    model's mean loss) and their SUM, which is what a SUM reduce-scatter leaves in the shards."""
+    n = cfg.world_size
+    model = cfg.model.build()
+    per_rank = []
+    for r in range(n):
+        (x, y), = local_micro_batches(cfg, 0, r, n, micro_batches=1)
+        grads = torch.autograd.grad(model.loss(model(x), y), list(model.parameters()))
+        per_rank.append([g.detach() for g in grads])
+    total = [sum(gs) for gs in zip(*per_rank)]
+    return total, per_rank
+
+
+def _flat(grads: list[torch.Tensor], shapes, n: int) -> torch.Tensor:
+    layout = shard.FlatLayout(shapes, n)
+    out = torch.zeros(layout.padded_numel)
+    for i, g in enumerate(grads):
+        r = layout.param_range(i)
+        out[r.start:r.end] = g.reshape(-1)
+    return out
+
+
+def _where(layout: shard.FlatLayout, names: list[str], pos: int) -> str:
+    for i, name in enumerate(names):
+        r = layout.param_range(i)
+        if r.start <= pos < r.end:
+            idx = torch.unravel_index(torch.tensor(pos - r.start), layout.shapes[i])
+            return f"{name}[{', '.join(str(int(v)) for v in idx)}]"
+    return "padding"
+
+
+def _grade_grads(res: LabResult, case: Case, cfg: RunConfig, results: list[dict]) -> None:
+    n = case.n
+    model = cfg.model.build()
+    shapes, names = unit_shapes(model), _param_names(model)
+    total, per_rank = summed_local_grads(cfg)
+    diags = []
+    base = 0
+    flats = []
+    for k, sh in enumerate(shapes):
+        cnt = len(sh)
+        flats.append((_flat(total[base:base + cnt], sh, n),
+                      [_flat(g[base:base + cnt], sh, n) for g in per_rank]))
+        base += cnt
+    for r, out in enumerate(results):
+        snap = out.get("grad_snapshot")
+        if snap is None or len(snap) != len(shapes):
+            diags.append(Diagnosis(f"rank {r}: no gradient shards reached the optimizer step", rank=r))
+            continue
+        for k, sh in enumerate(shapes):
+            layout = shard.FlatLayout(sh, n)
+            rng = layout.shard_range(r)
+            full, locals_ = flats[k]
+            exp = full[rng.start:rng.end]
+            c = layout.shard_numel
+            alts = [(exp / n, "looks like the average: the shard must hold the SUM over ranks (the optimizer "
+                              "scales by 1/N itself, in fp32)"),
+                    (torch.zeros_like(exp), "all zeros: nothing was reduced into unit.grad_shard (reduce-scatter "
+                                            "the full buffer into it, and let autograd write into the buffer: "
+                                            "alloc_grad() binds every p.grad to it)"),
+                    (locals_[r][rng.start:rng.end], "this rank's own gradient, unreduced: reduce-scatter it")]
+            alts += [(full[j * c:(j + 1) * c], f"this is rank {j}'s chunk") for j in range(n) if j != r]
+            d = compare(f"rank {r}, unit {k} gradient shard [{rng.start}, {rng.end})", snap[k], exp,
+                        TOL, alts, rank=r, shard_range=(rng.start, rng.end))
+            if d:
+                d.unit = k
+                if isinstance(d.element, int):
+                    d.message += f"; that is {_where(layout, names[k], rng.start + d.element)}"
+                diags.append(d)
+                break  # one unit per rank is enough to read
+    res.record(case, "grads", _violations(results, ("grads",))["grads"] + diags)
+
+
+def _grade_params(res: LabResult, case: Case, cfg: RunConfig, results: list[dict]) -> None:
+    _, ref = reference(cfg)
+    got = results[0]["params"]
+    names = [n for n, _ in cfg.model.build().named_parameters()]
+    diags = []
+    for name, g, e in zip(names, got, ref):
+        d = compare(f"after {cfg.steps} steps, parameter {name}", g.float(), e, TOL)
+        if d is not None:
+            d.message += " (single-process training with torch.optim.Adam is the reference)"
+            diags.append(d)
+            break
+    res.record(case, "params", diags)
+
+
+def _grade_bytes(res: LabResult, case: Case, cfg: RunConfig, results: list[dict], strategy: str, **opts) -> None:
+    shapes = unit_shapes(cfg.model.build())
+    exp = theory.exact_comm(strategy, shapes, case.n, recipe=cfg.recipe, **opts)
+    exp_total = {op: b for op, b in exp.by_collective().items() if b}
+    exp_unit: dict = {}
+    for op in exp.ops:
+        u = int(op.tag.split("/")[0][4:]) if op.tag.startswith("unit") else None
+        exp_unit[(u, op.collective)] = exp_unit.get((u, op.collective), Fraction(0)) + op.sent
+    how = f"theory.exact_comm({strategy!r}" + "".join(f", {k}={v}" for k, v in opts.items()) + ")"
+    diags = []
+    for r, out in enumerate(results):
+        for s, got in enumerate(out["per_step"]):
+            if got == exp_total:
+                continue
+            units_got = out["per_unit"][s]
+            for key in sorted(set(exp_unit) | set(units_got), key=lambda k: (k[0] is None, k[0] or 0, k[1])):
+                g, e = units_got.get(key, Fraction(0)), exp_unit.get(key, Fraction(0))
+                if g != e:
+                    where = f"unit {key[0]}" if key[0] is not None else "untagged"
+                    times = f" ({float(g / e):g}× the prediction)" if e and g and (g / e).denominator == 1 else ""
+                    diags.append(Diagnosis(f"rank {r}, step {s}, {where}: {key[1]} sent {float(g):g} bytes, {how} "
+                                           f"predicts {float(e):g}{times}", rank=r, unit=key[0], expected=float(e),
+                                           got=float(g)))
+                    break
+            else:
+                diags.append(Diagnosis(f"rank {r}, step {s}: sent {_fmt(got)}, {how} predicts {_fmt(exp_total)}",
+                                       rank=r))
+            break
+        if diags:
+            break
+    res.record(case, "bytes", diags)
+
+
+def _fmt(d: dict) -> str:
+    return " + ".join(f"{op} {float(b):g}" for op, b in sorted(d.items())) or "nothing"
+
+
+def _violations(results: list[dict], tests: tuple[str, ...]) -> dict[str, list]:
+    out = {t: [] for t in tests}
+    for r, o in enumerate(results):
+        for v in o["violations"]:
+            if v["test"] in out and len(out[v["test"]]) < 3:
+                out[v["test"]].append(Diagnosis(f"rank {r}, step {v['step']}: {v['message']}", rank=r, unit=v["unit"]))
+    return out
+
+
+def _events(timeline: dict, label: str) -> list[dict]:
+    return [e for e in timeline["events"] if e["label"] == label and e["step"] >= 0]
+
+
+def grade_zero2(res: LabResult, case: Case, results: list[dict]) -> None:
+    cfg = config(5, case.params, case.n)
+    shapes = unit_shapes(cfg.model.build())
+    _grade_grads(res, case, cfg, results)
+    _grade_params(res, case, cfg, results)
+    _grade_bytes(res, case, cfg, results, "zero2")
+    freed, overlap = [], []
+    for r, out in enumerate(results):
+        want = theory.exact_model_states("zero2", shapes, case.n, rank=r, recipe=cfg.recipe).grad
+        for e in _events(out["timeline"], OPTIMIZER_STEP):
+            if e["bytes"]["grad"] != want:
+                freed.append(Diagnosis(
+                    f"rank {r}, step {e['step']}: {e['bytes']['grad']} bytes of gradients alive at the optimizer "
+                    f"step, but ZeRO-2 keeps only the shards, GΨ/N = {want} bytes: free each unit's full "
+                    "buffer (unit.free_grad()) once its reduce-scatter has finished", rank=r, expected=want,
+                    got=e["bytes"]["grad"]))
+                break
+        for s in range(cfg.steps):
+            k = analysis.launched_in_backward(out["timeline"], step=s)
+            if k != len(shapes):
+                overlap.append(Diagnosis(
+                    f"rank {r}, step {s}: {k} of {len(shapes)} unit reduce-scatters started during backward; "
+                    "launch each unit's as soon as its last gradient is accumulated (post_accumulate), so it "
+                    "overlaps the backward of earlier layers", rank=r, expected=len(shapes), got=k))
+                break
+        if freed or overlap:
+            break  # the first rank that shows it is enough to read
+    v = _violations(results, ("no_early_free",))
+    res.record(case, "freed", freed[:3])
+    res.record(case, "overlap", overlap[:3])
+    res.record(case, "no_early_free", v["no_early_free"])
+
+
+def grade_fsdp(res: LabResult, case: Case, results: list[dict]) -> None:
+    cfg = config(6, case.params, case.n)
+    raf = bool(cfg.options.get("reshard_after_forward", True))
+    _grade_params(res, case, cfg, results)
+    _grade_bytes(res, case, cfg, results, "fsdp1", reshard_after_forward=raf)
+    v = _violations(results, ("lifecycle", "prefetch", "memory"))
+    memory = v["memory"]
+    for r, out in enumerate(results):
+        checks = [(OPTIMIZER_STEP, "at the optimizer step: every unit must be resharded by its post_backward")]
+        if raf:
+            checks.append((FORWARD_END, "at the end of forward: with reshard_after_forward=True each unit frees "
+                                        "its parameters right after its forward"))
+        for label, why in checks:
+            bad = next((e for e in _events(out["timeline"], label) if e["bytes"]["gathered"]), None)
+            if bad is not None and len(memory) < 3:
+                memory.append(Diagnosis(f"rank {r}, step {bad['step']}: {bad['bytes']['gathered']} bytes of "
+                                        f"unsharded parameters {why}", rank=r, expected=0,
+                                        got=bad["bytes"]["gathered"]))
+    res.record(case, "lifecycle", v["lifecycle"])
+    res.record(case, "prefetch", v["prefetch"])
+    res.record(case, "memory", memory)
+
+
+GRADE = {5: grade_zero2, 6: grade_fsdp}
+
+__all__ = ["GRADE", "LAB6_VISIBLE", "cases", "config", "summed_local_grads", "train_lab_job"]
