@@ -6,7 +6,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-# A CPU machine gets torch's CPU build (these machines carry 2.13.0 locally). GPU users: put a
+# torch: `make setup` installs TORCH_SPEC only when no torch is importable in .venv, so a CPU
+# machine gets the pinned build and a GPU user's CUDA build is kept. GPU users: put a
 # CUDA build of torch into .venv first (see README); an importable torch is never replaced.
 TORCH_SPEC ?= torch==2.13.0
 STAMP  := $(VENV)/.zeroedu-installed
@@ -57,8 +58,15 @@ browser-deps:
 tour: setup
 	$(VENV)/bin/zeroedu tour --world-size 4
 
+# zeroedu vs torch (DDP, fully_shard, HSDP), ring vs gloo collectives, what the instrumentation
+# costs, the N = 1..8 scaling table (benchmarks/results/*.json), cold vs warm start: about
+# 8 minutes on 2 cores. Quick pass (about 3 minutes): make bench BENCH_ARGS=--quick
+BENCH_ARGS ?=
+BENCHES ?= compare collectives instrumentation scaling launch
+
 bench: setup
-	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	@for b in $(BENCHES); do echo "== benchmarks/bench_$$b.py"; \
+	  $(PY) benchmarks/bench_$$b.py $(BENCH_ARGS) || exit 1; done
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

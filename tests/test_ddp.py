@@ -4,10 +4,9 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from zeroedu import theory
-from zeroedu.models import MLPConfig, make_model, unit_shapes
+from zeroedu.models import MLPConfig, make_model
 from zeroedu.train import RunConfig, run
 
 PSI = sum(p.numel() for p in make_model(MLPConfig()).parameters())

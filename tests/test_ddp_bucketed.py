@@ -9,14 +9,14 @@ import pytest
 import torch
 
 from zeroedu import theory
-from zeroedu.runtime import analysis, cluster
+from zeroedu.runtime import analysis
 from zeroedu.runtime.comm import Axis, Comm
 from zeroedu.runtime.ledger import Ledger
 from zeroedu.models import MLPConfig, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
 from zeroedu.strategies import build
 from zeroedu.strategies.base import DistState
-from zeroedu.train import RunConfig, config_to_dict, reference, run
+from zeroedu.train import RunConfig, run
 
 FP32_TOL = 1e-6
 # bf16 keeps 8 significant bits (relative rounding up to 2^-8 per value) in params and grads;

@@ -1,5 +1,4 @@
 """The multi-rank harness: real collectives, bytes on the ring, failures, warm pools."""
-import os
 import time
 from fractions import Fraction
 

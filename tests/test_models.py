@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from zeroedu.models import PRESETS, CustomModel, GPTConfig, MLPConfig, check_units, get_model, units
+from zeroedu.models import PRESETS, CustomModel, GPTConfig, check_units, get_model, units
 from zeroedu.models import data
 from zeroedu.train import RunConfig, config_from_dict, config_to_dict, run
 

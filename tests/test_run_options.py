@@ -122,3 +122,18 @@ def test_mixed_bf16_gpt_matches_theory_and_is_close():
     assert _rel(r["losses"], r["reference_losses"]) < 1e-2
     assert r["ranks"][0]["measured"]["activations"] == TINY.activation_bytes(4, 2)
     assert torch.bfloat16.itemsize == 2
+
+
+def test_minimal_record_keeps_the_reports_figures():
+    """A minimal record (`RunConfig.timeline`) drops the lifecycle events and the per-collective
+    wire, and keeps every figure the report checks: the same bytes as the full record."""
+    with pytest.raises(ValueError, match="timeline"):
+        RunConfig("fsdp2", 2, timeline="some").resolved()
+    full = run(RunConfig("zero2", 2, steps=2, model="gpt-tiny"))
+    mini = run(RunConfig("zero2", 2, steps=2, model="gpt-tiny", timeline="minimal"))
+    assert mini["timeline_mode"] == "minimal" and all(mini["match"].values())
+    for a, b in zip(full["ranks"], mini["ranks"]):
+        assert a["measured"] == b["measured"] and a["wire"]["messages"] == b["wire"]["messages"]
+        assert b["wire"]["by_collective"] == {} and a["wire"]["by_collective"]
+        assert len(b["timeline"]["events"]) < len(a["timeline"]["events"])
+    assert mini["losses"] == full["losses"]

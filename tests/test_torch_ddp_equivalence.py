@@ -7,7 +7,6 @@ fp32 afterwards, so with fp32 the two agree to rounding (≤ 1e-6 relative), not
 import pytest
 
 from zeroedu.runtime import cluster
-from zeroedu.models import MLPConfig
 from zeroedu.train import RunConfig, config_to_dict, run
 
 TOL = 1e-6

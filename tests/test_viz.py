@@ -145,7 +145,7 @@ def test_assert_match_and_table():
     rep = _report("ddp", 2)
     nbtools.assert_match(rep)  # raises when they disagree
     rows = nbtools.match_rows(rep)
-    assert all(r[4] for r in rows) and len(rows) == 2 * 6  # 4 states + activations + 1 collective
+    assert all(r[4] for r in rows) and len(rows) == 2 * 7  # 4 states + activations + 1 collective + the wire
     bad = dict(rep, match={"model_states": False, "comm": True})
     with pytest.raises(AssertionError):
         nbtools.assert_match(bad)

@@ -81,7 +81,7 @@ def test_run_panel_runs_and_streams(panel_run):
     assert p.live_redraws >= 1 and p.image.value[:4] == b"\x89PNG"
     assert p.progress.value == p.progress.max == 3
     assert "match" in p.status.value and "True" in p.status.value
-    assert p.table.value.count("<tr>") == 1 + 2 * 6  # header + (4 states + activations + 1 collective) per rank
+    assert p.table.value.count("<tr>") == 1 + 2 * 7  # header + (4 states + activations + 1 collective + wire) per rank
 
 
 def test_run_panel_live_plot_receives_events():

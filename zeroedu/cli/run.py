@@ -20,6 +20,7 @@ from ..notebook.report import plain, summary
 from ..optim import AdamConfig
 from ..runtime import cluster
 from ..runtime.comm import IMPLEMENTATIONS
+from ..runtime.ledger import TIMELINE_MODES
 from ..train import RunConfig, assemble, config_to_dict, run, train_job
 from .args import positive_float, positive_int
 
@@ -53,7 +54,8 @@ def config_from_args(args, world_size: int) -> RunConfig:
     return RunConfig(args.strategy, world_size, steps=args.steps, recipe=args.recipe, m=args.outer,
                      global_batch=args.global_batch, model=model, adam=adam, options=_options(args),
                      micro_batches=args.micro_batches, recompute=args.recompute,
-                     clip_grad_norm=args.clip_grad_norm, collectives=args.collectives).resolved()
+                     clip_grad_norm=args.clip_grad_norm, collectives=args.collectives,
+                     timeline=args.record).resolved()
 
 
 class Progress:
@@ -134,6 +136,10 @@ def add_common(p) -> None:
                    help="ring: zeroedu's ring reduce-scatter/all-gather (the ring bound on the wire); "
                         "backend: torch's (gloo's reduce-scatter sends an all-reduce's bytes); "
                         "auto (default): ring on gloo, backend on NCCL")
+    p.add_argument("--record", choices=list(TIMELINE_MODES), default="full",
+                   help="full (default): every lifecycle event and the wire per collective; "
+                        "minimal: only the report's figures (model states, activations, peak at "
+                        "lifecycle events, wire per step), for less overhead")
 
 
 def add_parser(subparsers) -> None:

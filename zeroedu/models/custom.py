@@ -18,7 +18,7 @@ top-level children that own parameters. Every parameter must belong to exactly o
 from __future__ import annotations
 
 import importlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Callable
 
 import torch

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..fmt import number as _fmt
+from ..train.launch import rank_wire_ok
 
 CATS = ("param", "grad", "optim", "total")
 
@@ -14,7 +15,10 @@ def comm_total(block: dict) -> float:
 
 
 def match_rows(report: dict[str, Any]) -> list[tuple[int, str, Any, Any, bool]]:
-    """(rank, quantity, predicted, measured, equal) for model states and comm, every rank."""
+    """(rank, quantity, predicted, measured, equal) for model states, activations, the ring
+    model of every collective (the closed form vs the payloads the strategy really handed to
+    comm) and the wire (the payload predicted vs the bytes the kernel counted, gloo's framing
+    allowed for), every rank."""
     rows = []
     for r in report["ranks"]:
         pr, me = r["predicted"], r["measured"]
@@ -24,8 +28,11 @@ def match_rows(report: dict[str, Any]) -> list[tuple[int, str, Any, Any, bool]]:
             rows.append((r["rank"], "activations", pr["activations"], me["activations"],
                          pr["activations"] == me["activations"]))
         for c in sorted(set(pr["comm"]) | set(me["comm"])):
-            rows.append((r["rank"], f"sent by {c}", pr["comm"].get(c, 0), me["comm"].get(c, 0),
+            rows.append((r["rank"], f"ring model: {c}", pr["comm"].get(c, 0), me["comm"].get(c, 0),
                          pr["comm"].get(c, 0) == me["comm"].get(c, 0)))
+        ok = rank_wire_ok(r) if "wire" in r else None
+        if ok is not None:
+            rows.append((r["rank"], "on the wire (kernel)", pr["wire"], r["wire"]["sent"], ok))
     return rows
 
 
@@ -95,8 +102,10 @@ def wire_lines(report: dict[str, Any]) -> list[str]:
             got = wr.get("by_collective", {}).get(op)
             rows.append([str(r["rank"]), op, _fmt(ring.get(op, 0)), "—" if got is None else _fmt(got)])
         rows.append([str(r["rank"]), "total", _fmt(sum(ring.values())), _fmt(wr["sent"])])
+    dash = ("not read per collective with a minimal record" if report.get("timeline_mode") == "minimal"
+            else "overlapped with other collectives")
     out = [f"bytes sent per step: ring model vs the wire (collectives: {impl}; kernel byte counters; "
-           "'—': overlapped with other collectives, in the total only)",
+           f"'—': {dash}, in the total only)",
            table(rows, ["rank", "collective", "ring model", "wire"])]
     exp = r0["predicted"]["wire"]
     out.append(f"rank 0: wire {_fmt(w['sent'])} B = expected {_fmt(exp)} B of payload + gloo framing "

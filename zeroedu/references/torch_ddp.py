@@ -4,29 +4,61 @@ Independent checks, run on the same ranks, model, data and Adam arithmetic as `z
 
 * `torch_ddp_job`: trains with `torch.nn.parallel.DistributedDataParallel` (gloo) and
   `torch.optim.Adam(foreach=False)`: nothing of zeroedu's strategies, comm or optimizer.
-* `bench_job`: both DDPs side by side, timed, for `benchmarks/bench_ddp.py`.
 
 Jobs live here, not in tests or benchmarks, because ranks import them by name.
 """
 from __future__ import annotations
 
-import time
-from fractions import Fraction
-
 import torch
 
 from ..train.config import RunConfig, config_from_dict
-from ..train.runner import build_run, local_micro_batches
+from ..train.runner import local_micro_batches
+
+
+class MasterAdam:
+    """torch.optim.Adam on fp32 master copies of a bf16 model's parameters: copy the (bf16,
+    already averaged) gradients in, step, cast the masters back. The optimizer side of the
+    mixed-bf16 recipe for torch DDP, whose native mixed precision needs CUDA events."""
+
+    def __init__(self, params, adam):
+        self.params = list(params)
+        self.masters = [p.detach().float().clone().requires_grad_(True) for p in self.params]
+        self.opt = torch.optim.Adam(self.masters, lr=adam.lr, betas=(adam.beta1, adam.beta2), eps=adam.eps,
+                                    foreach=False)
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        for p in self.params:
+            if p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p, m in zip(self.params, self.masters):
+            m.grad = p.grad.float()
+        self.opt.step()
+        for p, m in zip(self.params, self.masters):
+            p.copy_(m)
 
 
 def build_torch_ddp(cfg: RunConfig, bucket_bytes: int):
-    """zeroedu's model under torch's `DistributedDataParallel` + `torch.optim.Adam`."""
+    """zeroedu's model under torch's `DistributedDataParallel` + `torch.optim.Adam`.
+
+    ``mixed-bf16``: the model in bf16 under DDP (its buckets are all-reduced in bf16, the bytes
+    zeroedu's recipe sends) and Adam on fp32 master copies (`MasterAdam`). DDP's own
+    `_MixedPrecision` would keep fp32 parameters as the master, but it records CUDA events and
+    fails on CPU."""
     from torch.nn.parallel import DistributedDataParallel
 
+    if cfg.recipe not in ("fp32", "mixed-bf16"):
+        raise ValueError(f"the torch DDP reference supports fp32 and mixed-bf16, got {cfg.recipe}")
+    model = cfg.model.build()
+    if cfg.recipe == "mixed-bf16":
+        model = model.to(torch.bfloat16)
     # gradient_as_bucket_view: p.grad are views into torch's buckets, as in zeroedu's version.
-    ddp = DistributedDataParallel(cfg.model.build(), bucket_cap_mb=bucket_bytes / 2 ** 20,
-                                  gradient_as_bucket_view=True)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_bytes / 2 ** 20, gradient_as_bucket_view=True)
     a = cfg.adam
+    if cfg.recipe == "mixed-bf16":
+        return ddp, MasterAdam(ddp.parameters(), a)
     opt = torch.optim.Adam(ddp.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
     return ddp, opt
 
@@ -59,48 +91,3 @@ def torch_ddp_job(ctx, cfg: dict, bucket_bytes: int = 1024) -> dict:
         losses.append(torch_ddp_step(ddp, opt, x, y))
     return {"losses": losses, "params": [p.detach().clone() for p in ddp.module.parameters()],
             "bucket_bytes": torch_bucket_bytes(ddp)}
-
-
-def bench_job(ctx, cfg: dict, warmup: int = 2, reps: int = 3, bucket_bytes: int = 2 ** 20) -> dict:
-    """Time zeroedu's ddp_bucketed and torch DDP in alternating repetitions (same data).
-
-    Each step is timed on every rank from a barrier to the end of the optimizer step; the
-    parent takes the slowest rank per step, as a synchronous step is as slow as its slowest rank.
-    """
-    import torch.distributed as tdist
-
-    cfg = config_from_dict({**cfg, "strategy": "ddp_bucketed", "options": {"bucket_bytes": bucket_bytes}}).resolved()
-    run = build_run(ctx, cfg)
-    ours, ledger = run.strategy, run.ledger
-    ddp, opt = build_torch_ddp(cfg, bucket_bytes)
-    batches = [local_micro_batches(cfg, s, ctx.rank, ctx.world_size, micro_batches=1)[0]
-               for s in range(cfg.steps + warmup)]
-    times = {"zeroedu": [], "torch": []}
-    step_no = 0
-    for rep in range(reps):
-        for who in ("zeroedu", "torch"):
-            for s, (x, y) in enumerate(batches):
-                tdist.barrier()
-                t0 = time.perf_counter()
-                if who == "zeroedu":
-                    ledger.begin_step(step_no)
-                    ours.forward_backward(x, y)
-                    ours.step()
-                    step_no += 1
-                else:
-                    torch_ddp_step(ddp, opt, x, y)
-                if s >= warmup:
-                    times[who].append(time.perf_counter() - t0)
-    n = ctx.world_size
-    psi = sum(p.numel() for p in ddp.module.parameters())
-    ring = Fraction(2 * (n - 1), n)
-    torch_buckets = torch_bucket_bytes(ddp)
-    return {
-        "times": times,
-        "psi": psi,
-        "zeroedu_sent": float(sum(ledger.comm_by_collective(step_no - 1).values())),
-        "zeroedu_buckets": [b.buffer.numel() * b.buffer.element_size() for b in ours.buckets],
-        "torch_buckets": torch_buckets,
-        # torch DDP all-reduces each bucket once per step: ring bytes from its bucket sizes.
-        "torch_sent": float(ring * sum(torch_buckets)) if torch_buckets else float(ring * psi * 4),
-    }

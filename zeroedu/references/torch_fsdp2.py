@@ -8,10 +8,9 @@ and — when `track_memory` — the peak bytes per rank from torch's
 storages that dispatch sees, by category). Nothing from zeroedu's strategies, comm or ledger is
 involved, so agreement with `zeroedu.strategies.fsdp2` is evidence, not tautology.
 
-`timed_job` trains either implementation for a few steps and returns per-step wall times, peak
-bytes and bytes sent, for `benchmarks/bench_fsdp.py`. Counting torch's bytes wraps the two
-collective functions FSDP2 calls for the duration of the count only (`counting_sent`), so a
-warm rank's next job sees torch's own functions again.
+`counting_sent` counts the bytes torch's collectives send under the ring model (for
+`references.bench`) by wrapping the two collective functions FSDP2 calls for the duration of
+the count only, so a warm rank's next job sees torch's own functions again.
 
 Recipes: ``fp32`` maps to no mixed precision; ``mixed-bf16`` to
 ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16)`` — torch then keeps the sharded
@@ -20,28 +19,34 @@ parameter in fp32 (it is the master) and its sharded gradient in fp32, so its 16
 """
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 
 import torch
 
 from ..models import units
 from ..train.config import config_from_dict
-from ..train.runner import build_run, local_micro_batches
+from ..train.runner import local_micro_batches
 
 
-def build_fully_shard(cfg, world_size):
-    """zeroedu's model under torch's `fully_shard` (one call per unit, then the root) + Adam."""
+def build_fully_shard(cfg, world_size, reshard_after_forward: bool | None = None):
+    """zeroedu's model under torch's `fully_shard` (one call per unit, then the root) + Adam.
+
+    A hybrid config (cfg.m > 1) gets a 2-D mesh (dp_outer, dp_shard) = (M, N), inner ranks
+    contiguous as in zeroedu's mesh: `fully_shard` then replicates across dp_outer and shards
+    within dp_shard, torch's HSDP. `reshard_after_forward`: default from cfg.options (True)."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("dp_shard",))
+    if cfg.m > 1:
+        mesh = init_device_mesh("cpu", (cfg.m, world_size // cfg.m), mesh_dim_names=("dp_outer", "dp_shard"))
+    else:
+        mesh = init_device_mesh("cpu", (world_size,), mesh_dim_names=("dp_shard",))
     model = cfg.model.build()
     mp = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.bfloat16)
           if cfg.recipe == "mixed-bf16" else MixedPrecisionPolicy())
     if cfg.recipe not in ("fp32", "mixed-bf16"):
         raise ValueError(f"the torch reference supports fp32 and mixed-bf16, got {cfg.recipe}")
-    raf = cfg.options.get("reshard_after_forward", True)
+    raf = cfg.options.get("reshard_after_forward", True) if reshard_after_forward is None else reshard_after_forward
     for u in units(model):
         fully_shard(u, mesh=mesh, reshard_after_forward=raf, mp_policy=mp)
     fully_shard(model, mesh=mesh, reshard_after_forward=raf, mp_policy=mp)
@@ -93,7 +98,17 @@ def fully_shard_job(ctx, cfg: dict, track_memory: bool = True) -> dict:
     return out
 
 
-COUNTED = ("all_gather_single", "reduce_scatter_single")
+def _counted_names() -> tuple[str, str]:
+    """The two collective functions FSDP2 calls: the *_single names from torch 2.13 on, the
+    older all_gather_into_tensor / reduce_scatter_tensor before (the declared torch range)."""
+    import torch.distributed as dist
+
+    if hasattr(dist, "all_gather_single"):
+        return ("all_gather_single", "reduce_scatter_single")
+    return ("all_gather_into_tensor", "reduce_scatter_tensor")
+
+
+COUNTED = _counted_names()
 
 
 @contextmanager
@@ -112,7 +127,7 @@ def counting_sent():
         def counted(*args, **kwargs):
             # FSDP2 passes (output, input) by position or by keyword, group= by keyword
             g = dist.get_world_size(kwargs.get("group"))
-            out = name == "all_gather_single"  # all-gather: size of the output; reduce-scatter: input
+            out = name.startswith("all_gather")  # all-gather: size of the output; reduce-scatter: input
             names = ("output_tensor", "output") if out else ("input_tensor", "input")
             i = 0 if out else 1
             t = args[i] if len(args) > i else next(kwargs[k] for k in names if k in kwargs)
@@ -137,38 +152,3 @@ def patched_collectives(ctx) -> dict:
 
     return {name: f"{getattr(dist, name).__module__}.{getattr(dist, name).__qualname__}"
             for name in COUNTED if getattr(dist, name) is not getattr(c10d, name)}
-
-
-def timed_job(ctx, cfg: dict, impl: str, warmup: int = 2) -> dict:
-    """Per-step wall times of `impl` ("zeroedu": strategies.build(cfg.strategy), or "torch":
-    fully_shard), plus peak bytes and bytes sent per step by this rank."""
-    cfg = config_from_dict(cfg).resolved()
-    batches = [local_micro_batches(cfg, s, ctx.rank, ctx.world_size, micro_batches=1)[0] for s in range(cfg.steps)]
-    times, out = [], {"rank": ctx.rank}
-    torch.distributed.barrier()
-    if impl == "torch":
-        model, opt = build_fully_shard(cfg, ctx.world_size)
-        with counting_sent() as sent:
-            for s, (x, y) in enumerate(batches):
-                torch.distributed.barrier()
-                sent.clear()
-                t = time.perf_counter()
-                torch_train_step(model, opt, x, y)
-                times.append(time.perf_counter() - t)
-        out["sent"] = float(sum(sent.values()))  # last step, ring model as zeroedu.runtime.comm counts
-    elif impl == "zeroedu":
-        run = build_run(ctx, cfg)
-        ledger, strat = run.ledger, run.strategy
-        for s, (x, y) in enumerate(batches):
-            torch.distributed.barrier()
-            ledger.begin_step(s)
-            t = time.perf_counter()
-            strat.forward_backward(x, y)
-            strat.step()
-            times.append(time.perf_counter() - t)
-        out["peak"] = ledger.peak
-        out["sent"] = float(sum(ledger.comm_by_collective().values()))
-    else:
-        raise ValueError(f"impl must be 'zeroedu' or 'torch', got {impl!r}")
-    out["times"] = times[warmup:]
-    return out

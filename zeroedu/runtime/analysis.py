@@ -4,13 +4,16 @@ The timeline holds marks ("backward begin", "backward end", one pair per backwar
 pairs per step with gradient accumulation) and one record per collective with its start and
 end time, taken when the collective really finished (see `zeroedu.runtime.comm.Handle`).
 
-    overlap fraction = |comm ∩ backward| / |comm|
+    overlap fraction = |async comm ∩ backward| / |comm|
 
 where comm is the union-free sum of the intervals of the step's gradient reductions
-(all_reduce and reduce_scatter) and backward the step's backward windows. Every gradient
-reduction of the step is in the denominator, also one launched after backward: naive DDP,
-which all-reduces after backward, scores 0; bucketed DDP and ZeRO-2, which launch during
-backward, score above 0. (When every reduction is launched inside backward, this equals the
+(all_reduce and reduce_scatter) and backward the step's backward windows. Only collectives
+issued asynchronously count as hidden: a synchronous one that runs inside backward (FSDP's
+reduce-scatter in a post-backward hook) stops backward until it is done, so nothing overlaps
+it. Every gradient reduction of the step is in the denominator, also one launched after
+backward: naive DDP, which all-reduces after backward, scores 0; bucketed DDP, ZeRO-2 and the
+FSDP strategies with an asynchronous reduce-scatter, which launch during backward, score above
+0. (When every reduction is asynchronous and launched inside backward, this equals the
 fraction of the time of "collectives launched in backward" that lies inside backward.)
 It is a measurement, noisy like any wall-clock time; the byte counts are the exact numbers.
 """
@@ -46,7 +49,8 @@ def _inside(a: float, b: float, windows) -> float:
 
 
 def overlap_fraction(timeline: dict, step: int | None = None, ops=GRAD_OPS) -> float | None:
-    """Fraction of gradient-reduction time inside backward; None if no such time was spent
+    """Fraction of gradient-reduction time hidden behind backward (asynchronous collectives
+    inside a backward window); None if no such time was spent
     (one rank: collectives of a group of one take no time)."""
     steps = sorted({c["step"] for c in grad_comm(timeline, step, ops)})
     total = inside = 0.0
@@ -54,7 +58,8 @@ def overlap_fraction(timeline: dict, step: int | None = None, ops=GRAD_OPS) -> f
         windows = backward_windows(timeline, s)
         for c in grad_comm(timeline, s, ops):
             total += c["t_end"] - c["t_start"]
-            inside += _inside(c["t_start"], c["t_end"], windows)
+            if not c.get("blocking", False):
+                inside += _inside(c["t_start"], c["t_end"], windows)
     return inside / total if total > 0 else None
 
 

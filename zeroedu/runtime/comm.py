@@ -185,7 +185,7 @@ class Comm:
                          self.ledger.step, self.ledger.now())
         rec.implementation = self.implementation if op in ("reduce_scatter", "all_gather") else "backend"
         rec.messages = wire.messages(op, numel, elem, axis.size, rec.implementation)
-        if self.meter is not None:
+        if self.meter is not None and self.ledger.per_collective_wire:
             if not self._open:
                 self._window = (self.meter.snapshot(), [])
             self._window[1].append(rec)
@@ -204,6 +204,7 @@ class Comm:
         self.ledger.add_wire_window(recs, sent)
 
     def _finish(self, work, rec, async_op):
+        rec.blocking = not async_op
         if work is None and rec.t_end is None:  # group of one, or ran inline: it is done
             rec.t_end = self.ledger.now()
         h = Handle(work, rec, self)

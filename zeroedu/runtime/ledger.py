@@ -14,6 +14,20 @@ Memory
     Activations are the tensors autograd saves for backward, seen through
     `torch.autograd.graph.saved_tensors_hooks` (`Ledger.saving_activations`).
 
+How the count is kept
+    `bytes_by_category()` is the definition: walk every tracked tensor, read its storage now.
+    That is O(tracked tensors), ~1 ms for gpt-small's FSDP2 (every shard, its gradient, Adam's
+    m and v, every saved activation), and a step has dozens of lifecycle events. So events read
+    a *running count* instead: one record per storage (keyed by its StorageImpl, which a resize
+    keeps), updated when a tensor is tracked and when one dies (its weakref callback queues it;
+    the comm thread can drop the last reference), and re-read only for storages that have been
+    seen smaller than their tensors (FSDP's unsharded leaves, tracked with their bytes taken
+    away, and the views of them autograd saves): O(resized storages) per event. The figures the
+    report reads, model states at the optimizer step and activations at forward end, are taken
+    from the full walk; if the running count disagrees there (a storage resized or a `.data`
+    swapped behind the ledger's back) it is rebuilt and `resyncs` counts it. With ``check=True``
+    every event compares the two (the tests run every strategy that way).
+
 Model states
     ``model_states()`` is taken at the optimizer step, when parameters, gradients and optimizer
     state are all alive; that is what the closed forms in `zeroedu.theory` predict.
@@ -23,14 +37,54 @@ Activations
     event: loss computed, backward not started) of the last micro-batch: what autograd keeps
     for one micro-batch's backward, which `zeroedu.theory.activations` predicts.
 
-Timeline
-    ``event(label)`` appends (time, label, bytes by category) and updates the peak. The peak is
-    the largest total seen at an event: strategies emit one at every lifecycle step that changes
-    what they hold (unshard, reshard, buffer allocated or freed). Short-lived temporaries inside
-    one operation (autograd's gradients of activations, an fp32 cast of a gradient inside the
-    optimizer) are not tracked, so torch's own tracker, which sees every allocation, reads a
-    somewhat higher peak; `tests/test_fsdp.py` bounds that margin. Events can be streamed to the
-    parent while a job runs (``sink``), for live plots.
+Timeline (``timeline_mode``)
+    "full" (default): ``event(label)`` appends (time, label, bytes by category) and updates the
+    peak, at every lifecycle step that changes what a strategy holds (unshard, copy-out, reshard,
+    post_backward, copy-in, buffer allocated or freed); `comm` reads the wire around every
+    collective; and the first step's backward passes are watched op by op (`_BackwardWatch`, a
+    dispatch mode): every storage an operation returns is counted as "backward_temp" while it
+    lives, and the peak is checked after each operation. Events can be streamed to the parent
+    while a job runs (``sink``), for live plots.
+    "minimal": only what the report's figures need: the events at forward end and at the
+    optimizer step (full walks), the peak at every lifecycle event (running count, no Event
+    kept), every collective's record (the ring model), the wire per step (no per-collective
+    windows). `benchmarks/bench_instrumentation.py` measures what "full" costs on top: on
+    gpt-small at N = 4 (2 cores), steps after the first +0 to +5 % (DDP, ZeRO-2, FSDP2); a
+    watched backward +4 % (DDP) to +20 % (FSDP2) of its step, paid once per run.
+
+Peak (what torch's allocation-level tracker sees that a lifecycle event does not)
+    The peak is the largest total seen: at a lifecycle event, and, in the watched backward
+    passes (full timeline), after any operation. Against `MemTracker` entered before the run
+    is built (gpt-small, N = 4, build + one step, `tests/test_peak.py`), rank 0:
+
+        item                                              ledger               bytes at the peak
+        gradients of activations inside a block's         "backward_temp"      2.36 MB fp32
+        backward (grad of GELU in/out, of the LN input)   (watched backward)   (5.8 % of it)
+        a parameter's full gradient between autograd      "backward_temp",     inside the above
+        making it and the unit's post-backward hook       then "comm_buffer"
+        the prefetched unit (parameters or, batched       "gathered" /         3.16 MB
+        FSDP2, its all-gather output)                     "comm_buffer"
+        the logits and the targets, kept alive through    not tracked          99 KB + 2 KB
+        backward by the caller's local variables                               (0.25 %)
+        a temporary inside one operation                  seen once the op     1 KB (a bias
+                                                          returns              gradient's sum)
+        allocator granularity                             none on CPU; CUDA    0 here
+                                                          rounds to 512 B
+        the ring collectives' scratch (comm thread:       neither (dispatch    2 chunks of
+        dispatch modes are thread-local), gloo's buffers  modes, not tensors)  k elements
+
+    tracker / ledger peak, fp32 (mixed-bf16 alike):
+                     before  events only ("minimal")  full
+        ddp          0.975   0.975                    0.999
+        zero2        0.947   0.947                    0.998
+        fsdp1        0.841   0.939                    0.998
+        fsdp2        0.939   0.979                    0.998
+        megatron     0.965   0.965                    0.998
+        hsdp, hfsdp  -       0.954, 0.948             0.998
+    ("before": lifecycle events only, per-parameter FSDP2, and FSDP1 whose parameter views were
+    slices: backward made a zero tensor the size of the whole flat buffer per parameter, 6.3 MB
+    at the peak, which the split views removed.) The FSDP peak at lifecycle events is a closed
+    form, `zeroedu.theory.memory.fsdp_peak`, equal to the minimal timeline's byte for byte.
 
 Communication
     `zeroedu.runtime.comm` appends a `CommRecord` per collective: op, tag, mesh axis, group size, payload
@@ -47,6 +101,7 @@ from fractions import Fraction
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # Lifecycle marks that other code reads back (`analysis`, the figures): each name written once.
 BACKWARD_BEGIN = "backward begin"
@@ -59,7 +114,7 @@ STEP_END = "step end"
 # Model-state categories first (their order is the charging precedence), then transient ones.
 MODEL_STATE = ("param", "grad", "master", "main_grad", "m", "v")
 OPTIM_PARTS = ("master", "main_grad", "m", "v")
-TRANSIENT = ("gathered", "comm_buffer", "activation")
+TRANSIENT = ("gathered", "comm_buffer", "activation", "backward_temp")
 CATEGORIES = MODEL_STATE + TRANSIENT
 
 
@@ -77,6 +132,9 @@ class CommRecord:
     implementation: str = "backend"  # "ring" (zeroedu's) or "backend" (torch's)
     messages: int = 0  # point-to-point messages this rank sends in it (gloo framing: 144 B each)
     wire: int | None = None  # bytes measured on this rank's sockets, when it ran alone
+    # Issued synchronously: the caller waited for it, so no computation ran beside it (an FSDP
+    # reduce-scatter inside a backward hook stalls backward rather than hiding behind it).
+    blocking: bool = False
 
     def plain(self) -> dict:
         d = asdict(self)
@@ -105,6 +163,65 @@ class _Saved:
         self.t = t
 
 
+def _storage(obj) -> torch.UntypedStorage:
+    """The storage a tracked object stands for: a tensor's, a saved tensor's (`_Saved`), or
+    the storage itself (what the backward watch tracks)."""
+    if type(obj) is _Saved:
+        return obj.t.untyped_storage()
+    if isinstance(obj, torch.UntypedStorage):
+        return obj
+    return obj.untyped_storage()
+
+
+class _Storage:
+    """One storage in the running count: its bytes when last read, how many live tracked
+    tensors of each category use it, and those tensors (weakly), in `entries`."""
+
+    __slots__ = ("nbytes", "counts", "entries", "rank")
+
+    def __init__(self):
+        self.nbytes, self.rank = 0, -1  # rank: index in CATEGORIES it is charged to (-1: none)
+        self.counts = [0] * len(CATEGORIES)
+        self.entries: list = []  # [weakref, category index] per tracked tensor on this storage
+
+
+_RANK = {c: i for i, c in enumerate(CATEGORIES)}
+_BACKWARD_TEMP = _RANK["backward_temp"]
+
+
+class _BackwardWatch(TorchDispatchMode):
+    """While backward runs (full timeline): every tensor an operation returns is counted as
+    "backward_temp" until it dies, and the peak is checked after every operation, so the
+    gradients of activations and a parameter's gradient before its hook takes it are seen
+    where they are largest. Thread-local, like every dispatch mode: the comm thread's ring
+    scratch is not seen."""
+
+    def __init__(self, ledger: "Ledger"):
+        super().__init__()
+        self.ledger = ledger
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        led = self.ledger
+        led._drain()
+        grew = False
+        for t in (out if isinstance(out, (tuple, list)) else (out,)):
+            if isinstance(t, torch.Tensor) and t.layout == torch.strided:
+                st = t.untyped_storage()
+                # Only new storages matter (a view or an in-place result adds no bytes), and
+                # each is followed through the storage itself, which outlives its first tensor
+                # as long as any view of it lives.
+                if st._cdata not in led._storages and st.nbytes():
+                    led._add(st, st, _BACKWARD_TEMP)
+                    grew = True
+        if grew:
+            led._probe(func)
+        return out
+TIMELINE_MODES = ("full", "minimal")
+# The events a minimal timeline keeps: the ones the report's figures are read at.
+REPORT_EVENTS = (FORWARD_END, OPTIMIZER_STEP)
+
+
 @dataclass
 class Ledger:
     rank: int = 0
@@ -121,74 +238,239 @@ class Ledger:
     activation_bytes: int = 0  # activations at the last forward/backward boundary (one micro-batch)
     peak: int = 0
     peak_label: str = ""
+    peak_bytes: dict[str, int] = field(default_factory=dict)  # by category, at the peak
+    timeline_mode: str = "full"  # "full" | "minimal" (see "Timeline")
+    check: bool = False  # walk every storage at every event and compare (tests)
+    watch: str = "first"  # full timeline: watch the backward of the "first" step or of "every" step
 
     def __post_init__(self):
-        self._tracked: list[tuple[weakref.ref, str]] = []
+        if self.timeline_mode not in TIMELINE_MODES:
+            raise ValueError(f"timeline must be one of {TIMELINE_MODES}, got {self.timeline_mode!r}")
         self._wire_start = None  # the meter's reading at the start of the current step
+        # The running count ("How the count is kept"): one record per storage, keyed by the
+        # address of its StorageImpl, which a resize keeps (only the data pointer moves).
+        self._storages: dict[int, _Storage] = {}
+        self._resized: dict[int, _Storage] = {}  # storages seen smaller than their tensors
+        self._totals = [0] * len(CATEGORIES)
+        self._dead: list = []  # (storage key, entry) of tracked tensors that died
+        self.resyncs = 0  # times a full walk found the running count wrong (then rebuilt it)
+        self._watch = None  # the backward watch while it runs
+        self._watched_step = None  # the step whose backward passes are watched (the first)
+
+    @property
+    def per_collective_wire(self) -> bool:
+        """Whether `comm` reads the wire around each collective (full timeline only)."""
+        return self.timeline_mode == "full"
 
     # ------------------------------------------------------------------ memory
     def track(self, tensor: torch.Tensor, category: str) -> torch.Tensor:
-        if category not in CATEGORIES:
+        rank = _RANK.get(category)
+        if rank is None:
             raise ValueError(f"unknown category {category!r}; one of {CATEGORIES}")
-        self._tracked.append((weakref.ref(tensor), category))
+        self._add(tensor, tensor, rank)
         return tensor
 
-    def bytes_by_category(self) -> dict[str, int]:
-        seen: dict[int, str] = {}
-        sizes: dict[int, int] = {}
-        alive = []
-        rank_of = {c: i for i, c in enumerate(CATEGORIES)}
-        for ref, cat in self._tracked:
-            obj = ref()
-            if obj is None:
+    def _add(self, holder, t, rank: int) -> None:
+        """Count the storage of `t` (a tensor, or a storage) in category `rank` for as long as
+        `holder` lives (t itself, the `_Saved` box of an activation, or the storage)."""
+        # Deaths first: a storage freed before `t` was made may have had the address of t's.
+        self._drain()
+        st = t if isinstance(t, torch.UntypedStorage) else t.untyped_storage()
+        key, nbytes = st._cdata, st.nbytes()
+        rec = self._storages.get(key)
+        if rec is None:
+            rec = self._storages[key] = _Storage()
+        entry = [None, rank]
+        dead = self._dead  # the callback may run on another thread (comm): it only appends
+        entry[0] = weakref.ref(holder, lambda _r, key=key, entry=entry: dead.append((key, entry)))
+        rec.entries.append(entry)
+        rec.counts[rank] += 1
+        # An FSDP leaf is tracked with its bytes taken away (and Linear saves views of it):
+        # such a storage changes size at every unshard / reshard, so it is re-read at each look.
+        if st is not t and t.numel() and nbytes < (t.storage_offset() + t.numel()) * t.element_size():
+            self._resized[key] = rec
+        self._settle(rec, nbytes)
+
+    def _settle(self, rec: _Storage, nbytes: int) -> None:
+        """Charge the storage's current size to its current category: the first one in
+        CATEGORIES order that has a live tracked tensor on it."""
+        if rec.rank >= 0:
+            self._totals[rec.rank] -= rec.nbytes
+        rec.nbytes = nbytes
+        rec.rank = next((i for i, c in enumerate(rec.counts) if c), -1)
+        if rec.rank >= 0:
+            self._totals[rec.rank] += nbytes
+
+    def _drain(self) -> None:
+        dead = self._dead
+        while dead:
+            key, entry = dead.pop()
+            rec = self._storages.get(key)
+            if rec is None or entry[1] < 0:
                 continue
-            alive.append((ref, cat))
-            t = obj.t if isinstance(obj, _Saved) else obj
-            st = t.untyped_storage()
-            key = st.data_ptr()
-            nbytes = st.nbytes()
-            if nbytes == 0:
+            for i, e in enumerate(rec.entries):
+                if e is entry:
+                    del rec.entries[i]
+                    rec.counts[entry[1]] -= 1
+                    break
+            else:
                 continue
-            if key not in seen or rank_of[cat] < rank_of[seen[key]]:
-                seen[key] = cat
-            sizes[key] = max(sizes.get(key, 0), nbytes)
-        self._tracked = alive
-        out = {c: 0 for c in CATEGORIES}
-        for key, cat in seen.items():
-            out[cat] += sizes[key]
+            if rec.entries:
+                self._settle(rec, rec.nbytes)
+            else:
+                if rec.rank >= 0:
+                    self._totals[rec.rank] -= rec.nbytes
+                del self._storages[key]
+                self._resized.pop(key, None)
+
+    def _refresh(self) -> None:
+        """Up to date: forget the dead, re-read every storage that has been resized."""
+        self._drain()
+        for rec in self._resized.values():
+            for ref, _ in rec.entries:
+                obj = ref()
+                if obj is not None:
+                    nbytes = _storage(obj).nbytes()
+                    if nbytes != rec.nbytes:
+                        self._settle(rec, nbytes)
+                    break
+
+    def _probe(self, func) -> None:
+        """The peak, checked from the running count without re-reading resized storages (they
+        change size only at unshard / reshard, each followed by an event that re-reads them)."""
+        self._drain()
+        total = sum(self._totals)
+        if total > self.peak:
+            self.peak, self.peak_label = total, f"backward: {getattr(func, '__name__', func)}"
+            self.peak_bytes = dict(zip(CATEGORIES, self._totals))
+
+    def running_bytes(self) -> dict[str, int]:
+        """Live bytes per category from the running count: O(storages that have been resized),
+        what every lifecycle event reads. Equal to `bytes_by_category()` as long as nothing
+        resizes a tracked storage that was tracked at full size (with `check`, asserted)."""
+        self._refresh()
+        out = dict(zip(CATEGORIES, self._totals))
+        if self.check:
+            walked = self.bytes_by_category()
+            if walked != out:
+                raise AssertionError(f"ledger running count {out} != full walk {walked}")
         return out
+
+    def bytes_by_category(self) -> dict[str, int]:
+        """Live bytes per category, read from every tracked tensor's storage now: each storage
+        (by data pointer) once, charged to the first of its categories in CATEGORIES order; a
+        storage of 0 bytes (resized away) counts nothing. The definition; O(tracked tensors)."""
+        self._drain()
+        seen: dict[int, int] = {}
+        sizes: dict[int, int] = {}
+        for rec in self._storages.values():
+            for ref, rank in rec.entries:
+                obj = ref()
+                if obj is None:
+                    continue
+                st = _storage(obj)
+                nbytes = st.nbytes()
+                if nbytes == 0:
+                    continue
+                key = st.data_ptr()
+                if key not in seen or rank < seen[key]:
+                    seen[key] = rank
+                sizes[key] = max(sizes.get(key, 0), nbytes)
+        out = dict.fromkeys(CATEGORIES, 0)
+        for key, rank in seen.items():
+            out[CATEGORIES[rank]] += sizes[key]
+        return out
+
+    def _exact(self) -> dict[str, int]:
+        """The full walk, for the figures the report reads (forward end, optimizer step). A
+        running count that disagrees with it (a storage changed behind the ledger's back,
+        say a tracked tensor's `.data` swapped) is rebuilt from the live tensors."""
+        walked = self.bytes_by_category()
+        self._refresh()
+        if walked != dict(zip(CATEGORIES, self._totals)):
+            self.resyncs += 1
+            self._rebuild()
+        return walked
+
+    def _rebuild(self) -> None:
+        live = []
+        for rec in self._storages.values():
+            for e in rec.entries:
+                obj = e[0]()
+                if obj is not None:
+                    live.append((obj, e[1]))
+                e[1] = -1  # retired: its weakref callback, when it comes, changes nothing
+        self._storages, self._resized = {}, {}
+        self._totals = [0] * len(CATEGORIES)
+        for obj, rank in live:
+            st = _storage(obj)
+            self._add(obj, st, rank)
+            self._resized[st._cdata] = self._storages[st._cdata]  # changed behind our back: re-read
 
     @contextmanager
     def saving_activations(self):
         """Count what autograd saves for backward as 'activation' while the block runs."""
+        act = _RANK["activation"]
 
         def pack(t):
             h = _Saved(t)
-            self._tracked.append((weakref.ref(h), "activation"))
+            self._add(h, t, act)
             return h
 
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda h: h.t):
-            yield
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda h: h.t):
+                yield
+        finally:
+            self._stop_watch()
+
+    def _start_watch(self) -> None:
+        # The first step's backward passes only: every step repeats the same allocations, and
+        # a watched backward costs (a Python call per aten operation, ~1,200 per gpt-small
+        # backward) +4 % (DDP) to +20 % (FSDP2) of its step (benchmarks/bench_instrumentation.py).
+        if self._watched_step is None:
+            self._watched_step = self.step
+        if (self.timeline_mode == "full" and self._watch is None
+                and (self.watch == "every" or self.step == self._watched_step)):
+            self._watch = _BackwardWatch(self)
+            self._watch.__enter__()
+
+    def _stop_watch(self) -> None:
+        if self._watch is not None:
+            w, self._watch = self._watch, None
+            w.__exit__(None, None, None)
 
     # ------------------------------------------------------------------ timeline
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def event(self, label: str) -> Event:
-        ev = Event(self.now(), label, self.step, self.bytes_by_category())
-        self.events.append(ev)
+    def event(self, label: str) -> Event | None:
+        """A lifecycle point: the bytes by category now, the peak updated. With a minimal
+        timeline only the report's events (forward end, optimizer step) are kept and sent;
+        the others update the peak and leave nothing behind."""
+        b = self._exact() if label in REPORT_EVENTS else self.running_bytes()
+        total = sum(b.values())
+        if total > self.peak:
+            self.peak, self.peak_label, self.peak_bytes = total, label, b
         if label == FORWARD_END:
-            self.activation_bytes = ev.bytes["activation"]
-        if ev.total > self.peak:
-            self.peak, self.peak_label = ev.total, label
+            self.activation_bytes = b["activation"]
+        if self.timeline_mode != "full" and label not in REPORT_EVENTS:
+            return None
+        ev = Event(self.now(), label, self.step, b)
+        self.events.append(ev)
         if self.sink is not None:
             self.sink({"kind": "event", "rank": self.rank, "t": ev.t, "label": label,
                        "step": ev.step, "bytes": ev.bytes})
         return ev
 
     def mark(self, label: str) -> None:
-        """A point in time with no memory change worth measuring (e.g. 'backward end')."""
+        """A point in time with no memory change worth measuring (e.g. 'backward end').
+        'backward begin' inside `saving_activations` starts watching backward's tensors
+        (full timeline); the block's end stops it."""
         self.marks.append((self.now(), label, self.step))
+        if label == BACKWARD_BEGIN:
+            self._start_watch()
+        elif label == BACKWARD_END:
+            self._stop_watch()
 
     def begin_step(self, step: int) -> None:
         self.step = step
@@ -198,9 +480,8 @@ class Ledger:
 
     def record_model_states(self) -> dict[str, int]:
         """Call at the optimizer step, when param, grad and optimizer state are all alive."""
-        b = self.bytes_by_category()
+        b = self.event(OPTIMIZER_STEP).bytes  # kept in either timeline mode
         self.model_state_bytes = {c: b[c] for c in MODEL_STATE}
-        self.event(OPTIMIZER_STEP)
         return self.model_state_bytes
 
     # ------------------------------------------------------------------ communication

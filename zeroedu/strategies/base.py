@@ -180,6 +180,9 @@ class Strategy:
         with self.ledger.saving_activations():
             out = self.model(x)
             loss = self.loss_fn(out, y.to(self.dist.device))
+            # The graph keeps what backward needs (log-softmax saves its own output); holding the
+            # logits too would add a batch × vocabulary tensor to the peak that no tracker counts.
+            del out
             self.ledger.event(L.FORWARD_END)
             self.ledger.mark(L.BACKWARD_BEGIN)
             loss.backward()

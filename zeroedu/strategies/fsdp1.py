@@ -51,6 +51,7 @@ class FlatParamUnit(Unit):
         self._detach_module_params()
 
     def _all_gather(self):
+        self._alloc_leaves()
         # `.data`: write the gathered values without bumping the leaf's version counter, which
         # autograd's saved views share; they are meant to see exactly these values.
         return [self.comm.all_gather(self.leaves[0].data, self.shards[0], self.axis,
@@ -64,7 +65,13 @@ class FlatParamUnit(Unit):
             shard.add_(out)
 
     def _views(self):
-        return self.flat.param_views()
+        # One `split` of the flat buffer (the padding is its last piece), not one slice per
+        # parameter: backward of a slice builds a zero tensor the size of the whole buffer and
+        # adds it into the flat gradient, once per parameter; backward of a split concatenates
+        # the pieces' gradients once (torch's FSDP1 unflattens with split views too).
+        L = self.layout
+        pieces = self.leaves[0].split(L.numels + [L.padded_numel - L.numel])
+        return [t.view(shape) for t, shape in zip(pieces, L.shapes)]
 
     def param_pieces(self):
         return self.flat.param_pieces()

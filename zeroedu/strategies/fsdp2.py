@@ -7,20 +7,42 @@ rows [r·c, min((r+1)·c, d0)) — the last rank(s) may hold fewer rows, or none
 padded in storage, and every shard is a plain (rows, ...) tensor of the original parameter:
 a rank's state dict is its shards plus their row offsets, no all-gather needed
 (`local_state_dict`). Per step, per unit (lifecycle in `fsdp_units`):
-  1. pre_forward: per parameter, all-gather the shards, each padded to c rows *on the wire*
-     only, into a (N·c, ...) buffer whose first d0 rows are the full parameter;
-  2. post_forward: free the buffers (reshard_after_forward=True);
+  1. pre_forward: all-gather the unit's shards, each padded to c rows *on the wire* only;
+  2. post_forward: free the unsharded parameters (reshard_after_forward=True);
   3. pre_backward: all-gather again;
-  4. post_backward: reduce-scatter each full gradient (SUM, grad dtype, padded to N·c rows) and
-     keep this rank's rows as its grad shard; free gradients and buffers;
+  4. post_backward: reduce-scatter the full gradients (SUM, grad dtype, each padded to N·c
+     rows) and keep this rank's rows as its grad shards; free gradients and buffers;
   5. step: Adam on each shard (fp32 master/m/v of the same rows), scale 1/N.
+
+Batched collectives (``batched=True``, the default; torch's `foreach_all_gather` /
+`foreach_reduce` in `_fully_shard/_fsdp_collectives.py`): one all-gather and one reduce-scatter
+per unit and direction, whatever its number of parameters. With s_j = c_j·numel_j/d0_j the
+row-padded shard of parameter j and S = Σ_j s_j, both buffers are laid out *rank-major*:
+
+    all-gather output   [ rank 0: p0 | p1 | ... | rank 1: p0 | p1 | ... | ... ]   N·S elements
+                          └ s_0 ┘└ s_1┘
+  1a. copy-in: this rank's row-padded shards into its own slice [r·S, (r+1)·S) of the
+      output, which is the all-gather's input (in place, as torch does);
+  1b. one all-gather; 1c. copy-out: ``output.view(N, S)`` split by columns (s_j each) is
+      parameter j's padded full tensor, N chunks of c_j rows, copied into its unsharded leaf
+      (`torch.split_with_sizes_copy`); the output buffer is freed.
+  4a. copy-in: each full gradient (N·c_j rows) cut into N chunks of c_j rows; row r of
+      ``input.view(N, S)`` is every parameter's chunk r side by side (`torch._chunk_cat`);
+      the full gradients are freed; 4b. one reduce-scatter into an S-element output;
+      4c. copy-out: parameter j's real rows from its s_j columns into (or onto) its grad shard.
+
+``batched=False`` issues one all-gather and one reduce-scatter per parameter, straight into
+the parameter's own leaf and (when it holds c rows) its grad shard: no copies, more and
+smaller messages. Both send the same bytes (the ring model of Σ_j N·s_j elements), what the
+closed forms count; on the wire they differ only by gloo's framing (144 B per message).
+The copy-in/out buffers are communication buffers ("comm_buffer" in the ledger; the
+timeline marks the moments when they and the unit's other buffers are all alive).
 
 Memory per rank (model states): (P + G + K) · Σ_params rows_r · (numel/d0): 16Ψ/N with mixed-bf16
 up to the uneven last shard; ranks can differ (`theory.exact_model_states("fsdp2", ..., rank)`).
+(torch stores its shards padded to c rows, so its rank holds the padded size; see test_fsdp.)
 Communication per rank: 2 all-gathers ΨP + reduce-scatter ΨG, each (N-1)/N of the row-padded
 sizes (`shard.dim0_padded_numel`): 3Ψ, 1.5x DDP; 2Ψ with reshard_after_forward=False.
-torch's FSDP2 batches a unit's parameters into one all-gather (copy-in/copy-out); here each
-parameter has its own collective: the same bytes, more, smaller messages, no copies.
 """
 from __future__ import annotations
 
@@ -32,11 +54,13 @@ from .fsdp_units import FSDPStrategy, Unit
 
 class Dim0Unit(Unit):
     """A unit whose every parameter is its own dim-0 shard; `leaves[j]` is parameter j's
-    row-padded (N·c, ...) unsharded buffer."""
+    row-padded (N·c, ...) unsharded buffer. `batched`: one collective per unit and direction
+    (copy-in / copy-out, module docstring), else one per parameter."""
 
-    def __init__(self, index, module, axis, comm, ledger, param_dtype, grad_dtype, tag):
+    def __init__(self, index, module, axis, comm, ledger, param_dtype, grad_dtype, tag, batched=True):
         super().__init__(index, module, axis, comm, ledger, param_dtype, grad_dtype, tag)
         n, r = axis.size, axis.rank
+        self.batched = batched
         self.shapes, self.rows, self.chunk_rows = [], [], []
         for _, p in self.params:
             if p.dim() == 0:
@@ -49,8 +73,15 @@ class Dim0Unit(Unit):
             self.shards.append(ledger.track(sh, "param"))
             self.grad_shards.append(ledger.track(torch.zeros_like(sh, dtype=grad_dtype), "grad"))
             self.leaves.append(self._new_leaf((c * n, *p.shape[1:])))
+        # The batched buffers' index space: parameter j owns columns [off_j, off_j + s_j) of
+        # each rank's row of S elements; its real rows are the first `real_j` of them.
+        self.padded_sizes = [c * shard.numel(s[1:]) for c, s in zip(self.chunk_rows, self.shapes)]
+        self.real_sizes = [sh.numel() for sh in self.shards]
+        self.shard_numel = sum(self.padded_sizes)  # S
+        self._gather_buffer = None  # the batched all-gather's output while it is in flight
         self._detach_module_params()
 
+    # ---------------------------------------------------------------- all-gather
     def _padded(self, t: torch.Tensor, c: int) -> torch.Tensor:
         """`t` padded with zero rows to c rows: only what travels on the wire is padded."""
         if t.shape[0] == c:
@@ -60,18 +91,63 @@ class Dim0Unit(Unit):
         return out
 
     def _all_gather(self):
-        return [self.comm.all_gather(leaf.data, self._padded(sh, c), self.axis,  # .data: see FlatUnit
-                                     self.tag(self.name, "params", f"param{j}"), async_op=True)
-                for j, (leaf, sh, c) in enumerate(zip(self.leaves, self.shards, self.chunk_rows))]
+        if not self.batched:
+            self._alloc_leaves()
+            return [self.comm.all_gather(leaf.data, self._padded(sh, c), self.axis,  # .data: see FlatUnit
+                                         self.tag(self.name, "params", f"param{j}"), async_op=True)
+                    for j, (leaf, sh, c) in enumerate(zip(self.leaves, self.shards, self.chunk_rows))]
+        n, r, S = self.axis.size, self.axis.rank, self.shard_numel
+        out = self.ledger.track(torch.empty(n * S, dtype=self.param_dtype, device=self.device), "comm_buffer")
+        # 1a. copy-in: this rank's row of the output is the all-gather's input (in place).
+        mine = out.narrow(0, r * S, S)
+        for dst, sh, real, s in zip(mine.split(self.padded_sizes), self.shards, self.real_sizes,
+                                    self.padded_sizes):
+            dst[:real].copy_(sh.reshape(-1))
+            if real < s:
+                dst[real:].zero_()  # the wire padding of a short (or empty) last shard
+        self._gather_buffer = out
+        return [self.comm.all_gather(out, mine, self.axis, self.tag(self.name, "params"), async_op=True)]
 
+    def _copy_out(self):
+        if not self.batched:
+            return
+        n, out = self.axis.size, self._gather_buffer
+        self._alloc_leaves()
+        # 1c. column block j of the (N, S) view is parameter j's N chunks of c_j rows, in rank
+        # order: its padded full tensor. `.data`: no version bump (see FlatUnit).
+        torch.split_with_sizes_copy(out.view(n, -1), self.padded_sizes, dim=1,
+                                    out=[leaf.data.view(n, -1) for leaf in self.leaves])
+        # Leaves and the output buffer alive together: the all-gather's largest moment.
+        self.ledger.event(f"unit {self.index} copy-out")
+        self._gather_buffer = None  # the ledger's reference is weak: the buffer goes now
+
+    # ---------------------------------------------------------------- reduce-scatter
     def _reduce_scatter(self, full_grads, accumulate):
-        for j, (g, gs, c) in enumerate(zip(full_grads, self.grad_shards, self.chunk_rows)):
-            direct = gs.shape[0] == c and not accumulate
-            out = gs if direct else self.ledger.track(g.new_empty((c, *g.shape[1:])), "comm_buffer")
-            self.comm.reduce_scatter(out, g, self.axis, self.tag(self.name, "grads", f"param{j}"))
-            if not direct:  # drop the wire padding; add to the sum of earlier micro-batches
-                (gs.add_ if accumulate else gs.copy_)(out[:gs.shape[0]])
+        if not self.batched:
+            for j, (g, gs, c) in enumerate(zip(full_grads, self.grad_shards, self.chunk_rows)):
+                direct = gs.shape[0] == c and not accumulate
+                out = gs if direct else self.ledger.track(g.new_empty((c, *g.shape[1:])), "comm_buffer")
+                self.comm.reduce_scatter(out, g, self.axis, self.tag(self.name, "grads", f"param{j}"))
+                if not direct:  # drop the wire padding; add to the sum of earlier micro-batches
+                    (gs.add_ if accumulate else gs.copy_)(out[:gs.shape[0]])
+            return
+        n, S = self.axis.size, self.shard_numel
+        inp = self.ledger.track(torch.empty(n * S, dtype=self.grad_dtype, device=self.device), "comm_buffer")
+        # 4a. copy-in: row r of the (N, S) view = chunk r (c_j rows) of every full gradient.
+        # The full gradients already have N·c_j rows (the leaves are row-padded), so the chunks
+        # are exact; `_chunk_cat` would also pad shorter ones, as torch's does.
+        torch._chunk_cat(full_grads, 0, n, out=inp.view(n, S))
+        self.ledger.event(f"unit {self.index} copy-in")  # full gradients + input alive
+        full_grads.clear()  # only after the copy-in can the full gradients go
+        out = self.ledger.track(torch.empty(S, dtype=self.grad_dtype, device=self.device), "comm_buffer")
+        self.comm.reduce_scatter(out, inp, self.axis, self.tag(self.name, "grads"))
+        del inp
+        # 4c. copy-out: parameter j's real rows; add to the sum of earlier micro-batches.
+        for src, gs, real in zip(out.split(self.padded_sizes), self.grad_shards, self.real_sizes):
+            if real:
+                (gs.add_ if accumulate else gs.copy_)(src[:real].view(gs.shape))
 
+    # ---------------------------------------------------------------- views and layout
     def _views(self):
         return [leaf[:shape[0]] for leaf, shape in zip(self.leaves, self.shapes)]
 
@@ -90,10 +166,11 @@ class Dim0Unit(Unit):
 
 class FSDP2(FSDPStrategy):
     name = "fsdp2"
+    OPTIONS = {**FSDPStrategy.OPTIONS, "batched": True}
 
     def make_unit(self, index, module):
         return Dim0Unit(index, module, self.shard_axis(), self.comm, self.ledger,
-                        self.param_dtype, self.grad_dtype, tag=self.tag)
+                        self.param_dtype, self.grad_dtype, tag=self.tag, batched=bool(self.options["batched"]))
 
     def local_state_dict(self) -> dict[str, tuple[int, torch.Tensor]]:
         """This rank's parameters as (first row, shard) per parameter name: no communication."""

@@ -128,28 +128,58 @@ def make_linear_batch(step: int, global_batch: int, in_features: int, out_featur
     return torch.randn(global_batch, in_features, generator=g), torch.randn(global_batch, out_features, generator=g)
 
 
-def linear_job(ctx, kind: str, in_features: int, out_features: int, global_batch: int = 24,
-               steps: int = 5, lr: float = 0.1) -> dict:
-    """Train FSDPLinear or DDPLinear with SGD on this rank's slice; losses, full params, bytes sent."""
+def linear_job(ctx, kind: str = "fsdp", in_features: int = 12, out_features: int = 7, global_batch: int = 24,
+               steps: int = 5, lr: float = 0.1, layer: str | None = None) -> dict:
+    """Train FSDPLinear (`kind="fsdp"`), DDPLinear (`"ddp"`) or any layer class `layer`
+    ("package.module:Class", e.g. a notebook's deliberately broken one) with SGD on this rank's
+    slice; returns the losses, the full parameters (also after the first step), bytes sent
+    (ring model) and, per call of the last step (forward, backward): the ring model, the bytes on
+    the wire (this rank's sockets), the messages, and the bytes of the tensors saved for backward."""
+    from fractions import Fraction
+
     from ..models import local_slice
+    from ..models.custom import resolve
     from ..runtime.comm import Comm
     from ..runtime.ledger import Ledger
 
     ledger = Ledger(ctx.rank)
-    cls = {"fsdp": FSDPLinear, "ddp": DDPLinear}[kind]
-    layer = cls(make_linear(in_features, out_features), ctx.world_axis(), Comm(ledger))
-    opt = torch.optim.SGD(layer.parameters(), lr=lr)
+    cls = resolve(layer) if layer is not None else {"fsdp": FSDPLinear, "ddp": DDPLinear}[kind]
+    mod = cls(make_linear(in_features, out_features), ctx.world_axis(), Comm(ledger))
+    opt = torch.optim.SGD(mod.parameters(), lr=lr)
+    meter = ctx.wire if getattr(ctx.wire, "available", False) else None
     sl = local_slice(global_batch, ctx.world_size, ctx.rank)
-    losses = []
+    losses, first_step, calls = [], None, {}
+
+    def measure(call: str, fn):
+        before, snap = len(ledger.comm), meter.snapshot() if meter is not None else None
+        out = fn()
+        recs = ledger.comm[before:]
+        calls[call] = {"ring_model": float(sum((r.sent for r in recs), Fraction(0))),
+                       "wire": meter.sent_since(snap).sent if meter is not None else None,
+                       "messages": sum(r.messages for r in recs), "collectives": [r.op for r in recs]}
+        return out
+
     for step in range(steps):
         ledger.begin_step(step)
         x, y = make_linear_batch(step, global_batch, in_features, out_features)
         opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(layer(x[sl]), y[sl])
-        loss.backward()
+        saved: dict = {}
+
+        def pack(t):
+            saved[(t.data_ptr(), tuple(t.shape))] = t.numel() * t.element_size()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = measure("forward", lambda: mod(x[sl]))
+        loss = torch.nn.functional.mse_loss(out, y[sl])
+        measure("backward", loss.backward)
         opt.step()
         losses.append(loss.item())
+        if step == 0:
+            first_step = [p.detach().clone() for p in mod.full_parameters()]
+        calls["saved_bytes"] = sum(saved.values())
     sent = {k: float(v) for k, v in ledger.comm_by_collective().items()}
-    return {"rank": ctx.rank, "losses": losses, "sent": sent,
-            "shard_rows": [tuple(p.shape) for p in layer.parameters()],
-            "params": layer.full_parameters()}
+    return {"rank": ctx.rank, "losses": losses, "sent": sent, "calls": calls,
+            "shard_rows": [tuple(p.shape) for p in mod.parameters()],
+            "shard_shapes": [tuple(p.shape) for p in mod.parameters()],
+            "params_after_first_step": first_step, "params": mod.full_parameters()}

@@ -1,7 +1,8 @@
 """The FSDP unit lifecycle, shared by FSDP1 (flat units) and FSDP2 (per-parameter dim-0 shards).
 
-A *unit* is a module whose parameters are gathered and freed together (here one per Linear
-layer, `zeroedu.models.units`). Between uses a rank keeps only its shard of the unit's
+A *unit* is a module whose parameters are gathered and freed together (`zeroedu.models.units`:
+for the GPT the embeddings, each block and the final LayerNorm with the head, as `fully_shard`
+is applied per block; for the MLP each Linear layer). Between uses a rank keeps only its shard of the unit's
 parameters; around each use the unit goes through (FSDP paper, Zhao et al. 2023, §3.2):
 
     pre_forward    unshard: all-gather the full parameters; bind the module's weights to them
@@ -33,8 +34,11 @@ all-gather (with reshard_after_forward=True the backward all-gather is already i
 freed) at once; a prefetch that would exceed it is skipped and that unit gathers when it is
 needed. It bounds the "+ prefetched unit" on top of the current one (FSDP1's rate limiter).
 
-Subclasses say how a unit stores its parameters (`Unit`: `_all_gather`, `_reduce_scatter`,
-`_views`, `param_pieces`) and how to shard the strategy (`FSDPStrategy.make_unit`,
+Subclasses say how a unit stores its parameters (`Unit`: `_all_gather`, `_copy_out`,
+`_reduce_scatter`, `_views`, `param_pieces`): FSDP1 gathers straight into its flat parameter;
+FSDP2 batched gathers into one buffer per unit and copies out to the parameters once the
+all-gather has finished (`wait_unshard`), so the parameters get their bytes only then, as in
+torch's `foreach_all_gather_copy_out` and how to shard the strategy (`FSDPStrategy.make_unit`,
 `shard_axis`, `pad_multiple`). Hybrid strategies override `post_backward` (it returns the
 reduced grad shards, ready to be all-reduced or reduce-scattered over dp_outer) and
 `build_optimizer` / `data_parallel_size`.
@@ -112,8 +116,14 @@ class Unit:
         raise NotImplementedError
 
     def _all_gather(self) -> list:
-        """Start the all-gather(s) into the leaves' (re-allocated) storage; return handles."""
+        """Start the all-gather(s); return their handles. A unit that gathers straight into its
+        leaves gives them their bytes first (`_alloc_leaves`); one that gathers into a buffer
+        of its own gives them bytes in `_copy_out`."""
         raise NotImplementedError
+
+    def _copy_out(self) -> None:
+        """After the all-gather(s) finished: move what arrived into the leaves (batched units;
+        a no-op for units that gather into the leaves directly)."""
 
     def _reduce_scatter(self, full_grads: list[torch.Tensor], accumulate: bool) -> None:
         """SUM-reduce-scatter the full gradients (grad dtype) into `grad_shards`, or, with
@@ -125,10 +135,13 @@ class Unit:
         raise NotImplementedError
 
     # ---------------------------------------------------------------- lifecycle
+    def _alloc_leaves(self) -> None:
+        """Give every unsharded leaf its bytes back (reshard took them)."""
+        for leaf in self.leaves:
+            leaf.untyped_storage().resize_(leaf.numel() * leaf.element_size())
+
     def unshard(self, async_op: bool = False) -> None:
         if self.state == SHARDED:
-            for leaf in self.leaves:
-                leaf.untyped_storage().resize_(leaf.numel() * leaf.element_size())
             self.handles = self._all_gather()
             self.state = UNSHARDING
             self.ledger.event(f"unit {self.index} unshard")
@@ -140,6 +153,7 @@ class Unit:
             h.wait()
         self.handles = []
         if self.state == UNSHARDING:
+            self._copy_out()
             self.state = UNSHARDED
 
     def reshard(self) -> None:
@@ -164,11 +178,11 @@ class Unit:
     def reduce_grads(self, accumulate: bool = False) -> list[torch.Tensor]:
         full = []
         for leaf in self.leaves:
-            g = leaf.grad
-            leaf.grad = None  # our only reference from now on: freed when `full` goes
             # Reduce in the recipe's grad dtype (e.g. fp32 grads for megatron-bf16).
-            full.append(self.ledger.track(g if g.dtype == self.grad_dtype else g.to(self.grad_dtype),
-                                          "comm_buffer"))
+            full.append(self.ledger.track(leaf.grad if leaf.grad.dtype == self.grad_dtype
+                                          else leaf.grad.to(self.grad_dtype), "comm_buffer"))
+            leaf.grad = None  # `full` holds the only reference now: the grads go when it does
+        # The unit's full gradients are all alive: its largest moment in backward.
         self.ledger.event(f"unit {self.index} post_backward")
         self._reduce_scatter(full, accumulate)
         return self.grad_shards

@@ -3,7 +3,8 @@
 Pure Python (no torch): the predictions every notebook, CLI table and test compares the
 measured runs against. Submodules, each stating its formulas and paper sections:
 
-* `memory`: model-state bytes per rank, asymptotic (ZeRO §5.1) and exact for a concrete model;
+* `memory`: model-state bytes per rank, asymptotic (ZeRO §5.1) and exact for a concrete model,
+  and FSDP's peak at lifecycle events (`fsdp_peak`);
 * `activations`: activation bytes, exact for zeroedu's models and Korthikanti et al. 2022 for a
   GPT shape (`transformer_shape` infers one from Ψ);
 * `comm`: bytes each rank sends per step under the ring model, per mesh axis and collective
@@ -23,7 +24,7 @@ from .activations import TransformerShape, transformer_activation_bytes, transfo
 from .comm import COLLECTIVES, CommBytes, CommOp, comm_per_rank, exact_comm, sent_bytes
 from .extensions import (DEFAULT_RECOMPUTE, OFFLOAD_MODES, compose, device_bytes, fits,
                          gathered_unit_bytes, gpu_count, offload, offload_not_applicable)
-from .memory import OPTIM_PARTS, ModelStates, exact_model_states, model_states
+from .memory import OPTIM_PARTS, ModelStates, exact_model_states, fsdp_peak, model_states
 from .timing import (DEFAULT_ALPHA, DEFAULT_BANDWIDTH, all_gather_time, bucket_time,
                      bucketed_time, comm_time, min_bucket_bytes, reduce_scatter_time,
                      ring_allreduce_time, ring_steps, ring_time)
@@ -33,7 +34,7 @@ STRATEGY_NAMES = tuple(catalog.STRATEGIES)
 __all__ = [
     "STRATEGY_NAMES", "COLLECTIVES", "OFFLOAD_MODES", "OPTIM_PARTS", "DEFAULT_BANDWIDTH",
     "DEFAULT_ALPHA", "DEFAULT_RECOMPUTE",
-    "ModelStates", "model_states", "exact_model_states",
+    "ModelStates", "model_states", "exact_model_states", "fsdp_peak",
     "TransformerShape", "transformer_shape", "transformer_activation_bytes",
     "CommBytes", "CommOp", "comm_per_rank", "exact_comm", "sent_bytes",
     "ring_allreduce_time", "all_gather_time", "reduce_scatter_time", "comm_time",

@@ -36,7 +36,7 @@ from numbers import Number
 
 from .. import shard
 from ..catalog import shards
-from .inputs import check_counts, check_psi, check_units, resolve
+from .inputs import check_count, check_counts, check_psi, check_units, resolve
 
 # The four optimizer-state parts a recipe may have (recipes.Recipe.optim_parts keys).
 OPTIM_PARTS = ("master", "main_grad", "m", "v")
@@ -149,5 +149,89 @@ def exact_model_states(strategy, units, n, m=1, rank=0, recipe=None) -> ModelSta
     return ModelStates(**out)
 
 
-__all__ = ["ModelStates", "model_states", "exact_model_states", "flat_unit_elements",
+def _unit_elements(spec, unit, n: int) -> int:
+    """Elements of one unit unsharded (the gathered buffer, padding included)."""
+    if spec.layout == "dim0":
+        return sum(shard.dim0_padded_numel(s, n) for s in unit)
+    return shard.padded_numel(sum(shard.numel(s) for s in unit), n)
+
+
+def fsdp_peak(strategy, units, n, unit_activations, loss_activations=0, rank=0, recipe=None,
+              batched=True, backward_prefetch=True) -> dict:
+    """The most bytes one rank of FSDP1 / FSDP2 holds at a lifecycle event of a training step
+    (reshard_after_forward=True, no forward prefetch, no limit on all-gathers), exact for a
+    concrete model: what the ledger's peak is with a minimal timeline.
+
+        peak = model states + max over the moments below of what lives beside them
+
+    With g_k the bytes of unit k unsharded (param dtype, padding included: `_unit_elements`),
+    G_k the same elements in the grad dtype, A_j the activations unit j saves
+    (`unit_activations`, in unit order; the loss's own saved tensors, `loss_activations`, come
+    after the last unit and are gone before its backward) and a(k) = A_0 + ... + A_{k-1}:
+
+        forward, unit k        all-gather issued       a(k) + g_k        (batched: its buffer)
+                               copy-out (batched)      a(k) + 2 g_k      (buffer + parameters)
+        backward, unit k       post_backward           a(k) + g_k + g_{k-1} + G_k
+                               copy-in (batched)       a(k) + g_k + g_{k-1} + 2 G_k
+                               (g_{k-1}: the previous unit, prefetched: backward_prefetch;
+                               batched, its all-gather buffer; else its parameters)
+        unshard / prefetch     a(k+1) + g_k + g_k or g_{k-1}, always below the copy-in
+
+    so for the batched FSDP2 the peak is a unit's copy-in, a(k) + g_k + g_{k-1} + 2G_k: the
+    full gradients and the reduce-scatter input coexist (torch's `foreach_reduce` has the same
+    moment), one G_k more than the per-parameter FSDP2 or FSDP1, which reduce-scatter straight
+    from the gradients. FSDP2's per-parameter all-gather also pads a short shard on the wire
+    (c·rest elements, ranks whose rows are fewer than c), alive while the all-gather runs.
+    Not included: what autograd holds while a unit's backward computes (gradients of
+    activations, "backward_temp" in the ledger's full timeline), at most a few activation-sized
+    tensors; `tests/test_peak.py` bounds it.
+
+    Returns {"peak", "model_states", "moment" (where the peak is), "moments": [(label, bytes
+    beside the model states)]}."""
+    spec, rec = resolve(strategy, recipe)
+    if spec.name not in ("fsdp1", "fsdp2"):
+        raise ValueError(f"fsdp_peak models fsdp1 and fsdp2, not {spec.name}")
+    n = check_count(n, "n")
+    units = check_units(units)
+    if len(unit_activations) != len(units):
+        raise ValueError(f"need one activation figure per unit ({len(units)}), got {len(unit_activations)}")
+    batched = batched and spec.layout == "dim0"
+    P, G = rec.param_bytes, rec.grad_bytes
+    g = [_unit_elements(spec, u, n) * P for u in units]
+    grads = [_unit_elements(spec, u, n) * G for u in units]
+    pad = [0] * len(units)  # per-parameter FSDP2: short shards padded to c rows for the wire
+    if spec.layout == "dim0" and not batched:
+        for k, u in enumerate(units):
+            for s in u:
+                c, rows = shard.dim0_chunk_rows(s[0], n), shard.dim0_rows(s[0], n, rank % n).size
+                if rows != c:
+                    pad[k] += c * shard.numel(s[1:]) * P
+    before = [sum(unit_activations[:k]) for k in range(len(units) + 1)]
+    K = len(units)
+    moments = []
+    for k in range(K):  # forward
+        moments.append((f"unit {k} unshard (forward)", before[k] + (g[k] if batched else g[k] + pad[k])))
+        if batched:
+            moments.append((f"unit {k} copy-out (forward)", before[k] + 2 * g[k]))
+    total = before[K] + loss_activations
+    moments.append(("forward end", total))
+    for k in reversed(range(K)):  # backward
+        held = total - loss_activations if k == K - 1 else before[k + 1]  # unit k's still alive
+        prefetched = g[k - 1] if backward_prefetch and k > 0 else 0
+        if k == K - 1 or not backward_prefetch:
+            moments.append((f"unit {k} unshard (backward)", held + (g[k] if batched else g[k] + pad[k])))
+        if batched:
+            moments.append((f"unit {k} copy-out (backward)", held + 2 * g[k]))
+        if prefetched:
+            moments.append((f"unit {k - 1} unshard (prefetch)", held + g[k] + prefetched
+                            + (0 if batched else pad[k - 1])))
+        moments.append((f"unit {k} post_backward", before[k] + g[k] + prefetched + grads[k]))
+        if batched:
+            moments.append((f"unit {k} copy-in", before[k] + g[k] + prefetched + 2 * grads[k]))
+    states = exact_model_states(spec.name, units, n, rank=rank, recipe=rec.name).total
+    label, extra = max(moments, key=lambda m: m[1])
+    return {"peak": states + extra, "model_states": states, "moment": label, "moments": moments}
+
+
+__all__ = ["ModelStates", "model_states", "exact_model_states", "flat_unit_elements", "fsdp_peak",
            "OPTIM_PARTS"]

@@ -16,6 +16,7 @@ from ..models import DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, MLPConfig, Mod
 from ..optim import AdamConfig
 from ..recipes import get_recipe
 from ..runtime.comm import IMPLEMENTATIONS
+from ..runtime.ledger import TIMELINE_MODES
 
 
 @dataclass
@@ -33,6 +34,12 @@ class RunConfig:
     recompute: str = "none"  # activation recompute: none | selective | full
     clip_grad_norm: float | None = None  # clip the global gradient norm to this value
     collectives: str = "auto"  # ring (zeroedu's ring reduce-scatter/all-gather) | backend | auto
+    # What the ledger records: "full" (every lifecycle event, the wire per collective, the first
+    # backward op by op) or "minimal" (the report's figures only; cheaper: `runtime.ledger`).
+    timeline: str = "full"
+    # A variant of the strategy's class ("package.module:Class", a subclass: a lab's or a
+    # notebook's deliberately broken one); the catalog's name still says what theory predicts.
+    strategy_class: str | None = None
     stream: bool = False  # send ledger events to the parent while running
     return_params: bool = False
 
@@ -64,11 +71,21 @@ class RunConfig:
             raise ValueError("a custom model re-runs its CustomModel(recompute=...) modules: recompute='full'")
         if self.collectives not in IMPLEMENTATIONS:
             raise ValueError(f"collectives must be one of {', '.join(IMPLEMENTATIONS)}, got {self.collectives!r}")
+        if self.timeline not in TIMELINE_MODES:
+            raise ValueError(f"timeline must be one of {', '.join(TIMELINE_MODES)}, got {self.timeline!r}")
         if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
             raise ValueError(f"clip-grad-norm must be > 0, got {self.clip_grad_norm!r}")
         recipe = get_recipe(self.recipe or spec.default_recipe).name
         # Unknown options are caught here, in the parent, not as a failure on every rank.
         allowed = option_names(spec.name)
+        if self.strategy_class is not None:
+            from ..models.custom import resolve as resolve_ref
+            from ..strategies import strategy_class
+
+            cls = resolve_ref(self.strategy_class)
+            if not (isinstance(cls, type) and issubclass(cls, strategy_class(spec.name))):
+                raise ValueError(f"{self.strategy_class} is not a subclass of {spec.name}'s class")
+            allowed = tuple(cls.OPTIONS)
         unknown = sorted(set(self.options) - set(allowed))
         if unknown:
             raise ValueError(f"{spec.name} does not take option(s) {unknown}; it takes "

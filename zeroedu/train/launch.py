@@ -57,7 +57,7 @@ def theory_comm_options(cfg: RunConfig) -> dict:
 def train_job(ctx, cfg: dict) -> dict:
     """Runs on every rank. `cfg` is a RunConfig as a dict (plain data crosses the process boundary)."""
     cfg = config_from_dict(cfg)
-    run_ = build_run(ctx, cfg, sink=ctx.emit if cfg.stream else None)
+    run_ = build_run(ctx, cfg, sink=ctx.emit if cfg.stream else None, timeline=cfg.timeline)
     ledger, strategy = run_.ledger, run_.strategy
     losses = train_steps(run_)
     ledger.step = cfg.steps - 1
@@ -122,6 +122,7 @@ def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
         "collectives": resolve_implementation(
             cfg.collectives, "nccl" if any("cuda_max_memory_allocated" in r for r in ranks) else "gloo"),
         "options": dict(cfg.options),
+        "timeline_mode": cfg.timeline,
         "psi": sum(p.numel() for p in ref_params),
         "ranks": ranks,
         "losses": losses,
@@ -158,14 +159,17 @@ def wire_match(ranks: list[dict]) -> bool | None:
     rank's collectives send at most (`wire.messages`; gloo skips the empty segments of buffers
     smaller than 2 elements per rank, so tiny collectives send fewer). For megabyte payloads the
     framing is a few hundredths of a percent; for a few hundred bytes it dominates."""
-    if any(r["wire"]["sent"] is None for r in ranks):
+    oks = [rank_wire_ok(r) for r in ranks]
+    return None if None in oks else all(oks)
+
+
+def rank_wire_ok(r: dict) -> bool | None:
+    """One rank's wire bytes within the margin of `wire_match` (None: not measured)."""
+    if r["wire"]["sent"] is None:
         return None
-    ok = True
-    for r in ranks:
-        payload, sent = r["predicted"]["wire"], r["wire"]["sent"]
-        framing = FRAMING_PER_MESSAGE * r["wire"]["messages"]
-        ok &= (1 - WIRE_MARGIN) * payload - 64 <= sent <= (1 + WIRE_MARGIN) * payload + framing + 64
-    return bool(ok)
+    payload, sent = r["predicted"]["wire"], r["wire"]["sent"]
+    framing = FRAMING_PER_MESSAGE * r["wire"]["messages"]
+    return bool((1 - WIRE_MARGIN) * payload - 64 <= sent <= (1 + WIRE_MARGIN) * payload + framing + 64)
 
 
 def _states_match(r: dict) -> bool:

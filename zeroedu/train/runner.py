@@ -24,7 +24,8 @@ from ..models import apply_recompute, local_slice
 from ..recipes import get_recipe
 from ..runtime.comm import Comm
 from ..runtime.ledger import Ledger
-from ..strategies import build
+from ..models.custom import resolve as resolve_ref
+from ..strategies import strategy_class
 from ..strategies.base import DistState, Strategy
 from .config import RunConfig
 
@@ -71,25 +72,32 @@ def dist_state(ctx, cfg: RunConfig, ledger: Ledger) -> DistState:
     return DistState(ctx.rank, ctx.world_size, ctx.device, ctx.world_axis(), comm, ledger)
 
 
-def build_run(ctx, cfg: RunConfig, sink: Callable[[dict], None] | None = None) -> RankRun:
-    """Ledger, distributed state, model (same seed on every rank) and strategy for `cfg`."""
+def build_run(ctx, cfg: RunConfig, sink: Callable[[dict], None] | None = None, *,
+              timeline: str = "full", check_ledger: bool = False) -> RankRun:
+    """Ledger, distributed state, model (same seed on every rank) and strategy for `cfg`.
+
+    `timeline`: "full" records every lifecycle event and reads the wire around every
+    collective; "minimal" keeps only what the report's figures are read from (model states at
+    the optimizer step, activations at forward end, the peak, the wire per step: `Ledger`).
+    `check_ledger`: the ledger verifies its running byte count at every event (tests)."""
     cfg = cfg.resolved()
-    ledger = Ledger(ctx.rank, sink=sink, wire=ctx.wire)
+    ledger = Ledger(ctx.rank, sink=sink, wire=ctx.wire, timeline_mode=timeline, check=check_ledger)
     dist = dist_state(ctx, cfg, ledger)
     model = cfg.model.build()
     if cfg.recompute != "none":
         apply_recompute(cfg.model.recompute_modules(model, cfg.recompute),
                         on_rerun=lambda k: ledger.mark(f"recompute {k}"))
-    strategy = build(cfg.strategy, model, dist, get_recipe(cfg.recipe), cfg.adam,
-                     clip_grad_norm=cfg.clip_grad_norm, **cfg.options)
+    cls = resolve_ref(cfg.strategy_class) if cfg.strategy_class else strategy_class(cfg.strategy)
+    strategy = cls(model, dist, get_recipe(cfg.recipe), cfg.adam, clip_grad_norm=cfg.clip_grad_norm, **cfg.options)
     return RankRun(cfg, ctx, ledger, dist, strategy)
 
 
-def train_step(run: RankRun, step: int) -> float:
-    """One optimizer step: K micro-batches (the first K-1 inside `no_sync()`), then `step()`."""
+def train_step(run: RankRun, step: int, micro: list | None = None) -> float:
+    """One optimizer step: K micro-batches (the first K-1 inside `no_sync()`), then `step()`.
+    `micro`: this step's micro-batches, if already made (default: `run.micro_batches(step)`)."""
     strategy = run.strategy
     run.ledger.begin_step(step)
-    micro = run.micro_batches(step)
+    micro = run.micro_batches(step) if micro is None else micro
     losses = []
     for k, (x, y) in enumerate(micro):
         with strategy.no_sync() if k < len(micro) - 1 else nullcontext():
@@ -100,17 +108,21 @@ def train_step(run: RankRun, step: int) -> float:
 
 def train_steps(run: RankRun, start: int = 0, stop: int | None = None,
                 before_step: Callable[[int], None] | None = None,
-                after_step: Callable[[int], None] | None = None) -> list[float]:
+                after_step: Callable[[int], None] | None = None,
+                batches: Callable[[int], list] | None = None, progress: bool = True) -> list[float]:
     """Train steps [start, stop) (default: to cfg.steps); return this rank's local losses.
     `before_step(step)` / `after_step(step)` let a job act around a step (a checkpoint save,
-    an injected fault, a timer) without writing its own loop."""
+    an injected fault, a timer) without writing its own loop. `batches(step)`: the step's
+    micro-batches, made beforehand (a timed step is then forward + backward + optimizer only);
+    `progress=False`: no progress message to the parent after each step (timed loops)."""
     losses = []
     for step in range(start, run.cfg.steps if stop is None else stop):
+        micro = batches(step) if batches is not None else None
         if before_step is not None:
             before_step(step)
-        losses.append(train_step(run, step))
-        # A small message per step: the parent shows progress and knows the ranks are alive.
-        run.ctx.emit({"kind": "progress", "rank": run.ctx.rank, "step": step, "loss": losses[-1]})
+        losses.append(train_step(run, step, micro))
+        if progress:  # a small message per step: the parent shows progress, knows ranks live
+            run.ctx.emit({"kind": "progress", "rank": run.ctx.rank, "step": step, "loss": losses[-1]})
         if after_step is not None:
             after_step(step)
     return losses

@@ -1,0 +1,74 @@
+"""Every benchmark script runs end to end on a tiny model (one round, one step): its jobs, its
+torch counterparts, its table and its results file. Timings are not checked here (they are
+measurements, compared as ratios inside one run by `make bench`), only that the scripts work
+and that what they write has the documented shape."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks")
+
+
+@pytest.fixture
+def bench(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEROEDU_BENCH_RESULTS", str(tmp_path))
+    monkeypatch.syspath_prepend(BENCH)
+    sys.modules.pop("common", None)  # read the results folder from the environment afresh
+
+    def load(name):
+        spec = importlib.util.spec_from_file_location(name, os.path.join(BENCH, f"{name}.py"))
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+
+    yield load, tmp_path
+    sys.modules.pop("common", None)
+
+
+def test_compare(bench):
+    load, out = bench
+    rows = load("bench_compare").main(["--n", "2", "--model", "gpt-tiny", "--recipes", "fp32,mixed-bf16",
+                                       "--rounds", "1", "--steps", "1"])
+    assert {(r["strategy"], r["recipe"]) for r in rows} >= {("ddp_bucketed", "mixed-bf16"), ("hsdp", "fp32")}
+    for r in rows:
+        assert r["ratio"] > 0 and r["zeroedu"]["wire"] > 0 and r["torch"]["wire"] > 0
+    assert len(json.load(open(out / "compare.json"))["rows"]) == len(rows)
+
+
+def test_collectives_and_instrumentation(bench):
+    load, out = bench
+    rows = load("bench_collectives").main(["--n", "2", "--model", "gpt-tiny", "--rounds", "1", "--steps", "1"])
+    by = {r["strategy"]: r for r in rows}
+    # gloo's reduce-scatter is an all-reduce: the backend sends more for ZeRO-2 and FSDP
+    assert by["zero2"]["backend"]["wire"] > by["zero2"]["ring"]["wire"]
+    assert by["ddp_bucketed"]["backend"]["wire"] == by["ddp_bucketed"]["ring"]["wire"]
+    rows = load("bench_instrumentation").main(["--n", "2", "--model", "gpt-tiny", "--rounds", "1", "--steps", "1",
+                                               "--strategies", "fsdp2"])
+    assert rows[0]["full_over_minimal"] > 0
+    assert os.path.exists(out / "collectives.json") and os.path.exists(out / "instrumentation.json")
+
+
+def test_scaling_writes_the_documented_json(bench):
+    from zeroedu.references.bench import load_results
+
+    load, out = bench
+    load("bench_scaling").main(["--ns", "1,2", "--model", "gpt-tiny", "--rounds", "1", "--steps", "1"])
+    data = load_results(str(out / "scaling.json"))
+    assert data["loopback"]["bandwidth"] > 0
+    assert {(r["n"], r["strategy"]) for r in data["rows"]} == {(n, s) for n in (1, 2) for s in ("ddp", "zero2", "fsdp")}
+    for r in data["rows"]:
+        assert set(r) >= {"n", "strategy", "zeroedu", "torch", "ratio", "closed_form"}
+        if r["n"] == 1:
+            assert r["zeroedu"]["wire"] == 0 and r["closed_form"]["sent"] == 0
+        else:  # the ring model of zeroedu's collectives is what the closed form says
+            assert r["zeroedu"]["ring_model"] == r["closed_form"]["sent"]
+
+
+def test_launch(bench):
+    load, _ = bench
+    assert load("bench_launch").main(["--n", "2", "--reps", "1"]) > 0

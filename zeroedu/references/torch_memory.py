@@ -1,0 +1,94 @@
+"""torch's own memory tracker around a zeroedu run: the independent check of the ledger's peak.
+
+`memtracker_job` enters `torch.distributed._tools.mem_tracker.MemTracker` before `build_run`
+(so every allocation of the run is seen: the model, the strategy's shards and buffers, Adam's
+state, the step) and trains one step inside it (the tracker refuses a second iteration without
+`reset_mod_stats`). The tracker counts every storage an operation returns, by dispatch, and its
+resizes; its peak is the largest total at any operation. Beside it, the job returns the
+ledger's peak and, at the tracker's own peak, an itemization: which live storages the ledger
+tracks, and the ones it does not, grouped by the operation that made them (the tracker's
+"ACT" in forward, "TEMP" in backward). What the tracker cannot see either: allocations on other
+threads (a dispatch mode is thread-local; zeroedu's ring collectives run on a comm thread, their
+two k-element scratch chunks) and gloo's own buffers (not torch tensors).
+
+`peak_job` trains cfg.steps without a tracker and returns the ledger's peak with its bytes by
+category, to set beside `FSDPMemTracker`'s peak of torch's `fully_shard`
+(`torch_fsdp2.fully_shard_job`).
+"""
+from __future__ import annotations
+
+import collections
+
+from ..runtime.ledger import CATEGORIES
+from ..train.config import config_from_dict
+from ..train.runner import build_run, train_step, train_steps
+
+
+def _tracker_class():
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class ItemizingMemTracker(MemTracker):
+        """MemTracker that remembers which operation made each storage, and what was alive at
+        its peak (a list of (storage key, bytes, origin))."""
+
+        def __init__(self):
+            super().__init__()
+            self._op = "?"
+            self.origin: dict[int, str] = {}
+            self.ledger = None
+            self.at_peak = None
+            self.peak_total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self._op = getattr(func, "__name__", str(func))
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+        def _track(self, reftype, t):
+            super()._track(reftype, t)
+            for st in (t.untyped_storage(),):
+                winfo = self._WINFO.get(st, (None, None))[0]
+                if winfo is not None and id(winfo) not in self.origin:
+                    self.origin[id(winfo)] = f"{str(reftype).split('.')[-1]}: {self._op}"
+
+        def _update_peak_stats(self, peak_state):
+            super()._update_peak_stats(peak_state)
+            for snap in self._curr_mem_snap.values():
+                if snap["Total"] > self.peak_total:
+                    self.peak_total = snap["Total"]
+                    live = [(st._cdata, w.mem_consumed, self.origin.get(id(w), "before the tracker"))
+                            for st, (w, _) in list(self._WINFO.items()) if w.mem_consumed]
+                    led = self.ledger
+                    self.at_peak = (live, dict(zip(CATEGORIES, led._totals)) if led else {},
+                                    set(led._storages) if led else set(), self._op)
+
+    return ItemizingMemTracker
+
+
+def memtracker_job(ctx, cfg: dict, timeline: str = "full") -> dict:
+    """One training step of `cfg` (build included) inside torch's MemTracker, on every rank."""
+    cfg = config_from_dict(cfg).resolved()
+    mt = _tracker_class()()
+    with mt:
+        run = build_run(ctx, cfg, timeline=timeline)
+        mt.ledger = run.ledger
+        train_step(run, 0)
+    live, ledger_at_peak, tracked, op = mt.at_peak
+    untracked = collections.Counter()
+    for key, nbytes, origin in live:
+        if key not in tracked:
+            untracked[origin] += nbytes
+    led = run.ledger
+    return {"rank": ctx.rank, "tracker_peak": mt.peak_total, "ledger_peak": led.peak,
+            "ledger_peak_label": led.peak_label, "ledger_peak_bytes": dict(led.peak_bytes),
+            "at_tracker_peak": {"op": op, "ledger": ledger_at_peak,
+                                "tracked": sum(b for k, b, _ in live if k in tracked),
+                                "untracked": dict(untracked.most_common())}}
+
+
+def peak_job(ctx, cfg: dict, timeline: str = "full") -> dict:
+    """cfg.steps of training, no tracker: the ledger's peak, its label and bytes by category."""
+    run = build_run(ctx, config_from_dict(cfg).resolved(), timeline=timeline)
+    train_steps(run, progress=False)
+    led = run.ledger
+    return {"rank": ctx.rank, "peak": led.peak, "peak_label": led.peak_label, "peak_bytes": dict(led.peak_bytes),
+            "model_states": dict(led.model_state_bytes)}
