@@ -31,16 +31,16 @@ lab: setup
 
 test: setup browser-deps
 	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
-	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
+	@if ls notebooks/solutions/*.ipynb >/dev/null 2>&1; then \
 	  $(VENV)/bin/pytest -q -p no:cacheprovider --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
-	    --nbval-cell-timeout=300 notebooks; \
+	    --nbval-cell-timeout=300 notebooks/solutions; \
 	fi
 
 test-unit: setup
 	$(VENV)/bin/pytest -q tests -m "not browser" $(PYTEST_ARGS)
 
 test-notebooks: setup
-	$(VENV)/bin/pytest -q -p no:cacheprovider --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks
+	$(VENV)/bin/pytest -q -p no:cacheprovider --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks/solutions
 
 test-browser: setup browser-deps
 	$(VENV)/bin/pytest -q tests -m browser

@@ -11,7 +11,6 @@ bytes one rank sent per step, measured on its sockets.
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 import common
@@ -22,13 +21,8 @@ STRATEGIES = {"DDP": "ddp_bucketed", "ZeRO-2": "zero2", "FSDP": "fsdp2"}
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--model", default="gpt-small")
+    ap = common.timed_parser(__doc__)
     ap.add_argument("--recipe", default="fp32")
-    ap.add_argument("--quick", action="store_true", help="2 timed steps per round")
     a = ap.parse_args(argv)
     if a.quick:
         a.steps = 2

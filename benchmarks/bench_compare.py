@@ -18,7 +18,6 @@ which is an all-reduce; `bench_collectives.py` compares the two).
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 import common
@@ -41,15 +40,10 @@ def compare(pool, strategy, n, model, recipe, rounds, steps, profile=None) -> di
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=3, help="timed steps per arm and round (+1 warm-up)")
+    ap = common.timed_parser(__doc__, "fp32 only, 2 timed steps per round")
     ap.add_argument("--strategies", default="ddp_bucketed,fsdp2,fsdp1,hsdp")
     ap.add_argument("--recipes", default="fp32,mixed-bf16")
-    ap.add_argument("--model", default="gpt-small")
     ap.add_argument("--no-mlp", action="store_true", help="skip the MLP rows")
-    ap.add_argument("--quick", action="store_true", help="fp32 only, 2 timed steps per round")
     ap.add_argument("--profile", default=None, help="folder for cProfile files (rank 0), printed")
     a = ap.parse_args(argv)
     if a.quick:

@@ -14,7 +14,6 @@ alternating rounds; ratios of medians.
 """
 from __future__ import annotations
 
-import argparse
 import os
 
 import common
@@ -23,13 +22,8 @@ from zeroedu.runtime import cluster
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--model", default="gpt-small")
+    ap = common.timed_parser(__doc__)
     ap.add_argument("--strategies", default="ddp_bucketed,zero2,fsdp2")
-    ap.add_argument("--quick", action="store_true", help="2 timed steps per round")
     a = ap.parse_args(argv)
     if a.quick:
         a.steps = 2

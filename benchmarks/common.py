@@ -8,6 +8,7 @@ come from the same rounds, and the load average printed beside them.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import pstats
@@ -20,6 +21,18 @@ RESULTS = os.environ.get("ZEROEDU_BENCH_RESULTS") or os.path.join(os.path.dirnam
 TORCH_FOR = {"ddp_bucketed": "ddp", "fsdp2": "fully_shard", "fsdp1": "fully_shard", "hsdp": "fully_shard",
              "zero2": "fully_shard"}
 BUCKET_BYTES = 1 << 20  # DDP on both sides: the same bucket size
+
+
+def timed_parser(doc: str, quick_help: str = "2 timed steps per round") -> argparse.ArgumentParser:
+    """The options every alternating-rounds benchmark takes: ranks, rounds, timed steps, model,
+    and --quick (which the script interprets; `make bench BENCH_ARGS=--quick`)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=3, help="timed steps per arm and round (+1 warm-up)")
+    ap.add_argument("--model", default="gpt-small")
+    ap.add_argument("--quick", action="store_true", help=quick_help)
+    return ap
 
 
 def cfg_dict(strategy: str, n: int, model="gpt-small", recipe="fp32", collectives="auto",

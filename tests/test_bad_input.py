@@ -98,6 +98,9 @@ def test_api_bad_model_and_batch():
         make_model(MLPConfig(hidden=0))
     with pytest.raises(ValueError, match="global batch 24 must be divisible by the number of data-parallel ranks 5"):
         local_slice(24, 5, 0)
+    # gpt-small's 8 sequences over 4 ranks leave 2 per rank: 4 micro-batches need 16, and it says so
+    with pytest.raises(ValueError, match=r"multiple of N·K = 16, e\.g\. --global-batch 16"):
+        RunConfig("ddp", 4, model="gpt-small", micro_batches=4).resolved()
 
 
 def test_api_unknown_strategy_option():

@@ -109,6 +109,21 @@ def test_job_must_be_importable():
         cluster.run(local, 1)
 
 
+def test_script_without_main_guard_is_told_why_its_ranks_died(tmp_path):
+    """Ranks re-import the caller's main module (forkserver): a script without the guard makes
+    each rank start runs of its own and die; the error says what to do."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    script.write_text("from zeroedu.runtime import cluster\n"
+                      "from zeroedu.runtime.collectives import collectives_job\n"
+                      "cluster.run(collectives_job, 2, {'numel': 4}, warm=False, timeout=30)\n")
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert res.returncode != 0
+    assert "RankError" in res.stderr and 'if __name__ == "__main__":' in res.stderr
+
+
 @pytest.mark.parametrize("n", [0, -1, cluster.MAX_LOCAL_RANKS + 1])
 def test_world_size_out_of_range(n):
     with pytest.raises(ValueError, match="world size"):

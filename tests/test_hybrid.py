@@ -86,6 +86,15 @@ def test_seed_7b_two_domains_of_8():
     assert rows["hsdp"]["comm_seconds"] == pytest.approx(float(inner) / 450e9 + 1.75 * GB / 50e9)
     assert rows["flat_zero3"]["comm_seconds"] > 6 * rows["hsdp"]["comm_seconds"]
     assert "hfsdp" in format_cross_domain_table(list(rows.values()))
+    # Both readings side by side: striped over the node's 8 NICs, flat ZeRO-3 takes
+    # 39.375 GB / min(450, 8 x 50) GB/s = 98.4 ms, HSDP stays at 116.7 ms.
+    table = format_cross_domain_table(cross_domain_table(7e9, 8, 2),
+                                      striped=cross_domain_table(7e9, 8, 2, flat_ring="striped"))
+    lines = {ln.split()[0]: ln.split() for ln in table.splitlines()[1:]}
+    assert "striped ms" in table.splitlines()[0]
+    assert lines["flat_zero3"][-2:] == ["787.5", "98.4"] and lines["hsdp"][-2:] == ["116.7", "116.7"]
+    with pytest.raises(ValueError, match="same layouts"):
+        format_cross_domain_table(cross_domain_table(7e9, 8, 2), striped=cross_domain_table(7e9, 8, 2)[:1])
 
 
 def test_one_domain_and_bandwidth_choices():

@@ -57,19 +57,22 @@ EXPECTED = {
                        "z1_rs": RS8, "mega_total": 7 / 8 * 4 * P7 + RS8, "z1_total": 2 * RS8},
     "zero1_vs_zero2_comm": {"z1": 38.5 * GB, "z2": 26.25 * GB, "gap": 1.5, "z1ar": 3 * RS8, "z1s": 2 * RS8},
     "fsdp_hide_comm": {"t_block": 7 / 8 * (P7 / 32 * 2) / 450e9, "nvl": 450e9},
-    "fsdp1_vs_fsdp2": {},
+    "fsdp1_vs_fsdp2": {"fsdp": 16 * P7 / 8},
     "hybrid_sharding": {"hsdp": 14 * GB, "flat": 7 * GB, "hfsdp": 4 * P7 / 8 + 12 * P7 / 16,
                         "cross_h": 2 * (1 / 2) * (2 * P7 / 8),
                         "t_flat": 3 * 15 / 16 * 2 * P7 / 50e9,
-                        "t_hsdp": 3 * RS8 / 450e9 + 2 * (1 / 2) * (2 * P7 / 8) / 50e9},
-    "fsdp_linear": {},
+                        "t_hsdp": 3 * RS8 / 450e9 + 2 * (1 / 2) * (2 * P7 / 8) / 50e9,
+                        # striped over 8 NICs of 50 GB/s: min(NVLink 450, 8 x 50) = 400 GB/s
+                        "t_flat_striped": 3 * 15 / 16 * 2 * P7 / 400e9, "nic": 50e9,
+                        "cross_ratio": (3 * 15 / 16 * 2 * P7 / 8) / (2 * (1 / 2) * (2 * P7 / 8))},
+    "fsdp_linear": {"layer": 3 * 7 / 8 * 2 * 4096 * 4096},
     "mfsdp_v2": {"hsdp": 14 * GB, "hfsdp": 8.75 * GB, "flat": 7 * GB},
     "nvlink_levels": {"bw_ratio": 9, "nvl": 450e9, "nic": 50e9,
                       # a ring over 16 ranks crosses the boundary twice: per rank (g-1)/g·S/N
                       "cross_flat": 3 * 15 / 16 * 2 * P7 / 8, "cross_h": 1.75 * GB},
-    "own_optimizer": {},
+    "own_optimizer": {"distopt": 6 * P7 + 12 * P7 / 8, "fsdp": 16 * P7 / 8},
     "zero_pp": {"zpp": 3 * RS8 / (7 / 8 * 1 * P7 + 7 / 8 * 0.5 * P7), "hpz_mem": 2 * P7 / 8},
-    "zero_equivalence": {},
+    "zero_equivalence": {"ddp": 16 * P7, "zero3": 16 * P7 / 8},
     "fsdp_comm_bound": {"flops": 400e12, "nvl": 450e9, "nic": 50e9,
                         "t_nvl": 3 * RS8 / 450e9 * 400e12 / (6 * P7),
                         "t_ib": 15 / 16 * 400e12 / 50e9, "t_ib_70b": 15 / 16 * 400e12 / 50e9,
@@ -79,7 +82,7 @@ EXPECTED = {
     "alpha_beta": {"alpha": ALPHA, "nic": 50e9, "bucket": 25 * 2 ** 20,
                    "s_star": 8 * ALPHA * 50e9, "s90": 9 * 8 * ALPHA * 50e9,
                    "t_bucket": 2 * 7 * ALPHA + 2 * 7 / 8 * 25 * 2 ** 20 / 50e9},
-    "debug_hang": {},
+    "debug_hang": {"bucket": 25 * 2**20, "t_ar": 2 * 7 * 2e-6 + 2 * 7 / 8 * 25 * 2**20 / 450e9},
     "activation_memory": {"none": SBH * (34 + 5 * 32 * 2048 / 4096),
                           "none32": 32 * SBH * (34 + 5 * 32 * 2048 / 4096),
                           "sel": 34 * SBH, "full": 2 * SBH},
@@ -162,12 +165,10 @@ def test_figures_match_closed_forms(card):
         assert got == pytest.approx(value, rel=1e-9), (card.id, name, got, value)
 
 
-@pytest.mark.parametrize("card_id", list(SEED_QUESTIONS))
-def test_notebook11_verdict(card_id):
-    """The 'verdict' cells of the rehearsal notebook, one per seed card: the card's own answers
-    earn full marks, and each figure renders as the theory's output (and equals the closed form
-    in EXPECTED, checked above)."""
-    card = deck.get_card(card_id)
+@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
+def test_card_verdict(card):
+    """Each card's own answers earn full marks, and each figure renders as the theory's output
+    (and equals the closed form in EXPECTED, checked above)."""
     g = card.grade(card.model_responses(), ticked=range(len(card.must_hit)))
     assert g.auto_points == g.auto_total and g.self_points == g.tick_total
     for name, f in card.figures.items():
@@ -261,6 +262,15 @@ def test_pcie_figures_are_per_direction_and_generation():
 
 
 # ------------------------------------------------------------------ evidence
+SOLUTIONS = ROOT / "notebooks" / "solutions"
+
+
+def _source(target: str) -> Path:
+    """The single source of a cited notebook: the learner's edition `notebooks/NN_name.ipynb`
+    is generated from `notebooks/solutions/NN_name.ipynb` with the same markdown."""
+    return SOLUTIONS / Path(target).name
+
+
 def _headings(path: Path) -> set[str]:
     nb = json.loads(path.read_text())
     out = set()
@@ -285,18 +295,11 @@ def test_evidence_targets_exist(card):
             assert (ROOT / e.target).exists(), e.target
         if e.kind == "notebook":
             assert e.target in NOTEBOOKS.values(), e.target
-            path = ROOT / e.target
-            if not path.exists():
-                # before the renumbering lands, check the same notebook under its old number;
-                # the rehearsal notebook is rewritten with a section per card, so skip it then
-                stem = path.name[3:]
-                old = sorted((ROOT / "notebooks").glob(f"[0-9][0-9]_{stem}"))
-                if not old or e.target == NOTEBOOKS["rehearsal"]:
-                    continue
-                path = old[0]
+            path = _source(e.target)
+            assert path.exists(), f"{card.id} cites {e.target}, but {path.relative_to(ROOT)} does not exist"
             heads = _headings(path)  # "Claim 6" names the heading 'Claim 6: "..."'
             assert any(h == e.detail or h.startswith(e.detail + ":") for h in heads), \
-                f"{path.name} has no section {e.detail!r}"
+                f"{path.name} has no section {e.detail!r} (cited by card {card.id})"
         if e.kind == "run":
             args = build_parser().parse_args(e.target.split()[1:])
             catalog.get_spec(args.strategy)
@@ -309,6 +312,61 @@ def test_notebook_sections_lists_every_cited_section():
     sections = deck.notebook_sections()
     assert set(sections) <= set(NOTEBOOKS.values())
     assert {f"Card {c.id}" for c in CARDS} <= set(sections[NOTEBOOKS["rehearsal"]])
+
+
+def _rehearsal_sections() -> dict[str, list[dict]]:
+    """The rehearsal notebook's cells, grouped by the "Card <id>" section they sit in."""
+    nb = json.loads(_source(NOTEBOOKS["rehearsal"]).read_text())
+    out, current = {}, None
+    for c in nb["cells"]:
+        if c["cell_type"] == "markdown":
+            for line in "".join(c["source"]).splitlines():
+                m = re.fullmatch(r"#+\s*Card (\w+)\s*", line)
+                if m:
+                    current = m.group(1)
+                    assert current not in out, f"two sections for card {current}"
+                    out[current] = []
+                elif re.match(r"#{1,2}\s", line):
+                    current = None  # a part heading or a section after the cards
+        elif current is not None:
+            out[current].append(c)
+    return out
+
+
+def test_rehearsal_notebook_proves_every_card():
+    """One section per card, in the refresher's order; each prints its card, and a card that
+    quotes figures sets every one of them beside its closed form worked by hand."""
+    sections = _rehearsal_sections()
+    assert list(sections) == [c for row in session.refresher_plan() for c in row["cards"]]
+    for card in CARDS:
+        src = ["".join(c["source"]) for c in sections[card.id] if c["cell_type"] == "code"]
+        assert any(f'get_card("{card.id}").as_text()' in s for s in src), card.id
+        if card.figures:
+            proofs = [s for s in src if f'figures_vs_by_hand("{card.id}"' in s]
+            assert proofs, f"card {card.id}: no figures_vs_by_hand cell"
+
+
+def test_refresher_plan_is_one_hour_over_every_card():
+    plan = session.refresher_plan()
+    assert sum(r["minutes"] for r in plan) == 60
+    assert sorted(c for r in plan for c in r["cards"]) == sorted(c.id for c in CARDS)
+    for r in plan:
+        args = build_parser().parse_args(r["command"].split()[1:])
+        s = session.build(args.topic, seed=args.seed, n_drills=args.drills, n_cards=args.cards)
+        assert [c.id for c in s.cards] == r["cards"] and len(s.drills) == 1
+
+
+def test_figures_vs_by_hand(capsys):
+    from zeroedu.quiz.proof import figures_vs_by_hand
+
+    figures_vs_by_hand("zero_stages", {"z2": 2 * P7 + 14 * P7 / 8, "bpp": 16})
+    out = capsys.readouterr().out
+    assert "26.25 GB" in out and out.rstrip().endswith("card zero_stages: figures vs closed forms — match: True")
+    with pytest.raises(AssertionError):
+        figures_vs_by_hand("zero_stages", {"z2": 4 * P7 + 12 * P7 / 8})
+    assert "✗" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="no figure"):
+        figures_vs_by_hand("zero_stages", {"nope": 1})
 
 
 # ------------------------------------------------------------------ drills

@@ -7,11 +7,13 @@ import io
 from fractions import Fraction
 from functools import lru_cache
 
+import matplotlib.colors
 import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 
 from zeroedu import catalog, theory
+from zeroedu.models import get_model, unit_shapes
 from zeroedu.notebook import nbtools, viz
 from zeroedu.recipes import get_recipe
 from zeroedu.train import RunConfig, run
@@ -96,8 +98,11 @@ def test_report_figures_show_the_report():
     assert [b.get_height() * div for b in bars[:4]] == pytest.approx([rep["ranks"][1]["predicted"][k] for k in keys])
     assert [b.get_height() * div for b in bars[4:]] == pytest.approx([rep["ranks"][1]["measured"][k] for k in keys])
     fig = viz.comm_bars(rep)
-    assert [b.get_height() for b in fig.axes[0].patches][1] * viz.byte_scale(rep["ranks"][0]["measured"]["comm"].values())[0] \
-        == pytest.approx(rep["ranks"][0]["measured"]["comm"]["all_reduce"])
+    r0 = rep["ranks"][0]
+    wire = r0["wire"]["by_collective"]["all_reduce"]  # DDP runs one kind of collective: measured alone
+    div, _ = viz.byte_scale([r0["predicted"]["comm"]["all_reduce"], r0["measured"]["comm"]["all_reduce"], wire])
+    assert [b.get_height() * div for b in fig.axes[0].patches] == pytest.approx(
+        [r0["predicted"]["comm"]["all_reduce"], r0["measured"]["comm"]["all_reduce"], wire])
     _png(fig)
 
     fig = viz.memory_timeline(rep)
@@ -149,3 +154,120 @@ def test_assert_match_and_table():
     bad = dict(rep, match={"model_states": False, "comm": True})
     with pytest.raises(AssertionError):
         nbtools.assert_match(bad)
+
+
+# ---------------------------------------------------------------- timelines: options, marks, legends
+@lru_cache(maxsize=None)
+def _gpt_report(strategy, recompute="none", prefetch=True):
+    return run(RunConfig(strategy, 2, steps=2, model="gpt-tiny", recompute=recompute,
+                         options={} if prefetch else {"backward_prefetch": False}))
+
+
+def _markers(ax, marker, color):
+    want = tuple(int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    return [ln for ln in ax.get_lines() if ln.get_marker() == marker
+            and tuple(matplotlib.colors.to_rgb(ln.get_color())) == want]
+
+
+def test_lifecycle_kinds_are_read_from_labels_and_unknown_labels_are_plain_events():
+    from zeroedu.notebook.viz.timelines import lifecycle_kind, unit_of
+
+    assert lifecycle_kind("unit 3 unshard") == "unshard" and lifecycle_kind("unit 3 reshard") == "reshard"
+    assert lifecycle_kind("unit2 grad buffer allocated") == "grad alloc"
+    assert lifecycle_kind("unit2 full grad freed") == "grad free"
+    assert lifecycle_kind("optimizer step") == "step" and lifecycle_kind("recompute 1") == "recompute"
+    assert lifecycle_kind("unit 0 copy-in") is None and lifecycle_kind("something new") is None
+    assert unit_of("unit 3 unshard") == 3 and unit_of("unit12 full grad freed") == 12 and unit_of("step end") is None
+
+
+def test_memory_timeline_by_event_index_marks_every_unshard_and_the_step():
+    rep = _gpt_report("fsdp1", prefetch=False)
+    last = rep["steps"] - 1
+    events = [e for e in rep["ranks"][0]["timeline"]["events"] if e["step"] == last]
+    fig = viz.memory_timeline(rep, x="event", steps=last)
+    top, stacked = fig.axes[:2]
+    lines = [ln for ln in top.get_lines() if ln.get_label().startswith("rank")]
+    assert [list(ln.get_xdata()) for ln in lines] == [list(range(len(events)))] * 2
+    unshards = sum(e["label"].endswith(" unshard") for e in events)
+    shapes = unit_shapes(get_model("gpt-tiny").build())
+    assert unshards == sum(op.collective == "all_gather" for op in theory.exact_comm("fsdp1", shapes, 2).ops)
+    assert len(_markers(stacked, "^", viz.COLORS["gathered"])) == unshards
+    assert len(_markers(stacked, "v", "#777777")) == sum(e["label"].endswith(" reshard") for e in events)
+    # unit numbers over the unshards, in forward then backward order
+    texts = [t.get_text() for t in stacked.texts]
+    assert texts == [str(int(e["label"].split()[1])) for e in events if e["label"].endswith(" unshard")]
+    step_x = [i for i, e in enumerate(events) if e["label"] == "optimizer step"]
+    dotted = [ln for ln in stacked.get_lines() if ln.get_linestyle() == ":"]
+    assert [ln.get_xdata()[0] for ln in dotted] == step_x
+    assert any(p.get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb("#EDEDED")) for p in stacked.patches)
+    # the legend sits right of the data
+    fig.canvas.draw()
+    for ax in (top, stacked):
+        assert ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1
+    _png(fig)
+
+
+def test_memory_timeline_small_multiples_one_panel_per_rank_and_new_categories():
+    rep = _gpt_report("zero2")
+    fig = viz.memory_timeline(rep, layout="panels", x="event")
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(panels) == 2 and all(ax.collections for ax in panels)
+    assert panels[0].get_ylim() == panels[1].get_ylim()  # one y scale: a rank that differs stands out
+    top = max(sum(e["bytes"].values()) for r in rep["ranks"] for e in r["timeline"]["events"])
+    div, _ = viz.byte_scale([top, rep["ranks"][0]["predicted"]["total"]])
+    assert panels[0].get_ylim()[1] >= top / div
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "predicted model states" in labels and "full grad allocated (unit #)" in labels
+    # a category the figures have no colour for is still drawn, and labelled
+    doctored = dict(rep, ranks=[dict(r, timeline=dict(r["timeline"], events=[
+        dict(e, bytes={**e["bytes"], "something_new": 1000}) for e in r["timeline"]["events"]]))
+        for r in rep["ranks"]])
+    fig = viz.memory_timeline(doctored, layout="panels", ranks=[1])
+    assert "something_new" in [t.get_text() for t in fig.legends[0].get_texts()]
+    _png(fig)
+    with pytest.raises(ValueError):
+        viz.memory_timeline(rep, x="steps")
+    with pytest.raises(ValueError):
+        viz.memory_timeline(rep, layout="grid")
+    with pytest.raises(ValueError):
+        viz.memory_timeline(rep, layout="panels", ranks=[5])
+
+
+def test_recompute_marks_sit_inside_backward():
+    rep = _gpt_report("zero2", recompute="full")
+    fig = viz.memory_timeline(rep, x="time", steps=1, layout="panels", ranks=[0])
+    ax = fig.axes[0]
+    marks = [m for m in rep["ranks"][0]["timeline"]["marks"] if m["step"] == 1]
+    reruns = [m["t"] for m in marks if m["label"].startswith("recompute")]
+    ticks = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_marker() == "|"]
+    assert sorted(ticks) == sorted(reruns) and len(reruns) == 2  # gpt-tiny: 2 blocks
+    begin = next(m["t"] for m in marks if m["label"] == "backward begin")
+    end = next(m["t"] for m in marks if m["label"] == "backward end")
+    assert all(begin <= t <= end for t in ticks)
+
+
+def test_accumulation_and_activation_figures_show_the_reports():
+    from zeroedu.notebook.viz.runs import accumulation_figure, activation_bars
+
+    reps = {s: {k: run(RunConfig(s, 2, steps=1, micro_batches=k, model="gpt-tiny")) for k in (1, 2)}
+            for s in ("zero1", "zero2")}
+    fig = accumulation_figure(reps)
+    ax = fig.axes[0]
+    allv = [v for runs in reps.values() for r in runs.values()
+            for v in (sum(r["ranks"][0]["predicted"]["comm"].values()), r["ranks"][0]["wire"]["sent"])]
+    div, _ = viz.byte_scale(allv)
+    for s in reps:
+        line = next(ln for ln in ax.get_lines() if ln.get_label() == s)
+        assert [y * div for y in line.get_ydata()] == pytest.approx(
+            [sum(reps[s][k]["ranks"][0]["predicted"]["comm"].values()) for k in (1, 2)])
+    zero2 = next(ln for ln in ax.get_lines() if ln.get_label() == "zero2").get_ydata()
+    assert zero2[1] > zero2[0]  # ZeRO-2 reduce-scatters every micro-batch
+    _png(fig)
+    recs = [_gpt_report("zero2"), _gpt_report("zero2", recompute="full")]
+    fig = activation_bars(recs)
+    bars = fig.axes[0].patches
+    div, _ = viz.byte_scale([r["ranks"][0]["measured"]["activations"] for r in recs])
+    assert [b.get_height() * div for b in bars[2:]] == pytest.approx([r["ranks"][0]["measured"]["activations"] for r in recs])
+    _png(fig)
+    with pytest.raises(ValueError):
+        accumulation_figure({})

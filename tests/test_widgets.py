@@ -65,7 +65,7 @@ def test_explorer_is_displayable():
 
 @pytest.fixture(scope="module")
 def panel_run():
-    p = widgets.run_panel("ddp", n=2, steps=3, recipe="fp32")
+    p = widgets.run_panel("ddp", n=2, steps=3, recipe="fp32", model="gpt-tiny")
     p.button.click()  # the button's handler is the run() method
     return p
 
@@ -81,7 +81,9 @@ def test_run_panel_runs_and_streams(panel_run):
     assert p.live_redraws >= 1 and p.image.value[:4] == b"\x89PNG"
     assert p.progress.value == p.progress.max == 3
     assert "match" in p.status.value and "True" in p.status.value
-    assert p.table.value.count("<tr>") == 1 + 2 * 7  # header + (4 states + activations + 1 collective + wire) per rank
+    # one row per quantity, the two ranks collapsed: header + 4 states + activations + 1 collective + wire + peak
+    assert p.table.value.count("<tr") == 1 + 8
+    assert p.table.value.count("all 2 ranks") == 8 and "differs" not in p.table.value
 
 
 def test_run_panel_live_plot_receives_events():
@@ -110,3 +112,62 @@ def test_run_panel_rank_error_is_a_message():
     assert "RankError" in p.message.value and "megatron" in p.message.value
     assert "Traceback" not in p.message.value
     assert p.status.value == "failed"
+
+
+def test_run_panel_defaults_to_gpt_small_and_offers_m_only_for_hybrids():
+    p = widgets.run_panel("zero2", n=4)
+    assert p.model.value == "gpt-small"
+    assert p.m.layout.display == "none"
+    p.m.value = 3  # ignored: zero2 has no outer axis
+    assert p.config().m == 1 and p.config().world_size == 4
+    p.strategy.value = "hsdp"
+    assert p.m.layout.display is None
+    p.m.value = 2
+    assert p.config().m == 2 and p.config().n == 2
+
+
+def test_run_panel_table_collapses_agreeing_ranks_and_calls_out_the_one_that_differs(panel_run):
+    from zeroedu.notebook.widgets.run_panel import summary_rows
+
+    rep = panel_run.report
+    rows = summary_rows(rep)
+    assert [r["what"] for r in rows][:4] == ["param", "grad", "optim", "total"]
+    assert all(r["ranks"] == "all 2 ranks" and not r["differs"] for r in rows)
+    assert rows[0]["measured"] == rep["ranks"][0]["measured"]["param"]
+    wire = next(r for r in rows if r["what"].startswith("on the wire"))
+    assert wire["measured"] == rep["ranks"][0]["wire"]["sent"] and wire["match"] is True
+    # rank 1 measures another gradient size: its own row, flagged, the others unchanged
+    ranks = [rep["ranks"][0], dict(rep["ranks"][1], measured=dict(rep["ranks"][1]["measured"], grad=1))]
+    rows = summary_rows(dict(rep, ranks=ranks))
+    grad = [r for r in rows if r["what"] == "grad"]
+    assert [(g["ranks"], g["differs"], g["match"]) for g in grad] == [("rank 0", False, True), ("rank 1", True, False)]
+    assert len([r for r in rows if r["what"] == "param"]) == 1
+
+
+# ---------------------------------------------------------------- the activation explorer
+def test_activation_explorer_bars_are_device_bytes_and_fits():
+    e = widgets.activation_explorer()  # 7B-like: L = 32, h = 4096, a = 32, S = 4096, N = 8, 80 GB
+    shape = theory.transformer_shape(1, layers=32, hidden=4096, heads=32, seq=4096)
+    for s, d in e.data.items():
+        want = theory.device_bytes(s, shape.params, 8, shape=shape, recompute="selective")
+        assert d["total"] == pytest.approx(float(want["total"]))
+        assert d["activations"] == pytest.approx(float(want["activations"]))
+        assert d["fits"] == theory.fits(s, shape.params, 8, gpu_bytes=80e9, shape=shape, recompute="selective")
+    assert not e.data["ddp"]["fits"] and e.data["fsdp1"]["fits"]
+    assert e.data["fsdp1"]["unit"] > 0 and e.data["zero2"]["unit"] == 0
+    e.recompute.value = "none"  # an observer recomputes
+    assert not any(d["fits"] for d in e.data.values()) and "no strategy fits" in e.summary.value
+    assert "application/vnd.jupyter.widget-view+json" in e._repr_mimebundle_()
+
+
+def test_activation_explorer_clamps_and_rejects_visibly():
+    e = widgets.activation_explorer()
+    before = dict(e.data)
+    assert e.set(heads=30) is False
+    assert "not divisible" in e.message.value and e.data == before  # the bars keep the last good shape
+    assert e.set(heads=32, seq=10**7) is True and "clamped" in e.message.value and e.seq.value == 131072
+    assert e.set(micro_batch=2.5) is False and "needs an integer" in e.message.value
+    assert e.set(recompute="partial") is False and "rejected" in e.message.value
+    assert e.set(hidden=4000) is True and "rounded" in e.message.value and e.hidden.value == 3968
+    assert e.set(bogus=1) is False and "unknown control" in e.message.value
+    assert e.set(seq=4096, hidden=4096) is True and e.message.value == ""

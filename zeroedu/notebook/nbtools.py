@@ -1,5 +1,5 @@
 """Small helpers the notebooks use, so a lesson cell stays one line and never re-implements an
-algorithm: show the package's own code, diff two strategies, check an exercise, and assert that
+algorithm: show the package's own code, diff two strategies, and assert that
 a run's measurement equals its prediction.
 
 Rendering uses IPython's rich display objects (Markdown, HTML) when IPython is importable and
@@ -10,10 +10,6 @@ from __future__ import annotations
 import difflib
 import html
 import inspect
-import math
-from fractions import Fraction
-from numbers import Number
-from typing import Any
 
 from ..fmt import number as _fmt
 from .report import all_match, match_rows, max_rel_diff
@@ -67,32 +63,6 @@ def show_diff(a, b, context: int = 3) -> _Rich:
     return _Rich(diff, f"```diff\n{diff}```\n")
 
 
-def _close(got, expected, rel: float) -> bool:
-    if isinstance(expected, (list, tuple)):
-        return isinstance(got, (list, tuple)) and len(got) == len(expected) and \
-            all(_close(g, e, rel) for g, e in zip(got, expected))
-    if isinstance(expected, dict):
-        return isinstance(got, dict) and set(got) == set(expected) and \
-            all(_close(got[k], expected[k], rel) for k in expected)
-    if isinstance(expected, Number) and isinstance(got, Number) and not isinstance(got, bool):
-        e, g = float(expected), float(got)
-        return math.isclose(g, e, rel_tol=rel, abs_tol=rel)
-    return got == expected
-
-
-def check(name: str, answer: Any, expected: Any, rel: float = 1e-9, hint: str = "") -> None:
-    """Exercise checker. `answer` is the learner's value, `expected` comes from zeroedu (theory
-    or a run). Leaving the answer as `...` prints the hint instead of failing, so a notebook with
-    unanswered exercises still runs top to bottom; a wrong answer raises AssertionError."""
-    if answer is Ellipsis:
-        print(f"{name}: not answered yet." + (f" Hint: {hint}" if hint else ""))
-        return
-    if _close(answer, expected, rel):
-        print(f"{name}: correct ✓")
-        return
-    raise AssertionError(f"{name}: {answer!r} is not right." + (f" Hint: {hint}" if hint else ""))
-
-
 def match_table(report: dict, ranks: list[int] | None = None) -> _Rich:
     """Predicted (closed form) vs measured (ledger) bytes, per rank: a table with a match column."""
     rows = [row for row in match_rows(report) if ranks is None or row[0] in ranks]
@@ -134,20 +104,3 @@ def assert_match(report: dict) -> None:
     if not ok:
         raise AssertionError(f"prediction and measurement disagree:\n{match_table(report).text}\n"
                              f"loss rel. diff {diff:.3g} (tolerance {tol:g})")
-
-
-def assert_bytes(predicted: dict, measured: dict, what: str = "bytes sent") -> None:
-    """Print and assert "predicted vs measured — match: True" for two {name: bytes} dicts
-    (e.g. the ring formulas vs a job's ledger records)."""
-    keys = sorted(set(predicted) | set(measured))
-    for k in keys:
-        p, m = predicted.get(k, 0), measured.get(k, 0)
-        print(f"  {what} by {k}: predicted {_fmt(p)}, measured {_fmt(m)}")
-    ok = all(Fraction(predicted.get(k, 0)) == Fraction(measured.get(k, 0)) for k in keys)
-    print(f"predicted vs measured — match: {ok}")
-    if not ok:
-        raise AssertionError(f"{what}: predicted {predicted} != measured {measured}")
-
-
-__all__ = ["assert_bytes", "source", "show_source", "show_diff", "check", "match_rows", "match_table", "loss_rel_diff",
-           "LOSS_TOLERANCE", "assert_match"]

@@ -144,12 +144,21 @@ def plain(report: dict[str, Any], timeline: bool = False) -> dict[str, Any]:
     return out
 
 
-def format_cross_domain_table(rows: list[dict], unit: float = 1e9) -> str:
-    """Plain-text table (GB and ms) for the CLI and notebooks."""
+def format_cross_domain_table(rows: list[dict], unit: float = 1e9, striped: list[dict] | None = None) -> str:
+    """Plain-text table (GB and ms) for the CLI and notebooks. `rows` from
+    `theory.hybrid.cross_domain_table`; `striped`, the same table with `flat_ring="striped"`,
+    adds its times as a second column, so both readings of the time model stand side by side."""
+    if striped is not None and [r["layout"] for r in striped] != [r["layout"] for r in rows]:
+        raise ValueError("striped must list the same layouts as rows")
     head = f"{'layout':<11} {'ranks':>5} {'GB/rank':>9} {'sent GB':>9} {'cross GB':>9} {'comm ms':>9}"
+    if striped is not None:
+        head = head.replace("  comm ms", "  1-ring ms") + f" {'striped ms':>10}"
     lines = [head]
-    for r in rows:
-        lines.append(f"{r['layout']:<11} {r['ranks']:>5} {float(r['bytes_per_rank']) / unit:>9.3f} "
-                     f"{float(r['sent_per_rank']) / unit:>9.3f} "
-                     f"{float(r['cross_domain_per_rank']) / unit:>9.3f} {1e3 * r['comm_seconds']:>9.1f}")
+    for i, r in enumerate(rows):
+        line = (f"{r['layout']:<11} {r['ranks']:>5} {float(r['bytes_per_rank']) / unit:>9.3f} "
+                f"{float(r['sent_per_rank']) / unit:>9.3f} "
+                f"{float(r['cross_domain_per_rank']) / unit:>9.3f} {1e3 * r['comm_seconds']:>9.1f}")
+        if striped is not None:
+            line += f" {1e3 * striped[i]['comm_seconds']:>10.1f}"
+        lines.append(line)
     return "\n".join(lines)

@@ -501,7 +501,8 @@ CARDS: list[Card] = [
         answer=(
             "In exact arithmetic, no: every stage computes the same mean gradient over the global batch "
             "and applies the same Adam update; only where the bytes live and which collective moves "
-            "them change. Runs differ in the last bits because floating-point addition is not "
+            "them change (7B on 8 GPUs: {ddp} per GPU with DDP, {zero3} with ZeRO-3, the same model "
+            "trained). Runs differ in the last bits because floating-point addition is not "
             "associative: a reduce-scatter sums in a different order than an all-reduce or a single "
             "process, the reduction dtype (bf16 vs fp32) rounds differently, and where the division by "
             "N happens (before or after the sum) changes the rounding. So compare against a "
@@ -523,6 +524,7 @@ CARDS: list[Card] = [
                   Evidence("module", "zeroedu/train/reference.py", "single-process training on the global batch"),
                   Evidence("module", "zeroedu/references/torch_fsdp2.py", "torch's fully_shard as an oracle"),
                   nb("fsdp1_vs_fsdp2", "torch's `fully_shard` beside zeroedu's FSDP2"), rehearsal("zero_equivalence")),
+        figures={"ddp": _ms("ddp"), "zero3": _ms("fsdp1")},
         sources=(f"{ZERO_PAPER} §5",),
     ),
     # ------------------------------------------------------------------------- fsdp
@@ -606,7 +608,7 @@ CARDS: list[Card] = [
             "That makes per-parameter state (dtype, requires_grad, optimizer) simple, composes with "
             "tensor parallelism, gives sharded state dicts without gathering, and replaces FSDP1's "
             "CPU-blocking rate limiter with stream-based memory management. Bytes are the same 16Ψ/N "
-            "up to padding."),
+            "up to padding ({fsdp} per GPU for 7B on 8 GPUs in either)."),
         checks=(
             Choice("How does FSDP2 shard a parameter?",
                    ("flattened with the unit's other parameters into one FlatParameter, cut in N equal pieces",
@@ -624,6 +626,7 @@ CARDS: list[Card] = [
         evidence=(Evidence("run", "zeroedu run --strategy fsdp2 --world-size 3", "uneven shards per rank"),
                   Evidence("module", "zeroedu/shard.py", "FlatLayout vs dim0_rows"),
                   nb("fsdp1_vs_fsdp2", "Who owns which element"), rehearsal("fsdp1_vs_fsdp2")),
+        figures={"fsdp": _ms("fsdp2")},
         sources=("PyTorch docs: torch.distributed.fsdp.fully_shard",),
     ),
     Card(
@@ -635,7 +638,9 @@ CARDS: list[Card] = [
             "compute Y = X Wᵀ on the local batch, free W. Backward: all-gather W again, dX = dY W "
             "(local, no reduction: each rank has its own batch), dW = dYᵀ X on the local batch (full "
             "shape), then reduce-scatter dW over ranks so each keeps the summed rows it owns, divided "
-            "by N for the mean. Pad W's rows to a multiple of N on the wire when they do not divide."),
+            "by N for the mean. Pad W's rows to a multiple of N on the wire when they do not divide. "
+            "Per step each rank sends two all-gathers and one reduce-scatter of W, each (N−1)/N of its "
+            "bytes: {layer} for one 4096 × 4096 bf16 weight on 8 ranks."),
         checks=(
             Choice("In backward, how is dX computed?",
                    ("dX = dY W on each rank, no communication", "an all-reduce of dX",
@@ -648,6 +653,7 @@ CARDS: list[Card] = [
                       "dW = dYᵀ X, then reduce-scatter", "free the gathered weight; gather again in backward"),
         evidence=(Evidence("lab", "lab3_fsdp_linear", "python -m zeroedu.labs check 3"),
                   nb("fsdp_linear", "The formulas"), rehearsal("fsdp_linear")),
+        figures={"layer": Fig("3 * theory.sent_bytes('all_gather', 2 * 4096 * 4096, 8)", unit="MB", scale=1e6)},
         sources=(f"{FSDP_PAPER} §3.2",),
     ),
     Card(
@@ -777,8 +783,10 @@ CARDS: list[Card] = [
             "DDP owns (ParamAndGradBuffer). Under FSDP the parameters themselves are sharded and the "
             "buffers belong to FSDP, so reusing it meant routing around DDP code paths with branches "
             "(v1's reuse was shallow). A dedicated optimizer works directly on the FSDP shards, and the "
-            "same code serves every per-axis level. The general point: the optimizer must know who "
-            "owns which elements."),
+            "same code serves every per-axis level. The layout also sets the memory: for 7B on 8 GPUs "
+            "the distributed optimizer over DDP's buffer keeps {distopt} per GPU (bf16 parameters and "
+            "fp32 gradients stay whole on every rank), Megatron-FSDP sharding all three {fsdp}. The "
+            "general point: the optimizer must know who owns which elements."),
         checks=(
             Choice("What does Megatron's DistributedOptimizer assume?",
                    ("DDP's contiguous parameter-and-gradient buffer, out of which it cuts its ranges",
@@ -793,6 +801,7 @@ CARDS: list[Card] = [
         evidence=(Evidence("module", "zeroedu/strategies/megatron_distopt.py", "buffer-wide / local ranges"),
                   nb("megatron", "Three index spaces"), rehearsal("own_optimizer"),
                   Evidence("source", "Megatron-LM PR #5865", "FullyShardedOptimizer")),
+        figures={"distopt": _ms("megatron_distopt"), "fsdp": _ms("fsdp2")},
         sources=("Megatron-LM PR #5865",),
     ),
     # ------------------------------------------------------------------------- hybrid
@@ -805,8 +814,12 @@ CARDS: list[Card] = [
             "per-layer all-gathers and reduce-scatters then stay on NVLink; across nodes only one "
             "all-reduce of each rank's gradient shard per step remains, {cross_h} per rank for 7B on "
             "2 nodes × 8. The price is memory: HSDP keeps 16Ψ/N per GPU ({hsdp}) instead of 16Ψ/(NM) "
-            "({flat}). In the bandwidth-only model the step's communication drops from {t_flat} to "
-            "{t_hsdp}. It is opt-in, not a default: FSDP1's default strategy is FULL_SHARD, FSDP2 "
+            "({flat}). How much time that saves depends on the network: in a bandwidth-only model where "
+            "the flat ring runs in lockstep over one {nic} NIC per node boundary, the step's "
+            "communication drops from {t_flat} to {t_hsdp}; with the flat ring's traffic striped over "
+            "the node's eight NICs (one per GPU), flat ZeRO-3 takes {t_flat_striped} and is the faster "
+            "one, and the case for HSDP rests on its {cross_ratio} fewer cross-node bytes (less NIC contention, "
+            "slower or shared networks). It is opt-in, not a default: FSDP1's default strategy is FULL_SHARD, FSDP2 "
             "shards flat unless given a 2-D mesh, and torchtitan's default is flat FSDP over every rank "
             "(data_parallel_replicate_degree = 1). DeepSpeed's analogue is MiCS."),
         checks=(
@@ -831,7 +844,12 @@ CARDS: list[Card] = [
         figures={"hsdp": _ms("hsdp", m=2), "flat": _ms("fsdp1", n=16), "hfsdp": _ms("hfsdp", m=2),
                  "cross_h": Fig("hybrid.cross_domain_bytes('hsdp', 7e9, 8, 2)"),
                  "t_flat": Fig("hybrid.step_comm_time('flat_zero3', 7e9, 8, 2)", unit="ms", scale=1e-3),
-                 "t_hsdp": Fig("hybrid.step_comm_time('hsdp', 7e9, 8, 2)", unit="ms", scale=1e-3)},
+                 "t_hsdp": Fig("hybrid.step_comm_time('hsdp', 7e9, 8, 2)", unit="ms", scale=1e-3),
+                 "t_flat_striped": Fig("hybrid.step_comm_time('flat_zero3', 7e9, 8, 2, flat_ring='striped')",
+                                       unit="ms", scale=1e-3),
+                 "nic": NIC,
+                 "cross_ratio": Fig("hybrid.cross_domain_bytes('flat_zero3', 7e9, 8, 2) "
+                                    "/ hybrid.cross_domain_bytes('hsdp', 7e9, 8, 2)", unit="×", scale=1, digits=3)},
         sources=(f"{FSDP_PAPER} §3.2.2",),
     ),
     Card(
@@ -981,7 +999,9 @@ CARDS: list[Card] = [
             "(TORCH_NCCL_TRACE_BUFFER_SIZE > 0, TORCH_NCCL_DUMP_ON_TIMEOUT=1): each rank dumps its "
             "recent collectives, and the rank whose sequence number lags or whose op differs is the "
             "culprit. NCCL_DEBUG=INFO logs NCCL's setup (topology, transports) and errors; py-spy dump "
-            "shows where the silent rank's Python is. For a straggler rather than a hang, compare "
+            "shows where the silent rank's Python is. A healthy collective is short: a {bucket} bucket's "
+            "all-reduce over 8 GPUs on NVLink takes {t_ar} in the α–β model, so a wait of seconds "
+            "means a missing rank, not a slow link. For a straggler rather than a hang, compare "
             "time spent waiting in collectives per rank: the slow rank waits least. zeroedu's harness "
             "does this for you: it names the rank that never reached the collective."),
         checks=(
@@ -1000,9 +1020,12 @@ CARDS: list[Card] = [
                       "NCCL_DEBUG=INFO; py-spy on the silent rank; stragglers wait least"),
         evidence=(Evidence("module", "zeroedu/runtime/cluster.py", "RankError: rank(s) never reached the collective"),
                   Evidence("module", "zeroedu/runtime/faults.py", "hang_on"),
-                  nb("ddp", "Exercises"), rehearsal("debug_hang"),
+                  rehearsal("debug_hang"),
                   Evidence("source", "torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp",
                            "TORCH_NCCL_ASYNC_ERROR_HANDLING, TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_NCCL_TRACE_BUFFER_SIZE")),
+        figures={"bucket": _in(TORCH_BUCKET, "MiB", 2 ** 20, "torch DDP bucket_cap_mb default"),
+                 "t_ar": Fig(f"theory.ring_allreduce_time({TORCH_BUCKET}, 8, theory.DEFAULT_BANDWIDTH['dp_shard'], "
+                             "theory.DEFAULT_ALPHA['dp_shard'])", unit="ms", scale=1e-3)},
         sources=("PyTorch docs: torch.distributed NCCL environment variables", "NVIDIA NCCL docs: NCCL_DEBUG"),
     ),
     # ------------------------------------------------------------------------- memory

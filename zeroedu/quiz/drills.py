@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from .. import catalog, recipes, theory
-from ..catalog import INNER, OUTER, shards
+from ..catalog import shards
 from .deck import fmt_number
 
 KINDS = ("bytes", "comm", "fits")

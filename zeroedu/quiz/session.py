@@ -142,6 +142,23 @@ class Session:
         return self.score
 
 
+# The one-hour refresher: every card once, topic by topic, from the collectives up to composing
+# with TP/PP, with one sizing drill per topic. Minutes per topic, in that order (sum: 60).
+REFRESHER = (("comm", 6), ("ddp", 4), ("zero", 10), ("fsdp", 11), ("megatron", 4), ("hybrid", 6),
+             ("memory", 8), ("training", 7), ("composition", 4))
+
+
+def refresher_plan() -> list[dict]:
+    """The one-hour refresher as rows: minutes, topic, the topic's card ids (deck order) and the
+    ``zeroedu quiz`` command that rehearses exactly those cards plus one drill."""
+    rows = []
+    for topic, minutes in REFRESHER:
+        ids = [c.id for c in deck_mod.cards(topic)]
+        rows.append({"minutes": minutes, "topic": topic, "cards": ids,
+                     "command": f"zeroedu quiz --topic {topic} --cards {len(ids)} --drills 1"})
+    return rows
+
+
 def scripted_answers(s: Session, ticks: str = "all") -> str:
     """The stdin that answers every question of `s` right (and ticks `ticks`): for scripts/tests."""
     lines = []
@@ -166,4 +183,4 @@ def build(topic: str | None = None, seed: int = 0, n_drills: int = 3, n_cards: i
     return Session(chosen, drills_mod.draw_drills(n_drills, seed=seed, topic=topic))
 
 
-__all__ = ["Session", "Score", "build", "scripted_answers"]
+__all__ = ["Session", "Score", "build", "scripted_answers", "REFRESHER", "refresher_plan"]

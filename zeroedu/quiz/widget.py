@@ -33,28 +33,44 @@ class DrillTrainer:
         self.topic = topic
         self.right = self.done = 0
         self.prompt = W.HTML()
-        self.answer = W.Text(placeholder="e.g. 26.25 GB or yes", layout=W.Layout(width="320px"))
+        # continuous_update=False: the value changes on Enter (or leaving the box), which checks
+        # the answer; ipywidgets 8 deprecates Text.on_submit for this.
+        self.answer = W.Text(placeholder="e.g. 26.25 GB or yes", continuous_update=False,
+                             layout=W.Layout(width="320px"))
+        self._setting = False  # True while the code itself sets the answer box
         self.check_btn = W.Button(description="Check", button_style="primary")
         self.next_btn = W.Button(description="Next drill")
         self.feedback = W.HTML()
         self.score = W.HTML()
         self.check_btn.on_click(lambda _: self.check())
         self.next_btn.on_click(lambda _: self.next())
-        self.answer.on_submit(lambda _: self.check())
+        self.answer.observe(self._submitted, names="value")
         self.view = W.VBox([self.prompt, W.HBox([self.answer, self.check_btn, self.next_btn]),
                             self.feedback, self.score])
         self.next()
+
+    def _set_answer(self, text: str) -> None:
+        self._setting = True
+        try:
+            self.answer.value = text
+        finally:
+            self._setting = False
+
+    def _submitted(self, change) -> None:
+        if not self._setting and change["new"].strip():
+            self.check()
 
     def next(self):
         strategies = drills.TOPIC_STRATEGIES.get(self.topic, drills.STRATEGIES)
         kinds = drills.TOPIC_KINDS.get(self.topic, drills.KINDS)
         self.drill = drills.make_drill(self.rng, kinds, strategies)
         self.prompt.value = f"<b>{html.escape(self.drill.prompt())}</b>"
-        self.answer.value, self.feedback.value, self.answered = "", "", False
+        self._set_answer("")
+        self.feedback.value, self.answered = "", False
 
     def check(self, text: str | None = None) -> bool:
         if text is not None:
-            self.answer.value = text
+            self._set_answer(text)
         ok, verdict = self.drill.grade(self.answer.value)
         if not self.answered:
             self.answered, self.done, self.right = True, self.done + 1, self.right + int(ok)

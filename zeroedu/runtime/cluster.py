@@ -25,6 +25,7 @@ import datetime
 import multiprocessing as mp
 import os
 import queue
+import sys
 import tempfile
 import time
 from typing import Any, Callable
@@ -34,6 +35,17 @@ from .rank import RankContext, choose_backend, run_torchrun, under_torchrun, wor
 
 MAX_LOCAL_RANKS = 16
 DEFAULT_TIMEOUT = 60.0
+
+
+def _start_hint(pool) -> str:
+    """Ranks start by forkserver and import the caller's main module again: a script that starts
+    runs at import time (no `if __name__ == "__main__":`) makes every rank die while starting."""
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if not getattr(pool, "_starting", False) or not main_file:
+        return ""
+    return (f"; the ranks died while starting: if {os.path.basename(main_file)} calls zeroedu at "
+            "import time, put that under `if __name__ == \"__main__\":` (each rank imports the "
+            "main module again)")
 
 
 class RankError(RuntimeError):
@@ -118,12 +130,14 @@ class Pool:
             p.start()
             self.procs.append(p)
         self.closed = False
+        self._starting = True
         ready = set()
         deadline = time.monotonic() + self.timeout
         while len(ready) < self.n:
             kind, rank, _, payload = self._next(deadline, waiting_for=set(range(self.n)) - ready)
             if kind == "ready":
                 ready.add(rank)
+        self._starting = False
         self.start_seconds = time.perf_counter() - t0
 
     # -------------------------------------------------------------- plumbing
@@ -181,7 +195,7 @@ class Pool:
             r = min(dead)
             err = RankError(r, f"exited with code {dead[r]}",
                             "the process ended without reporting a result "
-                            "(killed, os._exit, or a crash in native code)", self._tail(r))
+                            "(killed, os._exit, or a crash in native code)" + _start_hint(self), self._tail(r))
         elif waiting_for - set(errors):
             # Peers timed out inside a collective while these ranks said nothing: they hung.
             hung = sorted(waiting_for - set(errors))

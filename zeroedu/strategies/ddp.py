@@ -1,6 +1,6 @@
 """Naive DDP: every rank a full replica; all-reduce each gradient after backward.
 
-Algorithm (PyTorch DDP paper, Li et al. 2020, §3.1 "naive solution"):
+Algorithm (PyTorch DDP paper, Li et al. 2020, "Gradient Reduction: A Naive Solution"):
   1. forward and backward on this rank's micro-batch; gradients land in `p.grad`;
   2. after backward, all-reduce (SUM) every gradient over the N ranks;
   3. Adam on every parameter with the summed gradient times 1/N.

@@ -1,7 +1,7 @@
 """DDP with gradient buckets whose all-reduce overlaps the rest of backward.
 
-Algorithm (PyTorch DDP paper, Li et al. 2020, §3.2.3 "gradient bucketing" and §3.2.4 "overlap
-computation with communication"):
+Algorithm (PyTorch DDP paper, Li et al. 2020, "Gradient Reduction": "Gradient Bucketing" and
+"Overlap Computation with Communication"):
   1. set-up: walk the parameters in *reverse* registration order (roughly the order backward
      produces their gradients) and pack them into buckets of about `bucket_bytes`; each bucket
      is one flat gradient buffer and every `p.grad` is a view into it, so autograd's in-place

@@ -35,14 +35,14 @@ def _gather_rows(part: torch.Tensor, d0: int, layer, what: str) -> torch.Tensor:
 
 
 def _scatter_rows(full: torch.Tensor, rows: shard.Range, layer, what: str) -> torch.Tensor:
-    """Reduce-scatter (SUM) a full gradient; return this rank's rows, divided by N."""
+    """Reduce-scatter (SUM) a full gradient; return this rank's rows, divided by N (`mean_grad`)."""
     n = layer.axis.size
     c = shard.dim0_chunk_rows(full.shape[0], n)
     padded = torch.zeros((c * n, *full.shape[1:]), dtype=full.dtype, device=full.device)
     padded[:full.shape[0]] = full
     mine = torch.empty((c, *full.shape[1:]), dtype=full.dtype, device=full.device)
     layer.comm.reduce_scatter(mine, padded, layer.axis, tag(layer.tag, what, "grads"))
-    return mine[:rows.size] / n
+    return layer.mean_grad(mine[:rows.size])
 
 
 class _FSDPLinearFn(torch.autograd.Function):
@@ -79,6 +79,11 @@ class FSDPLinear(nn.Module):
 
     def forward(self, x):
         return _FSDPLinearFn.apply(x, self.weight, self.bias, self)
+
+    def mean_grad(self, summed: torch.Tensor) -> torch.Tensor:
+        """The reduce-scatter SUMs over ranks; each rank's loss is a mean over its own batch, so
+        the gradient of the global batch's mean is the sum divided by N."""
+        return summed / self.axis.size
 
     def full_parameters(self) -> list[torch.Tensor]:
         return [_gather_rows(p.detach(), self.out_features, self, w) for w, p in (("weight", self.weight), ("bias", self.bias))]

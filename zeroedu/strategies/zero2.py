@@ -98,8 +98,12 @@ class ZeRO2(ZeRO1):
             # The work object references the buffer too: drop it with the views, or the
             # memory would stay allocated although the ledger no longer sees the buffer.
             del self._inflight[k], h, extra
-            self.units[k].free_grad()
-            self.ledger.event(f"{self.units[k].name} full grad freed")
+            self.release_full_grad(self.units[k])
+
+    def release_full_grad(self, u) -> None:
+        """The unit's full gradient buffer has been reduce-scattered: free it (ZeRO-2's saving)."""
+        u.free_grad()
+        self.ledger.event(f"{u.name} full grad freed")
 
     # ------------------------------------------------------------------ micro-batches
     def before_micro_batch(self):

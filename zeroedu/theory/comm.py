@@ -6,7 +6,7 @@ reduce-scatter whose input is S bytes and an all-gather whose output is S bytes 
 alone sends nothing. Gradients travel in the recipe's grad dtype G, parameters in its param
 dtype P.
 
-**Per step, Ψ elements** (ZeRO §7.2-7.3; FSDP paper §3.2, §3.3; Megatron-FSDP per-axis levels)::
+**Per step, Ψ elements** (ZeRO §7.1-7.2.2; FSDP paper §3.2, §3.3; Megatron-FSDP per-axis levels)::
 
     ddp, ddp_bucketed   all_reduce ΨG                                  = 2Ψ (DDP baseline)
     zero1, zero2        reduce_scatter ΨG + all_gather ΨP              = 2Ψ, same as DDP

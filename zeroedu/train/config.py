@@ -61,8 +61,11 @@ class RunConfig:
         if isinstance(k, bool) or not isinstance(k, int) or k < 1:
             raise ValueError(f"micro-batches must be an integer >= 1, got {k!r}")
         if (batch // self.world_size) % k:
+            need = self.world_size * k
             raise ValueError(f"the local batch {batch // self.world_size} (global batch {batch} over "
-                             f"{self.world_size} ranks) must be divisible by {k} micro-batches")
+                             f"{self.world_size} ranks) must be divisible by {k} micro-batches: use a "
+                             f"global batch that is a multiple of N·K = {need}, e.g. --global-batch "
+                             f"{need * -(-batch // need)}")
         if self.recompute not in RECOMPUTE_MODES:
             raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
         if self.recompute != "none" and isinstance(model, MLPConfig):

@@ -9,7 +9,8 @@ Generic over strategies: what a strategy shards comes from `zeroedu.catalog` (it
 each mesh axis), how many bytes from `zeroedu.theory`, so a strategy added to the catalog is
 drawn without touching this module.
 
-Modules: `theory` (closed-form figures), `runs` (one run's report), `layouts` (who owns which
+Modules: `theory` (closed-form figures), `runs` (one run's bars, several runs side by side),
+`timelines` (memory and collectives over a run), `layouts` (who owns which
 element under FSDP1 and FSDP2), `common` (colours, units). Everything is re-exported here.
 
 Figures
@@ -18,21 +19,28 @@ Figures
     theory_memory_bars    bytes per GPU by category for several strategies (closed form)
     theory_comm_bars      bytes sent per GPU per step by collective (closed form)
     memory_bars           one run: predicted vs measured model states by category
-    comm_bars             one run: predicted vs measured bytes sent by collective
+    comm_bars             one run: closed form vs ring model vs wire, bytes sent by collective
     memory_timeline       one run: bytes held per rank over time, prediction overlaid
     overlap_timeline      one run: backward interval vs each collective's interval
     fsdp_lifecycle        ZeRO-3 / FSDP unit lifecycle: unshard, compute, reshard, reduce-scatter
     loss_curves           one run's losses against the single-process reference
     ownership_figure      FSDP1 flat vs FSDP2 dim-0: which rank stores which element
     cross_domain_figure   flat ZeRO-3 over M·N vs HSDP vs HFSDP: bytes, cross-domain bytes, time
+    axis_bytes_bars       runs' bytes per mesh axis: ring model beside the wire
+    accumulation_figure   bytes per optimizer step against the number of micro-batches, per strategy
+    activation_bars       activation bytes per micro-batch for runs side by side (e.g. recompute modes)
+    scaling_figure        step time and bytes per rank against N, zeroedu and torch, with the
+                          closed-form communication time (`scaling_results`, `step_times`)
 """
 from .common import COLORS, RANK_COLORS, STATE_CATS, TIMELINE_CATS, byte_scale, human_bytes, new_figure, rank_color
 from .layouts import dim0_ownership, flat_ownership, ownership_figure
-from .runs import comm_bars, loss_curves, memory_bars, memory_timeline, overlap_timeline, timeline_axes
-from .theory import (cross_domain_figure, fsdp_lifecycle, ring_scaling, sharding_diagram, theory_comm,
+from .runs import accumulation_figure, activation_bars, comm_bars, loss_curves, memory_bars
+from .timelines import (lifecycle_kind, memory_timeline, overlap_timeline, timeline_axes, unit_of)
+from .theory import (axis_bytes_bars, cross_domain_figure, fsdp_lifecycle, ring_scaling, scaling_figure,
+                     scaling_results, sharding_diagram, step_times, theory_comm,
                      theory_comm_bars, theory_memory, theory_memory_bars)
 
-__all__ = ["COLORS", "RANK_COLORS", "STATE_CATS", "TIMELINE_CATS", "byte_scale", "human_bytes", "new_figure", "rank_color",
+__all__ = ["accumulation_figure", "activation_bars", "lifecycle_kind", "unit_of", "axis_bytes_bars", "scaling_figure", "scaling_results", "step_times", "COLORS", "RANK_COLORS", "STATE_CATS", "TIMELINE_CATS", "byte_scale", "human_bytes", "new_figure", "rank_color",
            "dim0_ownership", "flat_ownership", "ownership_figure", "comm_bars", "loss_curves",
            "memory_bars", "memory_timeline", "overlap_timeline", "timeline_axes", "cross_domain_figure",
            "fsdp_lifecycle", "ring_scaling", "sharding_diagram", "theory_comm", "theory_comm_bars",

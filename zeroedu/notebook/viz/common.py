@@ -8,7 +8,7 @@ from ...fmt import byte_scale, human_bytes
 COLORS = {
     "param": "#4C72B0", "grad": "#DD8452", "optim": "#55A868",
     "master": "#55A868", "main_grad": "#8C8C8C", "m": "#64B5CD", "v": "#8172B3",
-    "gathered": "#C44E52", "comm_buffer": "#937860", "activation": "#DA8BC3",
+    "gathered": "#C44E52", "comm_buffer": "#937860", "activation": "#DA8BC3", "backward_temp": "#F0C05A",
     "all_reduce": "#4C72B0", "reduce_scatter": "#DD8452", "all_gather": "#55A868",
     "send": "#8172B3", "recv": "#937860", "broadcast": "#8C8C8C",
 }
@@ -16,7 +16,7 @@ COLORS = {
 RANK_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
 STATE_CATS = ("param", "grad", "optim")
 TIMELINE_CATS = ("param", "grad", "master", "main_grad", "m", "v", "gathered", "comm_buffer",
-                 "activation")
+                 "activation", "backward_temp")
 
 
 def rank_color(r: int) -> str:
@@ -28,3 +28,10 @@ def new_figure(w: float = 7.0, h: float = 3.2, **kw) -> Figure:
 
 
 __all__ = ["COLORS", "RANK_COLORS", "rank_color", "STATE_CATS", "TIMELINE_CATS", "new_figure", "byte_scale", "human_bytes"]
+
+
+def outside_legend(ax, handles=None, ncol: int = 1) -> None:
+    """A legend to the right of the axes, so it never hides data."""
+    kw = {} if handles is None else {"handles": handles}
+    ax.legend(**kw, fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              borderaxespad=0.0, ncol=ncol)

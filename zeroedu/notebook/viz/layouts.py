@@ -13,9 +13,14 @@ from ... import shard
 from .common import rank_color
 
 
-def _param_labels(unit_shapes) -> list[str]:
-    return [f"unit {u} {'weight' if len(s) > 1 else 'bias'} {tuple(s)}"
-            for u, unit in enumerate(unit_shapes) for s in unit]
+def _param_labels(unit_shapes, names=None, unit_ids=None) -> list[str]:
+    ids = list(range(len(unit_shapes))) if unit_ids is None else list(unit_ids)
+    out = []
+    for k, (u, unit) in enumerate(zip(ids, unit_shapes)):
+        for j, s in enumerate(unit):
+            what = names[k][j] if names is not None else ("weight" if len(s) > 1 else "bias")
+            out.append(f"unit {u} {what} {tuple(s)}")
+    return out
 
 
 def flat_ownership(unit_shapes, n: int) -> list[list[tuple[int, int, int]]]:
@@ -60,32 +65,45 @@ def dim0_ownership(unit_shapes, n: int) -> list[list[tuple[int, int, int]]]:
     return out
 
 
-def ownership_figure(unit_shapes, n: int) -> Figure:
+def ownership_figure(unit_shapes, n: int, *, units=None, names=None, relative: bool = False) -> Figure:
     """Two panels, FSDP1 (flat) above FSDP2 (dim-0): one bar per parameter along its flattened
     elements, coloured by the rank that stores them; hatched blocks are padding (stored
-    padding for the flat layout, wire-only padding for dim-0)."""
-    labels = _param_labels(unit_shapes)
+    padding for the flat layout, wire-only padding for dim-0).
+
+    `units`: indices of the units to draw (default all; FSDP1's flat layout is per unit, so a
+    unit is drawn whole or not at all). `names`: per unit, its parameters' names, for the labels.
+    `relative=True` draws every bar as a fraction of its own parameter (x from 0 to 1, padding
+    beyond 1), so that a 256-element LayerNorm weight is as visible as a 262,144-element matrix."""
+    ids = list(range(len(unit_shapes))) if units is None else list(units)
+    shapes = [unit_shapes[u] for u in ids]
+    if names is not None:
+        names = [names[u] for u in ids]
+    labels = _param_labels(shapes, names, ids)
+    numels = [shard.numel(s) for unit in shapes for s in unit]
     panels = [("FSDP1: flat buffer per unit, padded to a multiple of N, N equal chunks",
-               flat_ownership(unit_shapes, n)),
+               flat_ownership(shapes, n)),
               ("FSDP2: every parameter cut on dim 0 (rows), chunk = ceil(rows/N); hatched = wire padding",
-               dim0_ownership(unit_shapes, n))]
+               dim0_ownership(shapes, n))]
     fig = Figure(figsize=(8.0, 1.4 + 0.3 * len(labels) * 2), layout="constrained")
     axes = fig.subplots(2, 1, sharex=True)
     xmax = 1
     for ax, (title, own) in zip(axes, panels):
         for i, ranges in enumerate(own):
+            scale = numels[i] if relative else 1
             for a, b, r in ranges:
                 pad = r < 0
                 rank = -1 - r if pad else r
-                ax.add_patch(Rectangle((a, i - 0.35), b - a, 0.7, facecolor="white" if pad else rank_color(rank),
+                ax.add_patch(Rectangle((a / scale, i - 0.35), (b - a) / scale, 0.7,
+                                       facecolor="white" if pad else rank_color(rank),
                                        edgecolor=rank_color(rank), hatch="///" if pad else None, linewidth=0.6))
-                xmax = max(xmax, b)
+                xmax = max(xmax, b / scale)
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.set_ylim(len(labels) - 0.5, -0.5)
         ax.set_title(title, fontsize=9)
     axes[-1].set_xlim(0, xmax * 1.02)
-    axes[-1].set_xlabel("element of the parameter's flattened tensor (row-major)")
+    axes[-1].set_xlabel("fraction of the parameter's elements (flattened, row-major)" if relative
+                        else "element of the parameter's flattened tensor (row-major)")
     handles = [Patch(facecolor=rank_color(r), label=f"rank {r}") for r in range(n)]
     handles.append(Patch(facecolor="white", edgecolor="grey", hatch="///", label="padding"))
-    axes[0].legend(handles=handles, fontsize=7, frameon=False, ncol=n + 1, loc="lower right")
+    fig.legend(handles=handles, fontsize=7, frameon=False, ncol=n + 1, loc="outside lower center")
     return fig

@@ -1,4 +1,7 @@
-"""Figures of the closed forms (`zeroedu.theory`): what each GPU holds and sends, predicted."""
+"""Figures of the closed forms (`zeroedu.theory`): what each GPU holds and sends, predicted; and
+two that set runs beside them: bytes per mesh axis, ring model vs the wire (`axis_bytes_bars`),
+and bytes and time per step as N grows (`scaling_figure`, from quick runs or from
+benchmarks/results/scaling.json)."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -152,10 +155,11 @@ def theory_comm_bars(strategies=None, psi=7e9, n=8, m=1, recipe=None, highlight:
     return fig
 
 
-def ring_scaling(nbytes: float, n_max: int = 16, measured: dict | None = None) -> Figure:
+def ring_scaling(nbytes: float, n_max: int = 16, measured: dict | None = None,
+                 title: str | None = None, measured_label: str = "measured on real ranks") -> Figure:
     """Bytes one rank sends for a payload of `nbytes` as the group grows (ring model): an
     all-reduce tends to 2S, a reduce-scatter or an all-gather to S, whatever N is.
-    `measured` = {n: {collective: bytes}} adds points from real runs."""
+    `measured` = {n: {collective: bytes}} adds points from real runs (e.g. the wire)."""
     if not isinstance(n_max, int) or n_max < 1:
         raise ValueError(f"n_max must be an integer >= 1, got {n_max!r}")
     ns = list(range(1, n_max + 1))
@@ -168,12 +172,12 @@ def ring_scaling(nbytes: float, n_max: int = 16, measured: dict | None = None) -
             if c in d:
                 ax.plot([n], [d[c] / nbytes], "o", color=COLORS[c], markersize=7, markeredgecolor="black")
     if measured:
-        ax.plot([], [], "o", color="white", markeredgecolor="black", label="measured on real ranks")
+        ax.plot([], [], "o", color="white", markeredgecolor="black", label=measured_label)
     ax.axhline(2, color="grey", linestyle=":", linewidth=0.8)
     ax.axhline(1, color="grey", linestyle=":", linewidth=0.8)
     ax.set_xlabel("N (ranks in the group)")
     ax.set_ylabel("bytes sent per rank / S")
-    ax.set_title(f"ring collectives, payload S = {human_bytes(nbytes)}", fontsize=9)
+    ax.set_title(title or f"ring collectives, payload S = {human_bytes(nbytes)}", fontsize=9)
     ax.legend(fontsize=7, frameon=False)
     return fig
 
@@ -225,21 +229,163 @@ def fsdp_lifecycle(n_units: int = 3, reshard_after_forward: bool = True) -> Figu
     return fig
 
 
-def cross_domain_figure(psi=7e9, n: int = 8, m: int = 2, recipe=None, bandwidth=None) -> Figure:
+def cross_domain_figure(psi=7e9, n: int = 8, m: int = 2, recipe=None, bandwidth=None,
+                        nics_per_node: int | None = None, nic_bandwidth=None, alpha=None) -> Figure:
     """Bytes per rank, bytes crossing domains per rank per step, and communication seconds per
-    step for the three layouts of `theory.hybrid.cross_domain_table` (closed forms only)."""
-    rows = cross_domain_table(psi, n, m, recipe, bandwidth)
+    step (nothing overlapped) for the three layouts of `theory.hybrid.cross_domain_table`
+    (closed forms only). The time panel shows both readings of the time model: flat ZeRO-3 as
+    one lockstep ring paced by one NIC ("single ring") and as rings striped over the node's
+    NICs ("striped"); the hybrids read the same either way."""
+    rows = cross_domain_table(psi, n, m, recipe, bandwidth, nics_per_node=nics_per_node,
+                              nic_bandwidth=nic_bandwidth, alpha=alpha)
     names = [r["layout"] for r in rows]
-    fig = new_figure(8.0, 2.6)
+    fig = new_figure(9.0, 2.8)
     axes = fig.subplots(1, 3)
     panels = (("model states per rank (GB)", [float(r["bytes_per_rank"]) / 1e9 for r in rows]),
-              ("cross-domain bytes per rank/step (GB)", [float(r["cross_domain_per_rank"]) / 1e9 for r in rows]),
-              ("communication per step (ms)", [1e3 * r["comm_seconds"] for r in rows]))
+              ("cross-domain bytes per rank/step (GB)", [float(r["cross_domain_per_rank"]) / 1e9 for r in rows]))
     for ax, (title, vals) in zip(axes, panels):
         ax.bar(range(len(rows)), vals, color=[rank_color(i) for i in range(len(rows))])
         ax.set_xticks(range(len(rows)), names, fontsize=8)
         ax.set_title(title, fontsize=8)
         for i, v in enumerate(vals):
             ax.text(i, v, f"{v:.3g}", ha="center", va="bottom", fontsize=7)
-    fig.suptitle(f"Ψ={float(psi):.3g}, {m} domains × {n} ranks", fontsize=9)
+    ax = axes[2]
+    for j, (key, label, hatch) in enumerate((("comm_seconds_single_ring", "single ring", None),
+                                             ("comm_seconds_striped", "striped over NICs", "//"))):
+        xs = [i + (j - 0.5) * 0.38 for i in range(len(rows))]
+        vals = [1e3 * r[key] for r in rows]
+        ax.bar(xs, vals, 0.38, color=[rank_color(i) for i in range(len(rows))], hatch=hatch,
+               edgecolor="white" if hatch else None, label=label)
+        for x, v in zip(xs, vals):
+            ax.text(x, v, f"{v:.3g}", ha="center", va="bottom", fontsize=6)
+    ax.set_xticks(range(len(rows)), names, fontsize=8)
+    ax.set_title("communication per step (ms), no overlap", fontsize=8)
+    ax.legend(handles=[Patch(facecolor="#BBBBBB", label="flat: one lockstep ring, one NIC"),
+                       Patch(facecolor="#BBBBBB", hatch="//", edgecolor="white",
+                             label="flat: rings striped over the node's NICs")], fontsize=6, frameon=False)
+    nics = n if nics_per_node is None else nics_per_node
+    fig.suptitle(f"Ψ={float(psi):.3g}, {m} domains × {n} ranks; {nics} NICs per node", fontsize=9)
+    return fig
+
+
+def axis_bytes_bars(reports: dict[str, dict], rank: int = 0) -> Figure:
+    """Bytes one rank sent per step, split by mesh axis (``dp_shard`` inside a domain,
+    ``dp_outer`` across domains), one group per run: the ring model of the payloads (the
+    ledger's records, hatched) beside the wire (the kernel's byte counters of the rank's
+    sockets, `report["ranks"][rank]["wire"]["by_axis"]`, gloo's framing included)."""
+    if not reports:
+        raise ValueError("give at least one report: {label: report}")
+    axes_order = []
+    for rep in reports.values():
+        r = rep["ranks"][rank]
+        for ax_name in list(r["measured"].get("comm_by_axis", {})) + list((r.get("wire") or {}).get("by_axis", {})):
+            if ax_name not in axes_order:
+                axes_order.append(ax_name)
+    fig = new_figure(max(5.0, 2.2 * len(reports) + 1.0), 3.0)
+    ax = fig.add_subplot()
+    vals = []
+    for rep in reports.values():
+        r = rep["ranks"][rank]
+        vals += [sum(v.values()) for v in r["measured"].get("comm_by_axis", {}).values()]
+        vals += list(((r.get("wire") or {}).get("by_axis") or {}).values())
+    div, unit = byte_scale(vals or [1])
+    colours = {a: rank_color(i) for i, a in enumerate(axes_order)}
+    width = 0.8 / max(1, 2 * len(axes_order))
+    for g, (label, rep) in enumerate(reports.items()):
+        r = rep["ranks"][rank]
+        wire = ((r.get("wire") or {}).get("by_axis")) or {}
+        for k, axis in enumerate(axes_order):
+            ring = sum(r["measured"].get("comm_by_axis", {}).get(axis, {}).values())
+            x0 = g - 0.4 + (2 * k) * width + width / 2
+            ax.bar(x0, ring / div, width, color="white", edgecolor=colours[axis], hatch="//")
+            ax.bar(x0 + width, wire.get(axis, 0) / div, width, color=colours[axis])
+            ax.text(x0 + width, wire.get(axis, 0) / div, f"{wire.get(axis, 0) / div:.3g}", ha="center",
+                    va="bottom", fontsize=6)
+    ax.set_xticks(range(len(reports)), list(reports), fontsize=8)
+    ax.set_ylabel(f"{unit} sent per step, rank {rank}")
+    handles = []
+    for axis in axes_order:
+        handles.append(Patch(facecolor="white", edgecolor=colours[axis], hatch="//", label=f"{axis}: ring model"))
+        handles.append(Patch(facecolor=colours[axis], label=f"{axis}: wire"))
+    top = max([v / div for v in vals] + [1e-30])
+    ax.set_ylim(0, 1.4 * top)  # room for the legend above the bars
+    ax.legend(handles=handles, fontsize=7, frameon=False, ncol=len(axes_order), loc="upper center")
+    ax.set_title("bytes per mesh axis: ring model vs the wire", fontsize=9)
+    return fig
+
+
+SCALING_KEYS = ("ddp", "zero2", "fsdp")  # the strategy keys of benchmarks/results/scaling.json
+
+
+def step_times(report: dict) -> list[float]:
+    """Seconds per optimizer step of one run, the slowest rank per step, read from each rank's
+    timeline ("step end" events on the rank's own clock); the first step is left out (warm-up)."""
+    ends = []
+    for r in report["ranks"]:
+        t = {e["step"]: e["t"] for e in r["timeline"]["events"] if e["label"] == "step end"}
+        ends.append([t[k] - t[k - 1] for k in sorted(t) if k - 1 in t])
+    return [max(col) for col in zip(*ends)] if ends else []
+
+
+def scaling_results(reports: dict, bandwidth: float, strategy_key=None) -> dict:
+    """Quick runs as a results dict in the schema of benchmarks/results/scaling.json
+    (`zeroedu.references.bench.SCALING_SCHEMA`), zeroedu's side only: `reports` maps
+    (strategy, n) -> report; the closed-form communication time is the ring-model bytes one rank
+    sends per step (the prediction) over `bandwidth` (bytes/s). `strategy_key` maps a zeroedu
+    strategy to the file's key (default: fsdp1/fsdp2 -> "fsdp", ddp_bucketed -> "ddp")."""
+    import statistics
+
+    key = strategy_key or (lambda s: {"fsdp1": "fsdp", "fsdp2": "fsdp", "ddp_bucketed": "ddp"}.get(s, s))
+    rows = []
+    for (s, n), rep in sorted(reports.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        r0 = rep["ranks"][0]
+        sent = sum(r0["predicted"]["comm"].values())
+        times = step_times(rep)
+        rows.append({"n": n, "strategy": key(s),
+                     "zeroedu": {"impl": s, "median": statistics.median(times) if times else None,
+                                 "steps": len(times), "wire": (r0.get("wire") or {}).get("sent") or 0,
+                                 "ring_model": sum(r0["measured"]["comm"].values())},
+                     "torch": None,
+                     "closed_form": {"sent": sent, "t_comm": sent / bandwidth if sent else 0.0}})
+    first = next(iter(reports.values()))
+    return {"model": first.get("model"), "recipe": first.get("recipe"), "loopback": {"bandwidth": bandwidth},
+            "rows": rows}
+
+
+def scaling_figure(results: dict) -> Figure:
+    """Two panels from a scaling results dict (`SCALING_SCHEMA`: benchmarks/results/scaling.json,
+    or `scaling_results` of quick runs): bytes one rank sends per step against N (the wire,
+    markers; the ring model's closed form, lines), and seconds per step against N (measured step
+    time per implementation, markers; the closed-form communication time, lines)."""
+    rows = results["rows"]
+    keys = [k for k in SCALING_KEYS if any(r["strategy"] == k for r in rows)] + \
+        sorted({r["strategy"] for r in rows} - set(SCALING_KEYS))
+    fig = new_figure(9.0, 3.2)
+    ax_b, ax_t = fig.subplots(1, 2)
+    allb = [r["closed_form"]["sent"] for r in rows] + [r["zeroedu"]["wire"] or 0 for r in rows]
+    div, unit = byte_scale(allb or [1])
+    for i, k in enumerate(keys):
+        rs = sorted((r for r in rows if r["strategy"] == k), key=lambda r: r["n"])
+        ns = [r["n"] for r in rs]
+        col = rank_color(i)
+        ax_b.plot(ns, [r["closed_form"]["sent"] / div for r in rs], "-", color=col, label=f"{k}: ring model")
+        ax_b.plot(ns, [(r["zeroedu"]["wire"] or 0) / div for r in rs], "o", color=col, label=f"{k}: wire (zeroedu)")
+        if any(r.get("torch") and r["torch"].get("wire") for r in rs):
+            ax_b.plot(ns, [(r["torch"] or {}).get("wire", 0) / div for r in rs], "x", color=col,
+                      label=f"{k}: wire (torch)")
+        ax_t.plot(ns, [1e3 * r["closed_form"]["t_comm"] for r in rs], "-", color=col, label=f"{k}: comm. (closed form)")
+        ax_t.plot(ns, [1e3 * (r["zeroedu"]["median"] or 0) for r in rs], "o", color=col, label=f"{k}: step (zeroedu)")
+        if any(r.get("torch") and r["torch"].get("median") for r in rs):
+            ax_t.plot(ns, [1e3 * (r["torch"] or {}).get("median", 0) for r in rs], "x", color=col,
+                      label=f"{k}: step (torch)")
+    for ax in (ax_b, ax_t):
+        ax.set_xlabel("N (ranks)")
+        ax.set_xticks(sorted({r["n"] for r in rows}))
+        ax.legend(fontsize=6, frameon=False)
+    ax_b.set_ylabel(f"{unit} sent per rank per step")
+    ax_t.set_ylabel("ms per step")
+    bw = (results.get("loopback") or {}).get("bandwidth")
+    ax_b.set_title(f"{results.get('model', '')}: bytes per rank", fontsize=9)
+    ax_t.set_title("step time (measured) and communication time (closed form"
+                   + (f", {bw / 1e9:.2g} GB/s)" if bw else ")"), fontsize=9)
     return fig

@@ -8,7 +8,10 @@
   rank pool (`zeroedu.train.run`) while ledger events stream back; a live memory-timeline plot
   per rank with the prediction overlaid, a progress bar, then the predicted-vs-measured table.
 
-* `cross_domain_widget()`: M and N sliders over flat ZeRO-3 vs HSDP vs HFSDP (closed forms).
+* `cross_domain_widget()`: M, N, NICs per node, achieved NIC bandwidth and the reading of the
+  flat ring (one lockstep ring or striped over the NICs) over flat ZeRO-3 vs HSDP vs HFSDP.
+* `activation_explorer()`: S, B, L, H, A and recompute over activations + model states +
+  gathered unit per strategy, and whether it fits.
 
 One module per dashboard; `common` holds what they share. All are plain objects holding their widgets: `update()` / `run()` are ordinary methods, so a test
 drives them without a browser, and the observers only call them. Bad input never raises into
@@ -19,11 +22,13 @@ the run panel's timeline is a matplotlib PNG in an `ipywidgets.Image`, redrawn a
 `redraw_every` seconds while events stream, which updates in JupyterLab from inside a running
 callback and needs no particular matplotlib backend.
 """
+from .activation_explorer import ActivationExplorer, activation_explorer
 from .collective_explorer import CollectiveExplorer, collective_explorer
 from .common import DEFAULT_RECIPE, bar_chart_html
-from .cross_domain import cross_domain_widget
+from .cross_domain import CrossDomainWidget, cross_domain_widget
 from .memory_explorer import MemoryExplorer, memory_explorer
 from .run_panel import RunPanel, run_panel
 
 __all__ = ["CollectiveExplorer", "collective_explorer", "bar_chart_html", "MemoryExplorer", "memory_explorer",
-           "RunPanel", "run_panel", "DEFAULT_RECIPE", "cross_domain_widget"]
+           "RunPanel", "run_panel", "DEFAULT_RECIPE", "CrossDomainWidget", "cross_domain_widget",
+           "ActivationExplorer", "activation_explorer"]

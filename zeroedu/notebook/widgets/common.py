@@ -1,8 +1,11 @@
-"""What the dashboards share: a figure as PNG bytes, a red/green message line, HTML bar charts."""
+"""What the dashboards share: a figure as PNG bytes, a red/green message line, HTML bar charts,
+the checking of numbers set from Python."""
 from __future__ import annotations
 
 import html
 import io
+import math
+from numbers import Real
 
 import ipywidgets as W
 from matplotlib.figure import Figure
@@ -62,3 +65,15 @@ def bar_chart_html(title: str, data: dict[str, dict[str, float] | None], highlig
                    f'height:10px;margin:0 3px 0 8px"></span>{html.escape(line[1])}')
     return (f'<div><div style="font-size:12px;font-weight:bold">{html.escape(title)}</div>'
             + "".join(rows) + f'<div style="font-size:11px">{legend}</div></div>')
+
+
+def checked_number(key: str, v, lo: float, hi: float, integral: bool, notes: list[str]):
+    """A control's new value from Python: None (and a note) when `v` is not a finite number of the
+    right kind; clamped to [lo, hi] with a note when outside it. Shared by the explorers' `set`."""
+    if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v) or (integral and v != int(v)):
+        notes.append(f"{key} = {v!r} rejected: needs {'an integer' if integral else 'a number'}")
+        return None
+    if not lo <= v <= hi:
+        notes.append(f"{key} = {v:g} clamped to [{lo:g}, {hi:g}]")
+        v = min(max(v, lo), hi)
+    return int(v) if integral else float(v)

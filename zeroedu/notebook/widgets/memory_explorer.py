@@ -5,15 +5,15 @@ activations + the largest unit a ZeRO-3-family strategy gathers. Activations are
 al. 2022's for the GPT shape `theory.transformer_shape` infers from Ψ (L, h, a; the note under
 the summary names it) at the chosen sequence length S, micro-batch B and recomputation; "fits"
 compares that sum with the GPU. The time column is communication only, nothing overlapped, at
-the default bandwidths. Hybrids at M = 1 have one domain and are flat ZeRO-3 over N, so their
-rows are greyed and marked until M >= 2.
+the default bandwidths. N is the data-parallel degree: the GPU column is N·tp·pp (N·M·tp·pp for
+the hybrids). Hybrids at M = 1 have one domain and are flat ZeRO-3 over N, so their rows are
+greyed and marked until M >= 2 (the dashboard opens at M = 2). A combination the closed forms
+refuse (offloading a DDP, say) reads "not applicable" with the reason.
 """
 from __future__ import annotations
 
 import html
-import math
 import time
-from numbers import Real
 
 import ipywidgets as W
 
@@ -21,11 +21,16 @@ from ... import catalog, theory
 from ...recipes import RECIPES, get_recipe
 from ...theory.activations import DEFAULT_MICRO_BATCH, DEFAULT_SEQ, RECOMPUTE
 from .. import viz
-from .common import BAD_STYLE, DEFAULT_RECIPE, OK_STYLE, bar_chart_html, message
+from .common import BAD_STYLE, DEFAULT_RECIPE, OK_STYLE, bar_chart_html, checked_number, message
 
 def _params(psi: float) -> str:
     """7e9 -> '7B', 1.25e8 -> '125M': how model sizes are usually written."""
     return f"{psi / 1e9:.3g}B" if psi >= 1e9 else f"{psi / 1e6:.3g}M"
+
+
+def _short(reason: str) -> str:
+    """The first clause of a closed form's refusal, for a table cell (the full text is its tooltip)."""
+    return reason.split(";")[0].split(": ")[0]
 
 
 class MemoryExplorer:
@@ -77,6 +82,7 @@ class MemoryExplorer:
         for w in self.controls:
             w.observe(self._on_change, names="value")
         self.updates = 0
+        self._last_m = m  # the "M only affects hybrids" message follows a change of M
         self._muted = False
         self.last_update_seconds = 0.0
         self.data: dict = {}
@@ -111,16 +117,11 @@ class MemoryExplorer:
                     continue
                 if key in ranges:
                     lo, hi = ranges[key]
-                    integral = key not in ("psi", "gpu_gb")
-                    if isinstance(v, bool) or not isinstance(v, Real) or not math.isfinite(v) or \
-                            (integral and v != int(v)):
-                        notes.append(f"{key} = {v!r} rejected: needs {'an integer' if integral else 'a number'}")
+                    v = checked_number(key, v, lo, hi, key not in ("psi", "gpu_gb"), notes)
+                    if v is None:
                         ok = False
                         continue
-                    if not lo <= v <= hi:
-                        notes.append(f"{key} = {v:g} clamped to [{lo:g}, {hi:g}]")
-                        v = min(max(v, lo), hi)
-                    w.value = int(v) if integral else float(v)
+                    w.value = v
                 else:
                     options = list(w.options)
                     if v is None and key == "recipe":
@@ -191,8 +192,9 @@ class MemoryExplorer:
         sel = self.strategy.value
         if "error" in self.data[sel]:
             notes.append(f"{sel}: {self.data[sel]['error']}")
-        if self.m.value > 1 and not catalog.get_spec(sel).hybrid:
+        if self.m.value != self._last_m and self.m.value > 1 and not catalog.get_spec(sel).hybrid:
             notes.append(f"M = {self.m.value} only affects hybrid strategies (hsdp, hfsdp); {sel} ignores it")
+        self._last_m = self.m.value
         message(self.message, "; ".join(notes))
         self._draw()
         self.summary.value = self._summary_html(sel)
@@ -241,7 +243,9 @@ class MemoryExplorer:
     def _note_html(self) -> str:
         sh = self.shape()
         grey = (" Greyed rows: hybrids at M = 1 (one domain) are flat ZeRO-3 over N; set M &ge; 2 to "
-                "compare them." if self.m.value == 1 else "")
+                "compare them." if self.m.value == 1 else
+                f" M = {self.m.value} applies to the hybrids (hsdp, hfsdp: N·M GPUs); the other strategies "
+                f"shard over N.")
         return (f'<span style="font-size:11px;color:#555">Activations: GPT shape inferred from Ψ '
                 f"(L = {sh.layers}, h = {sh.hidden}, a = {sh.heads}, V = {sh.vocab}; GPT-3 family, "
                 f"h = 128·L), S = {sh.seq}, B = {sh.micro_batch}, recompute = {self.recompute.value}; "
@@ -258,7 +262,10 @@ class MemoryExplorer:
             style += "color:#999;" if self.flat_hybrid(s) else ""
             style = f' style="{style}"' if style else ""
             if "total" not in d:
-                cells = [self._label(s), str(d["gpus"])] + ["n/a"] * (len(head) - 2)
+                rows.append(f"<tr{style}><td>{html.escape(self._label(s))}</td><td>{d['gpus']}</td>"
+                            f'<td colspan="{len(head) - 2}" title="{html.escape(d["error"])}">not applicable: '
+                            f"{html.escape(_short(d['error']))}</td></tr>")
+                continue
             else:
                 cells = [self._label(s), str(d["gpus"])] + [viz.human_bytes(d[k]) for k in
                                                 ("param", "grad", "optim", "total", "host",

@@ -1,0 +1,121 @@
+"""Every exercise the notebooks ask: its check rejects the placeholder and the wrong answers it
+anticipates (with their diagnosis), accepts the answer zeroedu computes, and the notebooks are
+built around them (tagged, placeholders in the learner's edition, no solution leaked)."""
+from __future__ import annotations
+
+import io
+import json
+import re
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from zeroedu.notebook.exercises import STYLES, all_exercises, check, generate, get
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
+EXERCISES = all_exercises()
+
+
+def _context(ex):
+    return ex.example() if ex.example is not None else {}
+
+
+@pytest.mark.parametrize("ex", EXERCISES, ids=[e.id for e in EXERCISES])
+def test_check_rejects_placeholder_and_wrong_answers_and_accepts_the_right_one(ex):
+    ctx = _context(ex)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert check(ex.id, ..., **ctx) is None
+    assert "not answered yet" in out.getvalue() and ex.prompt in out.getvalue()
+    assert ex.wrong, f"{ex.id} anticipates no wrong answer"
+    want = ex.expected(**ctx)
+    for w in ex.wrong:
+        value = w.resolve(ctx)
+        assert not ex.right(value, ctx), f"{ex.id}: the anticipated wrong answer {value!r} is accepted"
+        with pytest.raises(AssertionError) as ei:
+            check(ex.id, value, **ctx)
+        assert w.why in str(ei.value)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert check(ex.id, want, **ctx) is None
+    assert "correct" in out.getvalue()
+    if ex.kind == "number":  # any other number is refused, saying by how much
+        with pytest.raises(AssertionError, match="factor|%"):
+            check(ex.id, 2.5 * float(want) + 1, **ctx)
+
+
+def _cells(path):
+    return [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+def test_every_exercise_is_asked_in_exactly_one_notebook_cell_tagged_exercise():
+    asked = {}
+    for p in SOLUTIONS:
+        for c in _cells(p):
+            src = "".join(c["source"])
+            for ex_id in generate.CHECK_ID.findall(src):
+                assert "exercise" in c["metadata"].get("tags", []), f"{p.name}: {ex_id} in an untagged cell"
+                assert ex_id.split(".")[0] == p.name[:2], f"{p.name} asks {ex_id}"
+                asked.setdefault(ex_id, []).append(p.name)
+    assert {e.id for e in EXERCISES} == set(asked)
+    assert all(len(v) == 1 for v in asked.values())
+
+
+def test_every_notebook_has_the_styles_the_course_promises():
+    by_nb = {}
+    for e in EXERCISES:
+        by_nb.setdefault(e.notebook, set()).add(e.style)
+    for p in SOLUTIONS:
+        nb = p.name[:2]
+        styles = by_nb.get(nb, set())
+        assert {"predict", "measure"} <= styles, f"{p.name}: {sorted(styles)}"
+        if int(nb) >= 3:
+            assert "find-the-bug" in styles, f"{p.name}: no find-the-bug exercise"
+    assert set().union(*by_nb.values()) <= set(STYLES)
+
+
+def test_learner_notebooks_are_generated_and_hold_no_solution():
+    assert generate.generate(check=True) == []  # `python -m zeroedu.notebook.exercises generate`
+    for p in SOLUTIONS:
+        learner = ROOT / "notebooks" / p.name
+        for c in _cells(learner):
+            src = "".join(c["source"])
+            assert "# solution" not in src
+            if "exercise" in c["metadata"].get("tags", []):
+                assert re.search(r"=\s*\.\.\.", src), f"{p.name}: an exercise cell without a placeholder"
+                text = "".join("".join(o.get("text", "")) for o in c["outputs"])
+                assert "correct" not in text and "not answered yet" in text
+
+
+def test_a_prediction_is_not_answered_by_the_learners_notebook():
+    """After a predict exercise the learner's edition shows no output until the next exercise;
+    the solution shows the run (so the clearing is what hides it)."""
+    hidden = 0
+    for p in SOLUTIONS:
+        sol, learner = _cells(p), _cells(ROOT / "notebooks" / p.name)
+        hiding = False
+        for s, c in zip(sol, learner):
+            if "exercise" in c["metadata"].get("tags", []):
+                hiding = any(get(i).style == "predict"
+                             for i in re.findall(r'check\(\s*"(\d+\.\d+)"', "".join(c["source"])))
+                assert (generate.PREDICT_NOTE in "".join("".join(o.get("text", "")) for o in c["outputs"])) == hiding
+            elif hiding and c["cell_type"] == "code":
+                assert c["outputs"] == [] and c["execution_count"] is None, p.name
+                hidden += bool(s["outputs"])
+    assert hidden >= 13  # at least one run per notebook whose output the solution shows
+
+
+def test_find_the_bug_variants_are_strategies_and_unknown_ids_are_refused():
+    from zeroedu.models.custom import resolve
+    from zeroedu.strategies.base import Strategy
+
+    refs = {ref for p in SOLUTIONS for c in _cells(p)
+            for ref in re.findall(r'strategy_class="([\w.]+:\w+)"', "".join(c["source"]))}
+    assert refs, "no notebook runs a broken variant"
+    for ref in refs:
+        cls = resolve(ref)
+        assert isinstance(cls, type) and issubclass(cls, Strategy), ref
+    with pytest.raises(ValueError, match="unknown exercise"):
+        get("00.0")

@@ -1,0 +1,104 @@
+"""Notebook 01 (collectives): the ring's bytes by formula, and what the wire shows for gloo's own
+collectives and for zeroedu's ring.
+
+Context the measure exercises read (notebook 01's `wire`): {N: [per-rank result of
+`zeroedu.runtime.collectives.wire_collectives_job`]}, i.e. wire[N][rank][implementation]
+[collective] = {"wire": [bytes per repeat], "model": ring-model bytes, "messages": ...}.
+"""
+from __future__ import annotations
+
+from ... import theory
+from ...runtime.wire import FRAMING_PER_MESSAGE
+from . import Exercise, Wrong, register
+
+S = 3 << 20  # the payload of notebook 01's wire run: 3 MiB of fp32
+
+
+def _fig(wire, impl, op, n=4, rank=0):
+    return wire[n][rank][impl][op]
+
+
+def _example():
+    """A context shaped like notebook 01's, with N = 4 figures from the ring model and gloo's
+    message counts (12 for its all-reduce and reduce-scatter, 6 for its all-gather, 3 for each
+    ring call), so the answers are those the real run gives."""
+    def fig(op, impl, msgs):
+        model = int(theory.sent_bytes(op, S, 4))
+        payload = 2 * model if impl == "backend" and op == "reduce_scatter" else model
+        return {"wire": [payload + FRAMING_PER_MESSAGE * msgs] * 3, "model": model, "messages": msgs}
+
+    rank = {"backend": {"all_reduce": fig("all_reduce", "backend", 12),
+                        "reduce_scatter": fig("reduce_scatter", "backend", 12),
+                        "all_gather": fig("all_gather", "backend", 6)},
+            "ring": {"all_reduce": fig("all_reduce", "ring", 12),
+                     "reduce_scatter": fig("reduce_scatter", "ring", 3),
+                     "all_gather": fig("all_gather", "ring", 3)}}
+    return {"wire": {4: [rank] * 4}}
+
+
+register(
+    Exercise(
+        id="01.1", kind="number", style="formula",
+        prompt="Bytes one rank sends in a ring all-reduce of a 1 GB gradient over N = 8 ranks?",
+        expected=lambda **_: theory.sent_bytes("all_reduce", 1e9, 8),
+        hint="an all-reduce is a reduce-scatter then an all-gather, each (N-1)/N of S",
+        wrong=(Wrong(2e9, "2S is the limit for very large N; at N = 8 each half sends 7/8 of S, not all of it"),
+               Wrong(0.875e9, "that is one half of the ring (the reduce-scatter or the all-gather); "
+                              "an all-reduce runs both"),
+               Wrong(7e9, "(N-1)·S is what the root of a naive gather-then-broadcast sends; "
+                          "a ring rank only ever sends chunks of S/N to its neighbour"))),
+    Exercise(
+        id="01.2", kind="number", style="formula",
+        prompt="Bytes one rank sends in a ring all-gather whose output is 1 GB, over N = 8 ranks?",
+        expected=lambda **_: theory.sent_bytes("all_gather", 1e9, 8),
+        hint="N-1 steps, one chunk of S/N each",
+        wrong=(Wrong(1.75e9, "that is an all-reduce; an all-gather only forwards chunks, it has no "
+                             "reduce-scatter half"),
+               Wrong(0.125e9, "S/N is one chunk; each rank forwards N-1 of them around the ring"),
+               Wrong(1e9, "a rank never sends the chunk it would receive back: N-1 of the N chunks"))),
+    Exercise(
+        id="01.3", kind="number", style="formula",
+        prompt="With N = 1000 ranks, how many bytes does one rank send in a ring all-reduce of 1 GB? "
+               "(four significant digits)",
+        expected=lambda **_: theory.sent_bytes("all_reduce", 1e9, 1000), rel=1e-4,
+        hint="2 (N-1)/N · S: almost, but not quite, 2S",
+        wrong=(Wrong(2e9, "2S is the limit; at N = 1000 the factor is 2·999/1000"),
+               Wrong(0.999e9, "that is one half of the ring"))),
+    Exercise(
+        id="01.4", kind="choice", style="predict",
+        prompt="Before the run: on N = 4 ranks with S = 3 MiB, how many payload bytes will each rank "
+               "put on the wire for torch's own reduce_scatter_single on gloo?",
+        options={"a": "(N-1)/N · S, the ring bound, like zeroedu's ring",
+                 "b": "2(N-1)/N · S, as much as an all-reduce",
+                 "c": "S/N, one chunk",
+                 "d": "(N-1) · S, like the root of a naive scheme"},
+        expected=lambda **_: "b",
+        hint="the run measures both implementations; gloo's source is quoted right after it",
+        wrong=(Wrong("a", "that is what a ring reduce-scatter needs, and what zeroedu's ring sends; "
+                          "gloo's reduce_scatter_single is not a ring reduce-scatter"),
+               Wrong("c", "even a ring reduce-scatter passes on N-1 partial sums, not one chunk"),
+               Wrong("d", "no rank acts as a root in gloo's collectives"))),
+    Exercise(
+        id="01.5", kind="number", style="measure",
+        prompt="From the wire table: how many more bytes did rank 0 put on the wire for gloo's own "
+               "reduce-scatter than for zeroedu's ring reduce-scatter, at N = 4?",
+        expected=lambda wire, **_: (_fig(wire, "backend", "reduce_scatter")["wire"][0]
+                                    - _fig(wire, "ring", "reduce_scatter")["wire"][0]),
+        rel=1e-4, example=_example,
+        hint="subtract the two measured (wire) figures of the reduce-scatter row",
+        wrong=(Wrong(lambda wire, **_: _fig(wire, "ring", "reduce_scatter")["model"],
+                     "that is the payload difference alone, (N-1)/N · S; the wire also carries gloo's "
+                     "framing, and gloo's version sends more messages than the ring's"),
+               Wrong(0, "the two implementations do not send the same bytes: look at the wire column"))),
+    Exercise(
+        id="01.6", kind="number", style="measure",
+        prompt="gloo's own all-reduce at N = 4, rank 0: how many point-to-point messages did it send? "
+               "Work it out from the wire: (wire - ring model) / 144 B.",
+        expected=lambda wire, **_: ((_fig(wire, "backend", "all_reduce")["wire"][0]
+                                     - _fig(wire, "backend", "all_reduce")["model"]) / FRAMING_PER_MESSAGE),
+        hint="every message costs 144 B of framing on top of its payload", example=_example,
+        wrong=(Wrong(6, "one message per ring step would be 2(N-1) = 6; gloo cuts each rank's chunk "
+                        "into segments (at least two), and each segment is a message of its own"),
+               Wrong(3, "N-1 steps is one half of the ring; an all-reduce has two"))),
+)
+

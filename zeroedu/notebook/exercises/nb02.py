@@ -1,0 +1,99 @@
+"""Notebook 02 (DDP): what each GPU holds, when the bucket all-reduces start, what gradient
+accumulation costs on the wire, and DDP's closed forms.
+
+Context the measure exercise reads: `base` and `acc`, the reports of bucketed DDP with one
+micro-batch per step and with K = 4 (report["ranks"][r]["wire"]["sent"]: bytes the kernel
+counted on rank r's sockets in the last optimizer step).
+"""
+from __future__ import annotations
+
+from ... import theory
+from ...models import get_model, make_model, unit_shapes
+from . import Exercise, Wrong, register
+
+_CATEGORY_OPTIONS = {"a": "parameters (bf16)", "b": "gradients (bf16)",
+                     "c": "optimizer state (fp32 master, Adam m and v)",
+                     "d": "activations saved for backward (one micro-batch)"}
+
+
+def _largest_category(model="gpt-small", n=4, micro_batch=2, recipe="mixed-bf16") -> str:
+    """Which of the four per-rank figures the closed forms make largest for notebook 02's run."""
+    spec = get_model(model)
+    ms = theory.exact_model_states("ddp", unit_shapes(make_model(spec)), n, recipe=recipe)
+    sizes = {"a": ms.param, "b": ms.grad, "c": ms.optim, "d": spec.activation_bytes(micro_batch, 2)}
+    return max(sizes, key=sizes.get)
+
+
+def _wire(report, rank=0):
+    return report["ranks"][rank]["wire"]["sent"]
+
+
+def _accumulation_example():
+    sent = {"ranks": [{"wire": {"sent": 9_738_346}}]}
+    return {"base": sent, "acc": sent}
+
+
+register(
+    Exercise(
+        id="02.1", kind="choice", style="predict",
+        prompt="Before the run: DDP trains gpt-small (Ψ ≈ 3.2 M) on 4 ranks with mixed-bf16, 2 sequences "
+               "of 128 tokens per rank. Which of these will the ledger measure as the largest on rank 0?",
+        options=_CATEGORY_OPTIONS,
+        expected=lambda **_: _largest_category(),
+        hint="bytes per parameter for each model state, against the activations of a small micro-batch",
+        wrong=(Wrong("a", "bf16 parameters are 2 bytes per parameter; Adam's state is 12"),
+               Wrong("b", "bf16 gradients are 2 bytes per parameter; Adam's state is 12"),
+               Wrong("d", "activations grow with the micro-batch; at 2 × 128 tokens they are a few MB, "
+                          "while the fp32 master, m and v take 12 bytes for each of the 3.2 M parameters"))),
+    Exercise(
+        id="02.2", kind="choice", style="predict",
+        prompt="Before the run: bucketed DDP on gpt-small, buckets of about 1 MiB. Where on rank 0's timeline "
+               "will the buckets' all-reduces start?",
+        options={"a": "all after backward has finished, like naive DDP",
+                 "b": "during backward, each as soon as its bucket's gradients are all there",
+                 "c": "before backward starts",
+                 "d": "only at the next forward"},
+        expected=lambda **_: "b",
+        hint="read start_grad_sync and the hook that calls it",
+        wrong=(Wrong("a", "that is naive DDP; the post-accumulate-grad hook launches a bucket as soon as "
+                          "its last gradient has been accumulated, while autograd goes on"),
+               Wrong("c", "nothing can be reduced before backward has produced it"),
+               Wrong("d", "the optimizer step needs the reduced gradients, so they are waited for before it"))),
+    Exercise(
+        id="02.3", kind="number", style="measure",
+        prompt="Bucketed DDP with K = 4 micro-batches per optimizer step (4× the batch): bytes on the wire "
+               "per optimizer step on rank 0, divided by those of the run with K = 1?",
+        expected=lambda base, acc, **_: _wire(acc) / _wire(base),
+        example=_accumulation_example,
+        hint="divide report['ranks'][0]['wire']['sent'] of the two runs",
+        wrong=(Wrong(4, "one all-reduce per micro-batch would send 4×; inside no_sync the hooks stay quiet "
+                        "and only the last backward of the step launches the buckets"),
+               Wrong(0.25, "the bytes do not shrink either: the gradient is as large as the model, whatever "
+                           "the batch"))),
+    Exercise(
+        id="02.4", kind="number", style="formula",
+        prompt="Bytes per GPU of model states for DDP with Ψ = 1.5e9 and the mixed-bf16 recipe?",
+        expected=lambda **_: theory.model_states("ddp", 1.5e9, 8).total,
+        hint="16 bytes per parameter",
+        wrong=(Wrong(6e9, "4Ψ counts bf16 weights and gradients only; Adam's fp32 master, m and v add 12 "
+                          "bytes per parameter"),
+               Wrong(3e9, "2Ψ is the bf16 weights alone"),
+               Wrong(18e9, "12Ψ is Adam's state alone; add the bf16 weights and gradients"))),
+    Exercise(
+        id="02.5", kind="number", style="formula",
+        prompt="Bytes one GPU sends per step, ring model, bf16 gradients, for Ψ = 1.5e9 on N = 16?",
+        expected=lambda **_: theory.comm_per_rank("ddp", 1.5e9, 16).total(),
+        hint="2 (N-1)/N × Ψ × 2 bytes",
+        wrong=(Wrong(6e9, "2 × Ψ × 2 bytes is the limit for large N; at N = 16 the factor is 2·15/16"),
+               Wrong(2.8125e9, "that is one half of the ring; an all-reduce is a reduce-scatter and an all-gather"),
+               Wrong(11.25e9, "the recipe's gradients are bf16 (2 bytes), not fp32"))),
+    Exercise(
+        id="02.6", kind="choice", style="formula",
+        prompt="Going from N = 8 to N = 64 GPUs, what happens to DDP's model-state bytes per GPU?",
+        options={"a": "they shrink 8×", "b": "they stay the same", "c": "they grow"},
+        expected=lambda **_: ("b" if theory.model_states("ddp", 1.5e9, 8).total
+                              == theory.model_states("ddp", 1.5e9, 64).total else "a"),
+        hint="what does DDP split across GPUs?",
+        wrong=(Wrong("a", "DDP splits the batch, not the model: every GPU keeps a full replica"),
+               Wrong("c", "nothing per GPU depends on N: every GPU keeps one full replica"))),
+)

@@ -1,0 +1,123 @@
+"""Notebook 05 (ZeRO-3 / FSDP): model states per GPU, when "1.5x DDP" holds in bytes, the
+saw-tooth's teeth, what reshard_after_forward=False keeps, an FSDP that never reshards after
+forward, and why one big unit does not bring back DDP's memory."""
+from __future__ import annotations
+
+from ... import theory
+from . import Exercise, Wrong, register
+
+GB = 1e9
+
+
+def _forward_end(report: dict, rank: int = 0) -> dict:
+    """Bytes by category at the last step's forward/backward boundary ("forward end" event)."""
+    evs = report["ranks"][rank]["timeline"]["events"]
+    return [e for e in evs if e["step"] == report["steps"] - 1 and e["label"] == "forward end"][-1]["bytes"]
+
+
+def _gathered_at_forward_end(report: dict) -> int:
+    return _forward_end(report)["gathered"]
+
+
+def _example_keep() -> dict:
+    # gpt-small, N = 4, mixed-bf16, reshard_after_forward=False: every unit's bf16 params alive
+    ev = {"t": 1.0, "label": "forward end", "step": 1,
+          "bytes": {"param": 1_621_042, "gathered": 6_484_168, "activation": 9_811_972}}
+    return {"report": {"steps": 2, "ranks": [{"timeline": {"events": [ev]}}]}}
+
+
+def _teeth_answer() -> str:
+    # a tooth per unshard, and an unshard per all-gather: count them for 6 units, resharding
+    units = [[(8,)]] * 6
+    gathers = sum(op.collective == "all_gather" for op in theory.exact_comm("fsdp1", units, 4).ops)
+    return {6: "a", 12: "b", 1: "c", 18: "d"}[gathers]
+
+
+def _ratio_fp32_reduce() -> float:
+    psi, n = 7e9, 8
+    return float(theory.comm_per_rank("fsdp1", psi, n, reduce_dtype="fp32").total()
+                 / theory.comm_per_rank("ddp", psi, n).total())
+
+
+register(
+    Exercise(
+        id="05.1", kind="number", style="formula",
+        prompt="A 70B-parameter model trains with ZeRO-3 on N = 512 GPUs, mixed-bf16. How many bytes of model "
+               "states does each GPU hold (between uses of the units)?",
+        expected=lambda: theory.model_states("fsdp1", 70e9, 512).total,
+        hint="parameters, gradients and optimizer state are all cut N ways: (P + G + K)Ψ/N.",
+        wrong=(Wrong(2 * 70e9 + 14 * 70e9 / 512, "that is ZeRO-2: ZeRO-3 shards the bf16 parameters too"),
+               Wrong(12 * 70e9 / 512, "only the optimizer state: parameters and gradients are sharded as well"),
+               Wrong(16 * 70e9, "that is DDP: nothing sharded")),
+    ),
+    Exercise(
+        id="05.2", kind="number", style="formula",
+        prompt="bf16 parameters, gradients reduce-scattered in fp32 (FSDP2's reduce_dtype=torch.float32, "
+               "Megatron's default), against a DDP that all-reduces bf16 gradients: how many times DDP's "
+               "bytes per step does ZeRO-3 send (ring model, Ψ = 7B, N = 8)?",
+        expected=_ratio_fp32_reduce,
+        hint="count bytes, not elements: two bf16 all-gathers of Ψ and one fp32 reduce-scatter of Ψ, "
+             "against two bf16 halves of an all-reduce.",
+        wrong=(Wrong(1.5, "3Ψ vs 2Ψ counts elements; in bytes it holds only when every pass uses the same dtype"),
+               Wrong(1.0, "that is against a DDP that also reduces in fp32 (8 bytes per parameter each)"),
+               Wrong(3.0, "DDP's all-reduce is two passes over Ψ, not one")),
+    ),
+    Exercise(
+        id="05.3", kind="choice", style="predict",
+        prompt="Before the runs: gpt-small has 6 units (embedding, 4 blocks, head). With prefetching off, how "
+               "many teeth (an unshard followed by its reshard) does the gathered-parameters band show per "
+               "training step?",
+        options={"a": "6: one per unit", "b": "12: two per unit, before its forward and again before its backward",
+                 "c": "1: the whole model is gathered once per step", "d": "18: three per unit, one per collective"},
+        expected=_teeth_answer,
+        hint="reshard_after_forward=True frees a unit after its forward; what must happen before its backward?",
+        wrong=(Wrong("a", "after its forward a unit is resharded, so backward has to gather it again"),
+               Wrong("c", "a unit is gathered around its own use only; that is what keeps the peak low"),
+               Wrong("d", "the reduce-scatter moves gradients into shards; it gathers no parameters")),
+    ),
+    Exercise(
+        id="05.4", kind="number", style="measure",
+        prompt="From the reshard_after_forward=False run (`report`): how many bytes of unsharded (gathered) "
+               "parameters does rank 0 hold at the forward/backward boundary of the last step (its "
+               "'forward end' event)?",
+        expected=_gathered_at_forward_end,
+        hint="report['ranks'][0]['timeline']['events']: pick the last step's 'forward end' event; its "
+             "'bytes' are split by category.",
+        wrong=(Wrong(0, "that is with resharding after forward; this run keeps every unit gathered"),
+               Wrong(lambda report: _forward_end(report)["activation"],
+                     "that is the activations at that event, not the gathered parameters"),
+               Wrong(lambda report: sum(_forward_end(report).values()),
+                     "that is everything the rank holds at that event; the question asks for the gathered "
+                     "parameters only")),
+        example=_example_keep,
+    ),
+    Exercise(
+        id="05.5", kind="choice", style="find-the-bug",
+        prompt="`FSDPBroken` ran on 4 ranks beside FSDP1: its model states match, its losses equal "
+               "single-process training, its bytes do not match the closed form, and its timeline looks "
+               "different. Which mistake is it?",
+        options={"a": "it does not all-gather a unit again before its backward",
+                 "b": "it never reshards a unit after its forward",
+                 "c": "it skips the reduce-scatter of one unit",
+                 "d": "it all-gathers the parameters in fp32 instead of bf16"},
+        expected=lambda: "b",
+        hint="compare all_gather and reduce_scatter bytes with the prediction, and the gathered band at the "
+             "forward/backward boundary.",
+        wrong=(Wrong("a", "backward would then run on freed parameters: wrong gradients or a crash, not "
+                          "equal losses; and here the unit never needed a new gather"),
+               Wrong("c", "the reduce_scatter bytes match; a missing one would also leave a stale gradient "
+                          "shard and the losses would drift"),
+               Wrong("d", "fp32 would double the all_gather bytes; here they are 2/3 of the prediction")),
+    ),
+    Exercise(
+        id="05.6", kind="number", style="formula",
+        prompt="A 7B model wrapped as ONE FSDP unit on N = 8 GPUs, mixed-bf16: how many bytes does a GPU "
+               "hold in backward, when the unit's full bf16 parameters and its full bf16 gradient are alive "
+               "beside the sharded model states (activations aside)?",
+        expected=lambda: theory.model_states("fsdp1", 7e9, 8).total + (2 + 2) * 7e9,
+        hint="the sharded states stay 16Ψ/N; the unit adds PΨ of gathered parameters and GΨ of full gradient.",
+        wrong=(Wrong(16 * 7e9, "that is DDP's 112 GB: but the fp32 master, m and v stay sharded"),
+               Wrong(16 * 7e9 / 8, "the unit's gathered parameters and full gradient are missing"),
+               Wrong(16 * 7e9 / 8 + 2 * 7e9, "the full gradient before its reduce-scatter is missing")),
+    ),
+)

@@ -1,0 +1,70 @@
+"""Notebook 13 (fact-check): ZeRO-1 on gloo's wire, a share read off the wire, ZeRO-2's factor
+at N = 64, and a ZeRO-2 built from a wrong description."""
+from __future__ import annotations
+
+from ... import theory
+from . import Exercise, Wrong, register
+
+
+def _rs_share(claim: dict) -> float:
+    return claim["wire_by_collective"]["zero1_gloo"]["reduce_scatter"] / claim["wire"]["zero1_gloo"]
+
+
+def _example_claim8() -> dict:
+    # what factcheck.zero1_sends_like_ddp() reports for gpt-small on 4 ranks (rank 0, one step)
+    return {"claim": {"wire": {"ddp": 9819562, "zero1_ring": 9731436, "zero1_gloo": 14604934},
+                      "wire_by_collective": {"zero1_gloo": {"all_gather": 4868310, "reduce_scatter": 9736624}}}}
+
+
+register(
+    Exercise(
+        id="13.1", kind="choice", style="predict",
+        prompt="Before the runs: with gloo's own reduce-scatter (collectives='backend'), how many bytes does "
+               "a ZeRO-1 rank write to the wire per step, compared with a DDP rank's all-reduce?",
+        options={"a": "the same, 2Ψ: a reduce-scatter plus an all-gather is an all-reduce",
+                 "b": "about 1.5x: gloo's reduce-scatter sends as much as an all-reduce, then the all-gather",
+                 "c": "about half: ZeRO-1 only reduces its own 1/N",
+                 "d": "about twice: two collectives instead of one"},
+        expected=lambda: "b",
+        hint="on gloo, reduce_scatter_single is an all-reduce of which each rank keeps one chunk.",
+        wrong=(Wrong("a", "true for a reduce-scatter on the ring bound (zeroedu's ring, NCCL); gloo's own "
+                          "reduce-scatter sends 2(N-1)/N of its input, like an all-reduce"),
+               Wrong("c", "every rank still sends (N-1)/N of the gradient in the reduction, whichever chunk it keeps"),
+               Wrong("d", "the all-gather sends (N-1)/N of the parameters: half an all-reduce, not a whole one")),
+    ),
+    Exercise(
+        id="13.2", kind="number", style="measure",
+        prompt="From claim 8's measurement (`c8`): what fraction of ZeRO-1's wire bytes per step with gloo's "
+               "reduce-scatter went to the reduce-scatter?",
+        expected=_rs_share,
+        rel=1e-2,
+        example=_example_claim8,
+        hint="c8['wire_by_collective']['zero1_gloo']['reduce_scatter'] over c8['wire']['zero1_gloo'].",
+        wrong=(Wrong(0.5, "that is the share with a ring reduce-scatter; gloo's sends twice the ring bound"),
+               Wrong(lambda claim: 1 - _rs_share(claim), "that is the all-gather's share")),
+    ),
+    Exercise(
+        id="13.3", kind="number", style="formula",
+        prompt="mixed-bf16: by what factor does ZeRO-2 cut model-state memory per GPU against DDP at N = 64?",
+        expected=lambda: theory.model_states("ddp", 7e9, 64).total / theory.model_states("zero2", 7e9, 64).total,
+        hint="16Ψ against 2Ψ + 14Ψ/N: the bf16 parameters are never sharded by ZeRO-2.",
+        wrong=(Wrong(8, "8 = 16/2 is the limit as N -> infinity; at N = 64 the 14Ψ/N term still counts"),
+               Wrong(lambda: theory.model_states("ddp", 7e9, 8).total / theory.model_states("zero2", 7e9, 8).total,
+                     "that is N = 8"),
+               Wrong(64, "only ZeRO-3 divides all three categories by N")),
+    ),
+    Exercise(
+        id="13.4", kind="choice", style="find-the-bug",
+        prompt="`MysteryZeRO2` was written from a description of ZeRO-2 and trained on 4 ranks in fp32 "
+               "(report `bug`). Which mistake is in it?",
+        options={"a": "after the step it all-gathers the reduced gradients instead of the updated parameters",
+                 "b": "it skips the all-gather after the step",
+                 "c": "it keeps optimizer state for every chunk, not only its own",
+                 "d": "it all-reduces the gradients instead of reduce-scattering them"},
+        expected=lambda: "a",
+        hint="which figures match their prediction (memory, bytes on the wire), and which do not (losses)?",
+        wrong=(Wrong("b", "the wire carries ZeRO-2's all-gather bytes, as predicted: an all-gather ran"),
+               Wrong("c", "the model states equal the closed form: 12Ψ/N of optimizer state"),
+               Wrong("d", "the wire shows ZeRO-2's bytes, and no all-reduce")),
+    ),
+)
