@@ -60,7 +60,7 @@ tour: setup
 
 # zeroedu vs torch (DDP, fully_shard, HSDP), ring vs gloo collectives, what the instrumentation
 # costs, the N = 1..8 scaling table (benchmarks/results/*.json), cold vs warm start: about
-# 8 minutes on 2 cores. Quick pass (about 3 minutes): make bench BENCH_ARGS=--quick
+# 6 minutes on 2 cores. Quick pass (about 3 minutes): make bench BENCH_ARGS=--quick
 BENCH_ARGS ?=
 BENCHES ?= compare collectives instrumentation scaling launch
 

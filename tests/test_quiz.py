@@ -242,6 +242,24 @@ def test_no_text_about_how_the_deck_was_written():
             assert not meta.search(t), (c.id, t)
 
 
+def test_no_text_about_how_the_suite_was_written():
+    """The notebooks, README, labs guide and set-up files speak of their subject only."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    meta = re.compile(r"these machines|search tool|release notes give no reason|this is the reading|"
+                      r"source documents|seed (notes|documents)", re.I)
+    files = [*sorted((root / "notebooks").glob("**/*.ipynb")), root / "README.md", root / "Makefile",
+             root / "pyproject.toml", root / "labs" / "README.md"]
+    for f in files:
+        texts = (["".join(c["source"]) for c in json.loads(f.read_text())["cells"]] if f.suffix == ".ipynb"
+                 else [f.read_text()])
+        for t in texts:
+            m = meta.search(t)
+            assert not m, (f.name, t[max(0, m.start() - 80):m.end() + 80])
+
+
 def test_condition_for_one_and_a_half():
     a = deck.get_card("zero3_comm").answer
     assert "same dtype" in a and "{ratio}" in a
