@@ -1,6 +1,9 @@
 # zeroedu: two commands do everything on a fresh machine.
 #   make lab    set up .venv if needed, open JupyterLab on notebooks/ (127.0.0.1)
-#   make test   set up .venv if needed, run every test (unit, multi-rank, nbval, browser)
+#   make test   set up .venv if needed, run every test (unit, multi-rank, nbval, browser), then
+#               check that the run left the working tree exactly as it found it
+#   make test-fast  the edit-run loop (under 2 minutes): theory, shard math, single-rank
+#               strategy checks, grading, CLI parsing (tests marked `fast`)
 # Also: make tour (every strategy at N = 4, measured vs predicted), make bench.
 
 PYTHON ?= python3
@@ -14,7 +17,7 @@ STAMP  := $(VENV)/.zeroedu-installed
 PORT   ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test test-unit test-notebooks test-browser tour bench browser-deps clean
+.PHONY: setup lab test test-fast test-unit test-notebooks test-browser tour bench browser-deps clean
 
 setup: $(STAMP)
 
@@ -29,12 +32,13 @@ lab: setup
 	$(VENV)/bin/jupyter lab --no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) \
 	  --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True,)
 
+# Stages and their budgets: tests/README.md. tests/run_suite.py times each stage and fails,
+# naming the file, if the run changed anything git sees.
 test: setup browser-deps
-	$(VENV)/bin/pytest -q tests $(PYTEST_ARGS)
-	@if ls notebooks/solutions/*.ipynb >/dev/null 2>&1; then \
-	  $(VENV)/bin/pytest -q -p no:cacheprovider --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
-	    --nbval-cell-timeout=300 notebooks/solutions; \
-	fi
+	$(PY) tests/run_suite.py $(PYTEST_ARGS)
+
+test-fast: setup
+	$(VENV)/bin/pytest -q tests -m fast $(PYTEST_ARGS)
 
 test-unit: setup
 	$(VENV)/bin/pytest -q tests -m "not browser" $(PYTEST_ARGS)

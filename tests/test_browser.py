@@ -10,6 +10,11 @@ text fallback. In 11_dashboard a slider is moved and the explorer's plot must ch
 the run panel's button is pressed and its live plot screenshotted to ``test-artifacts/``.
 Notebooks without a widget are left to nbval, which runs every notebook already.
 
+JupyterLab autosaves a notebook whose cells run longer than its interval, so the server is
+given a temporary copy of ``notebooks/``: autosave can write only the copy. The interval is set
+to a few seconds (default 120 s), and the test checks that the copy was written and the tracked
+notebooks were not; ``make test`` then checks the whole working tree (tests/tree_state.py).
+
 Needs Debian's chromium (``make browser-deps``); driven by Python Playwright.
 """
 from __future__ import annotations
@@ -45,6 +50,7 @@ CHROMIUM = "/usr/bin/chromium"
 CHROME_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                "--disable-component-update", "--disable-sync", "--no-first-run"]
 RUN_TIMEOUT_S = 150  # one notebook, all cells, on a loaded 2-core machine
+AUTOSAVE_S = 3  # far below JupyterLab's 120 s, so every run exercises autosave on the copy
 BROKEN = ("Error displaying widget", "IntSlider(value=", "FloatLogSlider(", "VBox(children=",
           "Traceback (most recent call last)")
 
@@ -55,28 +61,55 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _digests(folder: Path) -> dict[str, tuple[int, str]]:
+    import hashlib
+
+    return {p.name: (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+            for p in sorted(folder.glob("*.ipynb"))}
+
+
+def _strip_outputs(path: Path) -> None:
+    """The run clears every output first anyway; opening without them spares the browser drawing
+    a notebook's stored figures only to throw them away (seconds per notebook on 2 cores)."""
+    import json
+
+    nb = json.loads(path.read_text())
+    for c in nb["cells"]:
+        if c["cell_type"] == "code":
+            c["outputs"], c["execution_count"] = [], None
+    path.write_text(json.dumps(nb, indent=1))
+
+
 @pytest.fixture(scope="module")
 def lab():
+    """JupyterLab serving a copy of notebooks/ (url, copy folder); the tracked files are never open."""
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} missing: run `make browser-deps` (apt-get install -y chromium)")
     port = _free_port()
     tmp = tempfile.mkdtemp(prefix="zeroedu-lab-")
+    served = Path(tmp, "notebooks")
+    served.mkdir()
+    for p in (ROOT / "notebooks").glob("*.ipynb"):  # the learner's editions, as `make lab` opens them
+        shutil.copy2(p, served / p.name)
+        _strip_outputs(served / p.name)
     jupyter = str(Path(sys.executable).parent / "jupyter")
     cmd = [jupyter, "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
            "--IdentityProvider.token=", "--ServerApp.password=", "--ServerApp.allow_root=True",
-           f"--ServerApp.root_dir={ROOT / 'notebooks'}", "--LabApp.expose_app_in_browser=True",
+           f"--ServerApp.root_dir={served}", "--LabApp.expose_app_in_browser=True",
            f"--LabApp.workspaces_dir={tmp}", f"--LabApp.user_settings_dir={tmp}",
            "--ServerApp.disable_check_xsrf=True"]
     # Render every cell (JupyterLab 4 otherwise only attaches the cells in view) and skip the news toast.
+    # Autosave every AUTOSAVE_S seconds: whatever it writes must land in the copy.
     settings = {"notebook-extension/tracker": '{"windowingMode": "none"}',
-                "apputils-extension/notification": '{"fetchNews": "false"}'}
+                "apputils-extension/notification": '{"fetchNews": "false"}',
+                "docmanager-extension/plugin": f'{{"autosave": true, "autosaveInterval": {AUTOSAVE_S}}}'}
     for key, text in settings.items():
         ext, name = key.split("/")
         d = Path(tmp, "@jupyterlab", ext)
         d.mkdir(parents=True, exist_ok=True)
         (d / f"{name}.jupyterlab-settings").write_text(text)
     log = open(os.path.join(tmp, "lab.log"), "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=ROOT / "notebooks")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=served)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -88,7 +121,7 @@ def lab():
                 proc.kill()
                 pytest.fail("JupyterLab did not start:\n" + open(os.path.join(tmp, "lab.log")).read()[-3000:])
             time.sleep(0.5)
-    yield url
+    yield url, served
     proc.terminate()
     try:
         proc.wait(timeout=15)
@@ -165,23 +198,35 @@ def _shot(page, name: str):
 
 
 def test_every_notebook_runs_and_renders(lab, browser):
+    url, served = lab
+    tracked_before, copy_before = _digests(ROOT / "notebooks"), _digests(served)
     assert any(n.startswith("02_") for n in NOTEBOOKS) and any(n.startswith("11_") for n in NOTEBOOKS)
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = ctx.new_page()
+    times = []
     try:
         for name in NOTEBOOKS:
-            state = _run_all(page, lab, name)
+            t0 = time.monotonic()
+            state = _run_all(page, url, name)
+            times.append((name, time.monotonic() - t0))
             _check(name, state)
             if name.startswith("11_"):
                 _slider_changes_plot(page)
             if name.startswith("02_"):
                 _run_panel_live(page)
-            _shutdown_kernel(page, lab)  # free its rank pool before the next notebook starts
+            _shutdown_kernel(page, url)  # free its rank pool before the next notebook starts
     except BaseException:
         _shot(page, "browser-failure.png")
         raise
     finally:
         ctx.close()
+        ARTIFACTS.mkdir(exist_ok=True)  # seconds per notebook, for the budget in tests/README.md
+        (ARTIFACTS / "browser-times.txt").write_text("".join(f"{s:6.1f} s  {n}\n" for n, s in times))
+    # Autosave really ran (it wrote the copy), and the tracked notebooks are byte for byte as before.
+    copy_after = _digests(served)
+    saved = [n for n in NOTEBOOKS if copy_after[n] != copy_before[n]]
+    assert saved, f"autosave ({AUTOSAVE_S} s) wrote none of the served copies: the check proves nothing"
+    assert _digests(ROOT / "notebooks") == tracked_before, "the browser test wrote a tracked notebook"
 
 
 def _shutdown_kernel(page, url: str):

@@ -10,8 +10,6 @@ import torch
 
 from zeroedu import theory
 from zeroedu.runtime import analysis
-from zeroedu.runtime.comm import Axis, Comm
-from zeroedu.runtime.ledger import Ledger
 from zeroedu.models import MLPConfig, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
 from zeroedu.strategies import build
@@ -42,8 +40,7 @@ def _param_rel(ps, qs):
 
 def _local_strategy(recipe="fp32", **opts):
     """World size 1 in this process: a group of one never touches torch.distributed."""
-    ledger = Ledger(0)
-    dist = DistState(0, 1, "cpu", Axis("dp_shard", None, 1, 0, (0,)), Comm(ledger), ledger)
+    dist = DistState.single()
     return build("ddp_bucketed", make_model(MLPConfig()), dist, get_recipe(recipe), None, **opts)
 
 

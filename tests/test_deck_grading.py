@@ -52,21 +52,20 @@ def _fig(card, check):
 
 
 # ------------------------------------------------------------------ the headline property
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_right_answers_score_full_marks(card):
+# Per-card checks (plain functions, each asserting for one card): tests/test_quiz.py::test_card
+# runs all of them, content and grading, as one item per card.
+def right_answers_score_full_marks(card):
     g = card.grade(card.model_responses())
     assert g.auto_points == g.auto_total == len(card.checks) >= 1
 
 
-@pytest.mark.parametrize("stuffed", STUFFED)
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_keyword_stuffing_scores_low(card, stuffed):
-    g = card.grade([stuffed] * len(card.checks))
-    assert g.auto_points <= LOW * g.auto_total, [r.line() for r in g.results if r.ok]
+def keyword_stuffing_scores_low(card):
+    for stuffed in STUFFED:
+        g = card.grade([stuffed] * len(card.checks))
+        assert g.auto_points <= LOW * g.auto_total, (stuffed, [r.line() for r in g.results if r.ok])
 
 
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_the_model_answer_itself_is_not_an_answer_to_a_check(card):
+def the_model_answer_itself_is_not_an_answer_to_a_check(card):
     """Pasting the whole 30-second answer (every keyword and figure in it) into each check
     earns nothing: a check wants one number, letter or term."""
     g = card.grade([card.rendered_answer()] * len(card.checks))
@@ -82,8 +81,7 @@ def test_wrong_but_keyworded_accounts_score_low(card_id):
     assert g.auto_points <= LOW * g.auto_total, [r.line() for r in g.results]
 
 
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_every_wrong_option_and_every_superset_is_wrong(card):
+def every_wrong_option_and_every_superset_is_wrong(card):
     for i, c in enumerate(card.checks):
         if not isinstance(c, Choice):
             continue
@@ -95,8 +93,7 @@ def test_every_wrong_option_and_every_superset_is_wrong(card):
         assert not c.grade(" ".join(LETTERS[:len(c.options)])).ok
 
 
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_wrong_numbers_are_wrong(card):
+def wrong_numbers_are_wrong(card):
     """Off by a factor, or another figure of the deck (the classic mix-up: DDP's bytes for
     ZeRO-2's), is wrong; within 1 % is right."""
     others = {f.text() for c in CARDS for f in c.figures.values()}
@@ -114,8 +111,7 @@ def test_wrong_numbers_are_wrong(card):
                 assert not c.grade(text, f).ok, (card.id, c.figure, text)
 
 
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_terms_need_the_whole_answer(card):
+def terms_need_the_whole_answer(card):
     for c in card.checks:
         if not isinstance(c, Term):
             continue
@@ -124,6 +120,13 @@ def test_terms_need_the_whole_answer(card):
             assert not c.grade(f"I think it is {a}").ok
             assert not c.grade(f"{a} or something else").ok
             assert not c.grade(f"x{a}x").ok
+
+
+# Run on every card by tests/test_quiz.py::test_card (one item per card, every check of it).
+GRADING_CHECKS = (right_answers_score_full_marks, keyword_stuffing_scores_low,
+                  the_model_answer_itself_is_not_an_answer_to_a_check,
+                  every_wrong_option_and_every_superset_is_wrong, wrong_numbers_are_wrong,
+                  terms_need_the_whole_answer)
 
 
 def test_every_card_has_an_auto_graded_check_of_each_available_kind_once_at_least():

@@ -18,8 +18,6 @@ import torch
 
 from zeroedu import shard, theory
 from zeroedu.runtime import analysis, cluster
-from zeroedu.runtime.comm import Axis, Comm
-from zeroedu.runtime.ledger import Ledger
 from zeroedu.models import MLPConfig, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
 from zeroedu.references.torch_fsdp2 import fully_shard_job
@@ -161,8 +159,7 @@ def test_reshard_after_forward_false_matches_torch():
 
 def _local(strategy, **opts):
     """A one-rank strategy in this process (a group of one never touches the network)."""
-    ledger = Ledger(0)
-    dist = DistState(0, 1, "cpu", Axis("dp_shard", None, 1, 0, (0,)), Comm(ledger), ledger)
+    dist = DistState.single()
     return build(strategy, make_model(MLPConfig()), dist, get_recipe("fp32"), **opts)
 
 
@@ -207,8 +204,7 @@ def test_fsdp1_unit_takes_axis_and_padding_multiple():
         def pad_multiple(self):
             return 4  # as if N = 1 rank per domain and M = 4 domains
 
-    ledger = Ledger(0)
-    dist = DistState(0, 1, "cpu", Axis("dp_shard", None, 1, 0, (0,)), Comm(ledger), ledger)
+    dist = DistState.single()
     s = Padded(make_model(MLPConfig()), dist, get_recipe("fp32"))
     for u, shapes in zip(s.units, SHAPES):
         assert u.shards[0].numel() == shard.padded_numel(sum(shard.numel(x) for x in shapes), 4)

@@ -57,9 +57,7 @@ def test_peak_and_events():
 
 
 def _one_rank_state():
-    led = Ledger()
-    axis = Axis("dp_shard", None, 1, 0, (0,))
-    return DistState(0, 1, "cpu", axis, Comm(led), led)
+    return DistState.single(Ledger())
 
 
 @pytest.mark.parametrize("recipe", ["fp32", "mixed-bf16", "fp16"])

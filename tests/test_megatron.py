@@ -15,8 +15,6 @@ import pytest
 import torch
 
 from zeroedu import shard, theory
-from zeroedu.runtime.comm import Axis, Comm
-from zeroedu.runtime.ledger import Ledger
 from zeroedu.models import MLPConfig, make_batch, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
 from zeroedu.strategies.base import DistState
@@ -84,9 +82,8 @@ def test_asymptotic_recipe_forms_hold_for_large_units():
 
 def _local_strategy(recipe="megatron-bf16", **opts):
     """A world of one rank, in this process: a group of one never calls torch.distributed."""
-    ledger = Ledger(0)
-    axis = Axis("dp_shard", None, 1, 0, (0,))
-    dist = DistState(0, 1, "cpu", axis, Comm(ledger), ledger)
+    dist = DistState.single()
+    ledger = dist.ledger
     return MegatronDistOpt(make_model(MLPConfig()), dist, get_recipe(recipe), **opts), ledger
 
 

@@ -19,6 +19,8 @@ from zeroedu.quiz import deck, drills, session
 from zeroedu.quiz.deck import CARDS, HARD_CODED, NOTEBOOKS, PAPER_FIG1
 from zeroedu.quiz.grading import Choice, Number, Term
 
+from .test_deck_grading import GRADING_CHECKS
+
 ROOT = Path(__file__).resolve().parents[1]
 GB = 1e9
 
@@ -108,8 +110,7 @@ def test_deck_size_and_coverage():
     assert set(EXPECTED) == set(deck.BY_ID), "every card's figures are written out by hand above"
 
 
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_card_is_complete(card):
+def card_is_complete(card):
     assert card.question.strip() and card.answer.strip() and card.must_hit
     assert re.search(r"[\u4e00-\u9fff]", card.question_zh), "Chinese question"
     assert card.topic in deck.TOPICS
@@ -123,8 +124,7 @@ def test_card_is_complete(card):
             assert len(c.answer) < len(c.options), "ticking every option must not be right"
 
 
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_no_hard_coded_figures(card):
+def no_hard_coded_figures(card):
     texts = card.templates() + [card.question] + [p.text for p in card.must_hit]
     for t in texts:
         assert not HARD_CODED.findall(t), f"{card.id}: write figures as {{name}} -> theory call: {t!r}"
@@ -135,10 +135,11 @@ def test_no_hard_coded_figures(card):
     assert used == set(card.figures), "no unused or undefined figures"
 
 
-@pytest.mark.parametrize("card", [c for c in CARDS if c.figures], ids=lambda c: c.id)
-def test_every_quoted_figure_is_theory_output(card):
+def every_quoted_figure_is_theory_output(card):
     """Each quantity with a unit in the rendered text is one of the card's figures; a computed
     figure's expression goes through the theory layer; an assumed input says where it is from."""
+    if not card.figures:
+        return
     text = " ".join([card.rendered_answer()] + [t for qa in card.rendered_follow_ups() for t in qa] +
                     [card.check_prompt(i) for i in range(len(card.checks))])
     shown = {f.text() for f in card.figures.values()}
@@ -156,8 +157,7 @@ def test_every_quoted_figure_is_theory_output(card):
         assert abs(shown_value - float(f.value()) / f.scale) <= 1e-3 * abs(float(f.value()) / f.scale), name
 
 
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_figures_match_closed_forms(card):
+def figures_match_closed_forms(card):
     exp = EXPECTED[card.id]
     assert set(exp) == set(card.figures)
     for name, value in exp.items():
@@ -165,8 +165,7 @@ def test_figures_match_closed_forms(card):
         assert got == pytest.approx(value, rel=1e-9), (card.id, name, got, value)
 
 
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_card_verdict(card):
+def card_verdict(card):
     """Each card's own answers earn full marks, and each figure renders as the theory's output
     (and equals the closed form in EXPECTED, checked above)."""
     g = card.grade(card.model_responses(), ticked=range(len(card.must_hit)))
@@ -306,8 +305,7 @@ def test_notebook_list_is_one_numbered_sequence():
     assert all(p.startswith("notebooks/") and p.endswith(".ipynb") for p in NOTEBOOKS.values())
 
 
-@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
-def test_evidence_targets_exist(card):
+def evidence_targets_exist(card):
     for e in card.evidence:
         if e.kind == "module":
             assert (ROOT / e.target).exists(), e.target
@@ -401,20 +399,20 @@ def test_every_deck_topic_has_drills(topic):
     assert len(ds) == 5 and all(d.kind in drills.TOPIC_KINDS.get(topic, drills.KINDS) for d in ds)
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_drill_grading_uses_theory(seed):
-    d = drills.draw_drills(1, seed=seed)[0]
-    if d.kind == "fits":
-        total = theory.model_states(d.strategy, d.psi, d.n, d.m, d.recipe).total
-        assert d.expected() == (total <= drills.GPU_BYTES)
-        assert d.grade("yes" if d.expected() else "no")[0]
-        assert not d.grade("no" if d.expected() else "yes")[0]
-        return
-    exp = float(d.expected())
-    assert d.grade(f"{exp / 1e9 * 1.005} GB")[0]  # within 1 %
-    assert d.grade(f"{exp:.6e}")[0]  # bytes
-    assert not d.grade(f"{exp / 1e9 * 1.03}")[0]
-    assert d.worked().splitlines()[-1].endswith(drills.gb(exp))
+def test_drill_grading_uses_theory():
+    for seed in range(40):
+        d = drills.draw_drills(1, seed=seed)[0]
+        if d.kind == "fits":
+            total = theory.model_states(d.strategy, d.psi, d.n, d.m, d.recipe).total
+            assert d.expected() == (total <= drills.GPU_BYTES), seed
+            assert d.grade("yes" if d.expected() else "no")[0], seed
+            assert not d.grade("no" if d.expected() else "yes")[0], seed
+            continue
+        exp = float(d.expected())
+        assert d.grade(f"{exp / 1e9 * 1.005} GB")[0], seed  # within 1 %
+        assert d.grade(f"{exp:.6e}")[0], seed  # bytes
+        assert not d.grade(f"{exp / 1e9 * 1.03}")[0], seed
+        assert d.worked().splitlines()[-1].endswith(drills.gb(exp)), seed
 
 
 def test_worked_solution_substitutes_numbers():
@@ -530,3 +528,17 @@ def test_widgets_grade_like_the_terminal():
         v.tick([0])
         assert v.grade.self_points == 1 and v.grade.auto_points == g.auto_points
         assert "self-ticked 1/" in v.self_score.value
+
+
+# ------------------------------------------------------------------ every card, one item each
+CONTENT_CHECKS = (card_is_complete, no_hard_coded_figures, every_quoted_figure_is_theory_output,
+                  figures_match_closed_forms, card_verdict, evidence_targets_exist)
+
+
+@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
+def test_card(card):
+    """One item per card: its content (complete, figures from the theory and equal to the closed
+    forms above, evidence that exists) and its grading (tests/test_deck_grading.py: right answers
+    score, stuffing and wrong accounts do not)."""
+    for check in CONTENT_CHECKS + GRADING_CHECKS:
+        check(card)

@@ -3,7 +3,6 @@ import pytest
 import torch
 
 from zeroedu.catalog import STRATEGIES
-from zeroedu.runtime.comm import Axis, Comm
 from zeroedu.runtime.ledger import Ledger
 from zeroedu.models import MLPConfig, make_batch, make_model
 from zeroedu.optim import AdamConfig
@@ -23,8 +22,7 @@ def test_every_rank_ends_with_the_same_parameters(name):
 
 
 def _local(name, recipe="fp32"):
-    led = Ledger()
-    dist = DistState(0, 1, "cpu", Axis("dp_shard", None, 1, 0, (0,)), Comm(led), led)
+    dist = DistState.single(Ledger())
     return build(name, make_model(MLPConfig()), dist, get_recipe(recipe), AdamConfig())
 
 

@@ -9,8 +9,6 @@ from functools import lru_cache
 import pytest
 
 from zeroedu import theory
-from zeroedu.runtime.comm import Axis, Comm
-from zeroedu.runtime.ledger import Ledger
 from zeroedu.models import MLPConfig, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
 from zeroedu.strategies import build
@@ -101,8 +99,7 @@ def test_zero2_reduce_scatter_overlaps_backward():
 
 
 def _local(strategy, recipe, **opts):
-    ledger = Ledger(0)
-    dist = DistState(0, 1, "cpu", Axis("dp_shard", None, 1, 0, (0,)), Comm(ledger), ledger)
+    dist = DistState.single()
     return build(strategy, make_model(MLPConfig()), dist, get_recipe(recipe), None, **opts)
 
 

@@ -61,6 +61,13 @@ class DistState:
     ledger: Ledger
     outer: Axis | None = None  # dp_outer: replicas / domains, for hybrid strategies
 
+    @classmethod
+    def single(cls, ledger: Ledger | None = None, device: str = "cpu") -> "DistState":
+        """A world of one rank in this process. A group of one never calls torch.distributed
+        (`Comm` returns at once), so a strategy runs here without a process group."""
+        ledger = ledger if ledger is not None else Ledger(0)
+        return cls(0, 1, device, Axis("dp_shard", None, 1, 0, (0,)), Comm(ledger), ledger)
+
     @property
     def world(self) -> Axis:
         """Every rank: the group of a hybrid's one all-reduce over both mesh axes."""

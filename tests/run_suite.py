@@ -1,0 +1,53 @@
+"""`make test`: every stage of the suite, timed, then the working tree checked.
+
+Stages, in order (each runs even when an earlier one failed, so one run shows everything):
+  1. tests       pytest tests/: unit, multi-rank, CLI, grading and the browser check
+  2. notebooks   nbval on notebooks/solutions (the learner editions are generated from them)
+  3. tree        tests/tree_state.py: no file git sees was changed, created or removed
+
+Extra arguments go to stage 1 (``make test PYTEST_ARGS="-x -k fsdp"``). Exit status 1 when any
+stage failed; the summary names the stage and how long each took.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+import tree_state  # noqa: E402
+
+
+def _stage(name: str, cmd: list[str], results: list) -> None:
+    print(f"\n== {name}: {' '.join(cmd)}", flush=True)
+    t0 = time.monotonic()
+    rc = subprocess.run(cmd, cwd=ROOT).returncode
+    results.append((name, rc, time.monotonic() - t0))
+
+
+def main(extra: list[str]) -> int:
+    py = sys.executable
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        snap = f.name
+    tree_state.main(["save", snap])
+    results: list[tuple[str, int, float]] = []
+    t_all = time.monotonic()
+    _stage("tests", [py, "-m", "pytest", "-q", "tests", *extra], results)
+    if sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")):
+        _stage("notebooks", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+                             "--nbval-sanitize-with", "notebooks/sanitize.cfg", "--nbval-cell-timeout=300",
+                             "notebooks/solutions"], results)
+    t0 = time.monotonic()
+    print("\n== tree: the working tree against its state before the run", flush=True)
+    results.append(("tree", tree_state.main(["check", snap]), time.monotonic() - t0))
+    Path(snap).unlink(missing_ok=True)
+    print("\nmake test:", ", ".join(f"{n} {'ok' if rc == 0 else 'FAILED'} {int(s // 60)} min {int(s % 60):02d} s"
+                                   for n, rc, s in results), f"(total {time.monotonic() - t_all:.0f} s)")
+    return 0 if all(rc == 0 for _, rc, _ in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
