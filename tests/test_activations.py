@@ -9,6 +9,8 @@ from zeroedu.models import PRESETS, MLPConfig, apply_recompute
 from zeroedu.runtime.ledger import Ledger
 from zeroedu.theory import activations as A
 
+pytestmark = pytest.mark.fast
+
 
 def measure(cfg, batch, dtype, recompute="none"):
     """Bytes the ledger counts as activations at the forward/backward boundary of one

@@ -39,6 +39,7 @@ CLI_CASES = [
 ]
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("argv,msg", CLI_CASES, ids=[" ".join(a) for a, _ in CLI_CASES])
 def test_cli_exit_2_one_line(argv, msg, capsys):
     with pytest.raises(SystemExit) as ei:
@@ -59,18 +60,21 @@ def test_cli_subprocess_no_traceback():
 
 
 # ------------------------------------------------------------------------------ API
+@pytest.mark.fast
 @pytest.mark.parametrize("psi", [0, -5, float("nan"), float("inf"), "7B", None, True])
 def test_api_psi(psi):
     with pytest.raises(ValueError, match="psi must be"):
         theory.model_states("zero2", psi, 8)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("n", [0, -1, 2.5, "4"])
 def test_api_n(n):
     with pytest.raises(ValueError, match="n must be an integer >= 1"):
         theory.model_states("zero2", 1e9, n)
 
 
+@pytest.mark.fast
 def test_api_unknown_names():
     with pytest.raises(ValueError, match="unknown strategy 'zero9'; choose one of ddp"):
         RunConfig("zero9", 4, model="mlp").resolved()
@@ -78,6 +82,7 @@ def test_api_unknown_names():
         RunConfig("ddp", 4, recipe="fp8", model="mlp").resolved()
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("world,m,msg", [(0, 1, "world size must be an integer >= 1"),
                                          (4, 3, "M = 3 must be >= 1 and divide the world size 4"),
                                          (4, 0, "M = 0 must be >= 1")])
@@ -86,6 +91,7 @@ def test_api_world_and_m(world, m, msg):
         RunConfig("hsdp", world, m=m, model="mlp").resolved()
 
 
+@pytest.mark.fast
 def test_api_rank_limit():
     with pytest.raises(ValueError, match=r"world size 17 is more than the local rank limit 16"):
         cluster.Pool(cluster.MAX_LOCAL_RANKS + 1)
@@ -93,6 +99,7 @@ def test_api_rank_limit():
         cluster.Pool(0)
 
 
+@pytest.mark.fast
 def test_api_bad_model_and_batch():
     with pytest.raises(ValueError, match="model sizes must be >= 1"):
         make_model(MLPConfig(hidden=0))
@@ -127,6 +134,7 @@ def test_model_smaller_than_n_works_with_empty_shards(strategy, world, m):
 
 
 # ------------------------------------------------------------------------------ widgets
+@pytest.mark.fast
 def test_memory_explorer_messages():
     from zeroedu.notebook.widgets import MemoryExplorer
 
@@ -141,6 +149,7 @@ def test_memory_explorer_messages():
     assert w.set(n=8, psi=7e9) is True  # good values still work afterwards
 
 
+@pytest.mark.fast
 def test_run_panel_bad_mesh_shows_message_without_starting_ranks():
     from zeroedu.notebook.widgets import RunPanel
 
@@ -156,6 +165,7 @@ def test_run_panel_bad_mesh_shows_message_without_starting_ranks():
 shapes = st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=3).map(tuple), min_size=1, max_size=4)
 
 
+@pytest.mark.fast
 @settings(max_examples=60, deadline=None)
 @given(shapes=shapes, n=st.integers(1, 9))
 def test_flat_shard_then_gather_is_identity(shapes, n):
@@ -184,6 +194,7 @@ def test_flat_shard_then_gather_is_identity(shapes, n):
     assert pad < n and torch.all(torch.cat(chunks)[lay.numel:] == 0)
 
 
+@pytest.mark.fast
 @settings(max_examples=60, deadline=None)
 @given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3).map(tuple), n=st.integers(1, 9))
 def test_dim0_shards_concatenate_to_original(shape, n):

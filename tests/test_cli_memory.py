@@ -32,6 +32,7 @@ def test_subprocess_json_seed_figures():
     assert rep["comm"]["fsdp1"] == 1.5 * rep["comm"]["ddp"]
 
 
+@pytest.mark.fast
 def test_in_process_json(capsys):
     rc, io = run_main(capsys, "--psi", "7B", "--n", "16", "--strategy", "zero3", "--json")
     rep = json.loads(io.out)
@@ -39,6 +40,7 @@ def test_in_process_json(capsys):
     assert rep["comm"]["fsdp1"] == 15 / 16 * 6 * 7 * GB
 
 
+@pytest.mark.fast
 def test_recipe_tp_pp_offload(capsys):
     _, io = run_main(capsys, "--psi", "7e9", "--strategy", "megatron_distopt", "--recipe", "fp32",
                      "--json")
@@ -58,6 +60,7 @@ def test_recipe_tp_pp_offload(capsys):
     assert rep["strategies"]["fsdp1"]["host_total"] == 18 * 7 * GB / 8
 
 
+@pytest.mark.fast
 def test_table(capsys):
     rc, io = run_main(capsys, "--psi", "7e9", "--n", "8", "--gpu-gb", "80")
     assert rc == 0
@@ -73,12 +76,14 @@ def test_table(capsys):
     assert "GPUs: N·tp·pp = 8" in io.out and io.out.count("activations: GPT") == 1
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("text, value", [("7e9", 7 * GB), ("7B", 7 * GB), ("1.5T", 1.5e12),
                                          ("125M", 125_000_000), ("350k", 350_000), ("12", 12)])
 def test_parse_psi(text, value):
     assert parse_psi(text) == value
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("argv, msg", [
     (["--psi", "0"], "--psi"),
     (["--psi", "-7B"], "--psi"),

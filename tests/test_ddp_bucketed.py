@@ -106,6 +106,7 @@ def test_no_sync_accumulation_equals_one_big_batch(n, k):
         assert len(analysis.backward_windows(rk["timeline"], step=0)) == k
 
 
+@pytest.mark.fast
 def test_autograd_accumulates_into_the_bucket_in_place():
     s = _local_strategy()
     ptrs = [p.grad.data_ptr() for p in s.params]
@@ -117,6 +118,7 @@ def test_autograd_accumulates_into_the_bucket_in_place():
     assert {p.grad.untyped_storage().data_ptr() for p in s.params} == owners
 
 
+@pytest.mark.fast
 def test_buckets_follow_reverse_parameter_order_and_size():
     s = _local_strategy(bucket_bytes=10 ** 9)
     assert [b.param_ids for b in s.buckets] == [list(reversed(range(len(s.params))))]
@@ -124,6 +126,7 @@ def test_buckets_follow_reverse_parameter_order_and_size():
     assert [b.param_ids for b in s.buckets] == [[i] for i in reversed(range(len(s.params)))]
 
 
+@pytest.mark.fast
 def test_rejects_unknown_options_and_recipes():
     with pytest.raises(ValueError, match="bucket_bytes"):
         _local_strategy(bucket=3)

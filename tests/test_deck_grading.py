@@ -12,6 +12,8 @@ from zeroedu.quiz.deck import CARDS
 from zeroedu.quiz.grading import (LETTERS, Choice, Number, Term, normalize_term, parse_quantity,
                                   parse_ticks)
 
+pytestmark = pytest.mark.fast
+
 LOW = 0.2  # a gamed answer may earn at most this share of a card's auto-graded points
 
 STUFFED = [

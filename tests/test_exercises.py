@@ -13,6 +13,8 @@ import pytest
 
 from zeroedu.notebook.exercises import STYLES, all_exercises, check, generate, get
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
 EXERCISES = all_exercises()

@@ -61,6 +61,7 @@ def test_buggy_zero1_has_the_symptom_its_exercise_describes():
     assert loss_rel_diff(good) < 1e-5
 
 
+@pytest.mark.fast
 def test_predictions_come_from_the_closed_forms():
     # 03.1: with gloo's own collectives zero1 and zero1_allreduce put the same bytes on the wire
     assert get("03.1").expected() == "b"

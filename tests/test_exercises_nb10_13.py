@@ -56,6 +56,7 @@ def test_mystery_zero2_keeps_the_bytes_and_breaks_the_losses():
     assert get("13.4").expected() == "a"
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("micro_batch, expected", [(1, {"ddp", "ddp_bucketed"}),
                                                    (2, {"ddp", "ddp_bucketed", "megatron_distopt"})])
 def test_which_fits_counts_activations(micro_batch, expected):
@@ -91,6 +92,7 @@ def test_axis_bytes_bars_shows_ring_model_and_wire_per_axis():
         axis_bytes_bars({})
 
 
+@pytest.mark.fast
 def test_cross_domain_widget_reads_both_rings_and_the_nic():
     from zeroedu.notebook import widgets
     from zeroedu.theory.hybrid import step_comm_time

@@ -5,6 +5,8 @@ agree with correct ZeRO-2. The predictions 12.2 and 12.4 follow from the closed 
 out by hand."""
 from __future__ import annotations
 
+import pytest
+
 from zeroedu import shard
 from zeroedu.models import make_model, unit_shapes
 from zeroedu.notebook.exercises import get
@@ -28,6 +30,7 @@ def test_zero2_that_zeroes_instead_of_freeing_holds_the_full_gradient():
     assert get("12.5").expected() == "a"
 
 
+@pytest.mark.fast
 def test_predictions_follow_the_ring_model():
     # FSDP: 2 all-gathers + 1 reduce-scatter of Ψ (3 halves of an all-reduce) against DDP's 2
     assert get("12.2").expected() == "b"  # 3/2

@@ -13,6 +13,8 @@ import pytest
 from zeroedu import cli, theory
 from zeroedu.theory import activations as A
 
+pytestmark = pytest.mark.fast
+
 GB = 10**9
 
 

@@ -118,6 +118,7 @@ def test_synchronous_reduce_scatter_is_not_counted_as_hidden():
         assert ar and not any(c["blocking"] for c in ar)
 
 
+@pytest.mark.fast
 def test_overlap_fraction_counts_only_asynchronous_time_inside_backward():
     marks = [{"label": "backward begin", "t": 0.0, "step": 0}, {"label": "backward end", "t": 10.0, "step": 0}]
     comm = [{"op": "all_reduce", "step": 0, "t_start": 2.0, "t_end": 6.0, "blocking": False},
@@ -163,6 +164,7 @@ def _local(strategy, **opts):
     return build(strategy, make_model(MLPConfig()), dist, get_recipe("fp32"), **opts)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_options_and_freeing(strategy):
     with pytest.raises(ValueError):
@@ -196,6 +198,7 @@ def test_mixed_bf16_close_to_reference(strategy):
         assert float((p - q).abs().max()) <= 0.1 * float(q.abs().max())
 
 
+@pytest.mark.fast
 def test_fsdp1_unit_takes_axis_and_padding_multiple():
     """What hybrid strategies build on: pad each flat unit to a multiple of N·M, shard over N."""
     from zeroedu.strategies.fsdp1 import FSDP1

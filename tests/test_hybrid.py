@@ -65,6 +65,7 @@ def test_one_domain_is_flat_fsdp1():
 
 
 # ------------------------------------------------------------------ theory: cross-domain table
+@pytest.mark.fast
 def test_seed_7b_two_domains_of_8():
     rows = {r["layout"]: r for r in cross_domain_table(7e9, 8, 2)}
     psi = 7 * GB
@@ -97,6 +98,7 @@ def test_seed_7b_two_domains_of_8():
         format_cross_domain_table(cross_domain_table(7e9, 8, 2), striped=cross_domain_table(7e9, 8, 2)[:1])
 
 
+@pytest.mark.fast
 def test_one_domain_and_bandwidth_choices():
     rows = {r["layout"]: r for r in cross_domain_table(1e6, 4, 1)}
     assert all(r["cross_domain_per_rank"] == 0 for r in rows.values())
@@ -116,6 +118,7 @@ def test_one_domain_and_bandwidth_choices():
         step_comm_time("ddp", 1e6, 4, 2)
 
 
+@pytest.mark.fast
 def test_time_model_assumptions_are_inputs():
     psi = 7 * GB
     flat_sent = 3 * Fraction(15, 16) * 2 * psi  # 39.375 GB per rank per step
@@ -156,6 +159,7 @@ def test_time_model_assumptions_are_inputs():
         step_comm_time("hsdp", 7e9, 8, 2, nics_per_node=0)
 
 
+@pytest.mark.fast
 def test_exact_model_states_accepts_global_mesh_rank():
     # Inner ranks are contiguous: global rank 5 on a 2 x 4 mesh is inner rank 1.
     assert theory.exact_model_states("hfsdp", SHAPES, 4, 2, rank=5) == \

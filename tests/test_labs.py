@@ -54,10 +54,12 @@ def _messages(res, test: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ one source, two artefacts
+@pytest.mark.fast
 def test_student_tree_is_up_to_date():
     assert generate.stale() == [], "run `python -m zeroedu.labs build` and commit labs/student"
 
 
+@pytest.mark.fast
 def test_one_source_per_lab():
     assert [s.name for s in generate.source_files()] == [lab.file for lab in LABS.values()]
     assert sorted(p.name for p in (ROOT / "labs" / "student").glob("lab*.py")) == \
@@ -65,6 +67,7 @@ def test_one_source_per_lab():
     assert not (ROOT / "labs" / "instructor").exists(), "the key is generated on request, never committed"
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("src", generate.source_files(), ids=lambda p: p.stem)
 def test_versions_from_one_source(src):
     text = src.read_text()
@@ -80,6 +83,7 @@ def test_versions_from_one_source(src):
     assert "ANSWER KEY" in key.splitlines()[0] and "ANSWER KEY" not in student
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("bad", ["x = 1\n", "# BEGIN SOLUTION a\nx = 1\n", "# END SOLUTION\n",
                                  "# BEGIN SOLUTION a\n# BEGIN SOLUTION b\n# END SOLUTION\n"])
 def test_malformed_regions_are_rejected(bad):
@@ -87,6 +91,7 @@ def test_malformed_regions_are_rejected(bad):
         generate.strip(bad, "student")
 
 
+@pytest.mark.fast
 def test_build_writes_student_and_key_only_where_asked(tmp_path):
     written = generate.build_student(tmp_path / "s")
     assert len(written) == len(LABS) and generate.stale(tmp_path / "s") == []
@@ -100,6 +105,7 @@ def test_build_writes_student_and_key_only_where_asked(tmp_path):
         generate.source_files(tmp_path / "nowhere")
 
 
+@pytest.mark.fast
 def test_no_solution_in_the_installed_package():
     from setuptools import find_packages
 
@@ -192,6 +198,7 @@ def test_hard_coded_visible_answers_fail_hidden_cases(tmp_path):
     assert not res.tests["bytes"].passed  # one chunk too many on the wire at N = 3
 
 
+@pytest.mark.fast
 def test_hidden_cases_follow_the_seed():
     for lab in LABS:
         a, b = checks.cases_for(lab, 4, 3, 5), checks.cases_for(lab, 4, 3, 5)
@@ -277,6 +284,7 @@ def test_element_level_diagnosis_names_rank_shard_element(tmp_path):
     assert d.expected is not None and d.got is not None and "that is " in d.message  # the parameter element
 
 
+@pytest.mark.fast
 def test_syntax_error_and_missing_file(tmp_path):
     p = tmp_path / "broken.py"
     p.write_text("def f(:\n")
@@ -295,6 +303,7 @@ def test_hung_ring_is_reported(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------ command line
+@pytest.mark.fast
 def test_cli_json_exit_status_and_usage_errors(key_dir, capsys):
     assert main(["check", "4", "--json", "--path", str(key_dir / LABS[4].file)]) == 0
     g = json.loads(capsys.readouterr().out)
@@ -317,6 +326,7 @@ def test_cli_json_exit_status_and_usage_errors(key_dir, capsys):
     assert all(r["minutes"] > 0 and r["notebook"].startswith("notebooks/") for r in listed["labs"])
 
 
+@pytest.mark.fast
 def test_readme_lists_every_lab():
     text = (ROOT / "labs" / "README.md").read_text()
     for lab in LABS.values():

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.fast
+
 ROOT = Path(__file__).resolve().parents[1] / "zeroedu"
 
 # Lower number = lower layer. A module may import its own package and any lower layer; two

@@ -13,6 +13,8 @@ from zeroedu.recipes import get_recipe
 from zeroedu.strategies import build
 from zeroedu.strategies.base import DistState
 
+pytestmark = pytest.mark.fast
+
 
 def test_known_tensor_set():
     led = Ledger()

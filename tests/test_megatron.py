@@ -72,6 +72,7 @@ def test_other_recipes_match_theory(recipe, n):
     assert _rel(r["losses"], r["reference_losses"]) <= 2e-3
 
 
+@pytest.mark.fast
 def test_asymptotic_recipe_forms_hold_for_large_units():
     # One unit of 8 * 10**6 parameters (divisible by N): exact == 6Ψ + 12Ψ/N, 4Ψ + 16Ψ/N, 8Ψ + 8Ψ/N.
     psi, n = 8 * 10**6, 8
@@ -87,6 +88,7 @@ def _local_strategy(recipe="megatron-bf16", **opts):
     return MegatronDistOpt(make_model(MLPConfig()), dist, get_recipe(recipe), **opts), ledger
 
 
+@pytest.mark.fast
 def test_params_view_the_buffer_and_bf16_grads_are_dropped():
     strat, ledger = _local_strategy()
     x, y = make_batch(0, 8, MLPConfig())
@@ -104,6 +106,7 @@ def test_params_view_the_buffer_and_bf16_grads_are_dropped():
     assert all(u.grad_buffer.abs().sum() == 0 for u in strat.units)
 
 
+@pytest.mark.fast
 def test_index_spaces_report_and_options():
     strat, _ = _local_strategy(overlap_grad_reduce=False)
     ex = strat.report_extra()

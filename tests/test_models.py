@@ -14,6 +14,7 @@ from zeroedu.models import data
 from zeroedu.train import RunConfig, config_from_dict, config_to_dict, run
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name", ["mlp", "gpt-tiny", "gpt-small"])
 def test_param_count_closed_form_equals_the_model(name):
     cfg = get_model(name)
@@ -24,6 +25,7 @@ def test_param_count_closed_form_equals_the_model(name):
     assert len(owned) == len(list(model.parameters())) == len({id(p) for p in owned})
 
 
+@pytest.mark.fast
 def test_presets_sizes():
     assert PRESETS["gpt-tiny"].param_count() == 30_851
     small = PRESETS["gpt-small"].param_count()
@@ -33,6 +35,7 @@ def test_presets_sizes():
     assert [type(u).__name__ for u in units(g)] == ["Embed"] + ["Block"] * 4 + ["Head"]
 
 
+@pytest.mark.fast
 def test_same_seed_same_weights_and_batches():
     cfg = PRESETS["gpt-tiny"]
     a, b = cfg.build(), cfg.build()
@@ -48,6 +51,7 @@ def test_same_seed_same_weights_and_batches():
     assert torch.equal(cfg.batch(3, 2)[0], x1[:2])
 
 
+@pytest.mark.fast
 def test_the_token_stream_is_learnable():
     """Single-process Adam on gpt-tiny: from about ln(V) to well below within 80 steps."""
     cfg = PRESETS["gpt-tiny"]
@@ -67,6 +71,7 @@ def test_the_token_stream_is_learnable():
     assert data.entropy_floor(cfg, 64) < losses[-1]  # nobody beats the generator
 
 
+@pytest.mark.fast
 def test_config_round_trip_and_bad_input():
     for name in ("mlp", "gpt-tiny", "gpt-small"):
         c = RunConfig("fsdp2", 2, model=name).resolved()
@@ -95,12 +100,14 @@ class Tied(nn.Module):
         self.head.weight = self.tok.weight
 
 
+@pytest.mark.fast
 def test_unit_policy_refuses_a_parameter_shared_by_two_units():
     m = Tied()
     with pytest.raises(ValueError, match="belongs to units 0 and 1"):
         check_units(m, [m.tok, m.head])
 
 
+@pytest.mark.fast
 def test_unit_policy_refuses_parameters_in_no_unit():
     m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     with pytest.raises(ValueError, match=r"parameters in no unit: \['1.weight', '1.bias'\]"):
@@ -115,6 +122,7 @@ def test_shared_parameter_is_refused_by_sharded_strategies_before_training():
         run(cfg)
 
 
+@pytest.mark.fast
 def test_custom_model_by_reference_round_trips():
     from examples import custom_model as ex
 

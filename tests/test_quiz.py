@@ -103,6 +103,7 @@ EXPECTED = {
 }
 
 
+@pytest.mark.fast
 def test_deck_size_and_coverage():
     assert len(CARDS) >= 30 and len(deck.BY_ID) == len(CARDS), "ids are unique"
     assert set(SEED_QUESTIONS) <= set(deck.BY_ID)
@@ -175,6 +176,7 @@ def card_verdict(card):
         assert f.text() in card.as_text()
 
 
+@pytest.mark.fast
 def test_headline_figures_against_the_closed_forms():
     """The figures interviews quote, written out from ZeRO §5.1 by hand, against the cards."""
     psi, n = 7e9, 8
@@ -188,6 +190,7 @@ def test_headline_figures_against_the_closed_forms():
     assert deck.get_card("mfsdp_v2").figures["hfsdp"].shown() == (4 * psi / 8 + 12 * psi / 16) / GB == 8.75
 
 
+@pytest.mark.fast
 def test_theory_reproduces_zero_paper_figure_1():
     # ZeRO paper Fig. 1: Ψ = 7.5B, N = 64, K = 12 -> 120 / 31.4 / 16.6 / 1.9 GB (rounded to 0.1)
     for strategy, printed in PAPER_FIG1.items():
@@ -195,6 +198,7 @@ def test_theory_reproduces_zero_paper_figure_1():
         assert round(got, 1) == printed, (strategy, got)
 
 
+@pytest.mark.fast
 def test_fit_stage_choice_agrees_with_theory():
     card = deck.get_card("fit_stage")
     reserve, gpu = card.figures["reserve"].value(), card.figures["gpu"].value()
@@ -211,6 +215,7 @@ def _text(card_id: str) -> str:
                     [e.text() for e in c.evidence] + list(c.sources))
 
 
+@pytest.mark.fast
 def test_deepspeed_zero12_reduction_is_cited_from_the_code():
     t = _text("zero1_vs_zero2_comm")
     for needle in ("use_multi_rank_bucket_allreduce", "v0.12.4", "reduce_scatter: false",
@@ -223,6 +228,7 @@ def test_deepspeed_zero12_reduction_is_cited_from_the_code():
     assert not re.search(r"DeepSpeed[^.]*\b2Ψ", c.rendered_answer().split("The gap")[1].split("Setting")[0])
 
 
+@pytest.mark.fast
 def test_megatron_follow_up_compares_like_with_like():
     c = deck.get_card("megatron_level")
     f = c.figures
@@ -233,6 +239,7 @@ def test_megatron_follow_up_compares_like_with_like():
     assert a.index("{mega_rs}") < a.index("{z1_rs}") < a.index("{mega_total}") < a.index("{z1_total}")
 
 
+@pytest.mark.fast
 def test_no_text_about_how_the_deck_was_written():
     meta = re.compile(r"release notes give no reason|this is the reading|\bseed\b|this deck|this card|"
                       r"worth saying|the notes say|as written here", re.I)
@@ -241,6 +248,7 @@ def test_no_text_about_how_the_deck_was_written():
             assert not meta.search(t), (c.id, t)
 
 
+@pytest.mark.fast
 def test_no_text_about_how_the_suite_was_written():
     """The notebooks, README, labs guide and set-up files speak of their subject only."""
     import json
@@ -259,12 +267,14 @@ def test_no_text_about_how_the_suite_was_written():
             assert not m, (f.name, t[max(0, m.start() - 80):m.end() + 80])
 
 
+@pytest.mark.fast
 def test_condition_for_one_and_a_half():
     a = deck.get_card("zero3_comm").answer
     assert "same dtype" in a and "{ratio}" in a
     assert float(deck.get_card("zero3_comm").figures["r_mixed"].value()) == 2
 
 
+@pytest.mark.fast
 def test_hpz_is_not_hsdp_and_defaults_are_flat():
     z = _text("zero_pp")
     assert "hpZ is not HSDP" in z and "MiCS" in z
@@ -273,6 +283,7 @@ def test_hpz_is_not_hsdp_and_defaults_are_flat():
     assert "MiCS" in h
 
 
+@pytest.mark.fast
 def test_pcie_figures_are_per_direction_and_generation():
     o = deck.get_card("offload").figures
     assert o["pcie4"].value() == 31.5e9 and o["pcie5"].value() == 63e9  # 16 / 32 GT/s x 16, 128b/130b
@@ -299,6 +310,7 @@ def _headings(path: Path) -> set[str]:
     return out
 
 
+@pytest.mark.fast
 def test_notebook_list_is_one_numbered_sequence():
     names = [Path(p).name for p in NOTEBOOKS.values()]
     assert [int(n[:2]) for n in names] == list(range(1, len(names) + 1))
@@ -324,6 +336,7 @@ def evidence_targets_exist(card):
             assert any(e.target == lab.file[:-3] for lab in LABS.values()), e.target
 
 
+@pytest.mark.fast
 def test_notebook_sections_lists_every_cited_section():
     sections = deck.notebook_sections()
     assert set(sections) <= set(NOTEBOOKS.values())
@@ -349,6 +362,7 @@ def _rehearsal_sections() -> dict[str, list[dict]]:
     return out
 
 
+@pytest.mark.fast
 def test_rehearsal_notebook_proves_every_card():
     """One section per card, in the refresher's order; each prints its card, and a card that
     quotes figures sets every one of them beside its closed form worked by hand."""
@@ -362,6 +376,7 @@ def test_rehearsal_notebook_proves_every_card():
             assert proofs, f"card {card.id}: no figures_vs_by_hand cell"
 
 
+@pytest.mark.fast
 def test_refresher_plan_is_one_hour_over_every_card():
     plan = session.refresher_plan()
     assert sum(r["minutes"] for r in plan) == 60
@@ -372,6 +387,7 @@ def test_refresher_plan_is_one_hour_over_every_card():
         assert [c.id for c in s.cards] == r["cards"] and len(s.drills) == 1
 
 
+@pytest.mark.fast
 def test_figures_vs_by_hand(capsys):
     from zeroedu.quiz.proof import figures_vs_by_hand
 
@@ -386,6 +402,7 @@ def test_figures_vs_by_hand(capsys):
 
 
 # ------------------------------------------------------------------ drills
+@pytest.mark.fast
 def test_drills_are_reproducible_and_vary():
     a, b = drills.draw_drills(20, seed=5), drills.draw_drills(20, seed=5)
     assert a == b and a != drills.draw_drills(20, seed=6)
@@ -393,12 +410,14 @@ def test_drills_are_reproducible_and_vary():
     assert all(d.strategy in drills.TOPIC_STRATEGIES["hybrid"] for d in drills.draw_drills(10, 1, "hybrid"))
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("topic", deck.TOPICS)
 def test_every_deck_topic_has_drills(topic):
     ds = drills.draw_drills(5, seed=0, topic=topic)
     assert len(ds) == 5 and all(d.kind in drills.TOPIC_KINDS.get(topic, drills.KINDS) for d in ds)
 
 
+@pytest.mark.fast
 def test_drill_grading_uses_theory():
     for seed in range(40):
         d = drills.draw_drills(1, seed=seed)[0]
@@ -415,6 +434,7 @@ def test_drill_grading_uses_theory():
         assert d.worked().splitlines()[-1].endswith(drills.gb(exp)), seed
 
 
+@pytest.mark.fast
 def test_worked_solution_substitutes_numbers():
     d = drills.Drill("bytes", "zero2", 7e9, 8, 1, "mixed-bf16")
     w = d.worked()
@@ -424,6 +444,7 @@ def test_worked_solution_substitutes_numbers():
     assert c.count("(8-1)/8 × 14 GB = 12.25 GB") == 3 and c.endswith("total = 36.75 GB")
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("text,value", [("38.5", 38.5e9), ("38.5 GB", 38.5e9), ("38500 MB", 38.5e9),
                                         ("3.85e10", 3.85e10), ("1,000,000", 1e6), ("abc", None), ("", None)])
 def test_parse_bytes(text, value):
@@ -497,6 +518,7 @@ def test_cli_list_and_bad_topic():
     assert p.returncode == 2 and "invalid choice" in p.stderr
 
 
+@pytest.mark.fast
 def test_session_in_process():
     import io
 
@@ -507,6 +529,7 @@ def test_session_in_process():
     assert score.self_points == 1 and score.self_total == len(s.cards[0].must_hit)
 
 
+@pytest.mark.fast
 def test_widgets_grade_like_the_terminal():
     from zeroedu.quiz.widget import CardViewer, DrillTrainer
 
@@ -535,6 +558,7 @@ CONTENT_CHECKS = (card_is_complete, no_hard_coded_figures, every_quoted_figure_i
                   figures_match_closed_forms, card_verdict, evidence_targets_exist)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("card", CARDS, ids=lambda c: c.id)
 def test_card(card):
     """One item per card: its content (complete, figures from the theory and equal to the closed

@@ -1,7 +1,10 @@
 """Properties of the shard index math in `zeroedu.shard`, checked against plain Python lists."""
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from zeroedu import shard
+
+pytestmark = pytest.mark.fast
 
 ns = st.integers(1, 12)
 totals = st.integers(0, 200)

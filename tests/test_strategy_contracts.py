@@ -26,6 +26,7 @@ def _local(name, recipe="fp32"):
     return build(name, make_model(MLPConfig()), dist, get_recipe(recipe), AdamConfig())
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name", ["fsdp1", "fsdp2"])
 def test_fsdp_unit_without_gradient_gets_zeros_not_last_steps(name):
     """A step whose backward produced no gradient must use zeros (torch semantics with
@@ -47,6 +48,7 @@ def test_fsdp_unit_without_gradient_gets_zeros_not_last_steps(name):
         assert (a - b.detach()).abs().max().item() <= 1e-6 * b.abs().max().item()
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("name", ["megatron_distopt", "ddp_bucketed"])
 def test_second_backward_before_step_is_refused(name):
     recipe = "megatron-bf16" if name == "megatron_distopt" else "fp32"

@@ -9,6 +9,8 @@ from hypothesis import given, settings, strategies as st
 
 from zeroedu import catalog, recipes, shard, theory
 
+pytestmark = pytest.mark.fast
+
 GB = 10**9
 PSI = 7 * 10**9
 

@@ -103,6 +103,7 @@ def _local(strategy, recipe, **opts):
     return build(strategy, make_model(MLPConfig()), dist, get_recipe(recipe), None, **opts)
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_rejects_unsupported(strategy):
     with pytest.raises(ValueError, match="megatron-bf16"):
@@ -111,6 +112,7 @@ def test_rejects_unsupported(strategy):
         _local(strategy, "fp32", bucket_bytes=4)
 
 
+@pytest.mark.fast
 def test_params_are_views_of_the_flat_buffer():
     s = _local("zero1", "mixed-bf16")
     for u in s.units:
