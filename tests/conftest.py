@@ -1,8 +1,5 @@
-import copy
-import json
 import os
 import sys
-from dataclasses import replace
 
 import pytest
 
@@ -14,6 +11,8 @@ if ROOT not in sys.path:
 
 from zeroedu.runtime import cluster  # noqa: E402
 
+from .shared_runs import RUNS, SharedRuns  # noqa: E402
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _close_pools():
@@ -21,38 +20,11 @@ def _close_pools():
     cluster.shutdown_pools()
 
 
-class SharedRuns:
-    """Multi-rank training runs, each run once per test session and shared by every module.
-
-    `runs(cfg)` returns the report of `train.run(cfg)`; the same resolved configuration asked for
-    by two modules starts ranks once. Every run returns its parameters (a superset of the report
-    without them), so asking with or without `return_params` is the same run. Each caller gets
-    its own deep copy: a test that edits a report cannot change what another test reads.
-    """
-
-    def __init__(self):
-        self._reports: dict[str, dict] = {}
-        self.started = 0  # runs that really started ranks (the rest were served from the cache)
-
-    def __call__(self, cfg) -> dict:
-        from zeroedu.train import run
-        from zeroedu.train.config import config_to_dict
-
-        cfg = replace(cfg.resolved(), return_params=True)
-        key = json.dumps(config_to_dict(cfg), sort_keys=True, default=repr)
-        if key not in self._reports:
-            self._reports[key] = run(cfg)
-            self.started += 1
-        return copy.deepcopy(self._reports[key])
-
-
-_SHARED_RUNS = SharedRuns()
-
-
 @pytest.fixture(scope="session")
 def runs() -> SharedRuns:
-    """The session's cache of multi-rank runs (see `SharedRuns`); new multi-rank tests use it."""
-    return _SHARED_RUNS
+    """The session's cache of multi-rank runs (tests/shared_runs.py); new multi-rank tests use
+    it, as a fixture or, from a module-level helper, as `shared_runs.RUNS`."""
+    return RUNS
 
 
 @pytest.fixture(autouse=True)

@@ -9,6 +9,8 @@ from zeroedu import theory
 from zeroedu.models import MLPConfig, make_model
 from zeroedu.train import RunConfig, run
 
+from .shared_runs import RUNS
+
 PSI = sum(p.numel() for p in make_model(MLPConfig()).parameters())
 
 
@@ -18,7 +20,7 @@ def rel(a, b):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_fp32_equals_single_process(n):
-    r = run(RunConfig("ddp", n, steps=5, recipe="fp32", return_params=True, model="mlp"))
+    r = RUNS(RunConfig("ddp", n, steps=5, recipe="fp32", return_params=True, model="mlp"))
     for a, b in zip(r["losses"], r["reference_losses"]):
         assert abs(a - b) <= 1e-6 * abs(b)
     for a, b in zip(r["params"], r["reference_params"]):

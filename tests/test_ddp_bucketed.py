@@ -3,7 +3,6 @@
 Expected values come from `train.reference` (single process, torch.optim.Adam) and the closed
 forms in `zeroedu.theory` (the report's "predicted" block), never from this code's output.
 """
-from functools import lru_cache
 
 import pytest
 import torch
@@ -16,6 +15,8 @@ from zeroedu.strategies import build
 from zeroedu.strategies.base import DistState
 from zeroedu.train import RunConfig, run
 
+from .shared_runs import RUNS
+
 FP32_TOL = 1e-6
 # bf16 keeps 8 significant bits (relative rounding up to 2^-8 per value) in params and grads;
 # Adam divides by sqrt(v), so tiny bf16-rounded gradients still move a weight by ~lr. Over 5
@@ -25,9 +26,8 @@ FP32_TOL = 1e-6
 BF16_LOSS_TOL, BF16_PARAM_TOL = 2e-3, 5e-2
 
 
-@lru_cache(maxsize=None)
 def _run(n, recipe, steps=5):
-    return run(RunConfig("ddp_bucketed", n, steps=steps, recipe=recipe, return_params=True, model="mlp"))
+    return RUNS(RunConfig("ddp_bucketed", n, steps=steps, recipe=recipe, return_params=True, model="mlp"))
 
 
 def _rel(a, b):

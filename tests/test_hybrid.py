@@ -14,6 +14,8 @@ from zeroedu.theory.hybrid import cross_domain_bytes, cross_domain_table, step_c
 from zeroedu.notebook.report import format_cross_domain_table
 from zeroedu.train import RunConfig, run
 
+from .shared_runs import RUNS
+
 GB = 10**9
 SHAPES = unit_shapes(make_model(MLPConfig()))
 PADDED = lambda mult: [shard.padded_numel(sum(shard.numel(s) for s in u), mult) for u in SHAPES]
@@ -31,7 +33,7 @@ def _param_rel(params, ref):
 @pytest.mark.parametrize("strategy", ["hsdp", "hfsdp"])
 @pytest.mark.parametrize("m, n", [(2, 2), (2, 4), (2, 3)])
 def test_fp32_equals_single_process_and_theory(strategy, m, n):
-    r = run(RunConfig(strategy, m * n, m=m, steps=5, recipe="fp32", return_params=True, model="mlp"))
+    r = RUNS(RunConfig(strategy, m * n, m=m, steps=5, recipe="fp32", return_params=True, model="mlp"))
     assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
     assert _rel(r["losses"], r["reference_losses"]) <= 1e-6
     assert _param_rel(r["params"], r["reference_params"]) <= 1e-6

@@ -21,6 +21,8 @@ from zeroedu.strategies.base import DistState
 from zeroedu.strategies.megatron_distopt import MegatronDistOpt
 from zeroedu.train import RunConfig, run
 
+from .shared_runs import RUNS
+
 SHAPES = unit_shapes(make_model(MLPConfig()))
 
 
@@ -35,7 +37,7 @@ def _param_rel(r):
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_fp32_equals_single_process_and_theory(n):
-    r = run(RunConfig("megatron_distopt", n, steps=5, recipe="fp32", return_params=True, model="mlp"))
+    r = RUNS(RunConfig("megatron_distopt", n, steps=5, recipe="fp32", return_params=True, model="mlp"))
     assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
     assert _rel(r["losses"], r["reference_losses"]) <= 1e-6
     assert _param_rel(r) <= 1e-6

@@ -18,10 +18,11 @@ from zeroedu.notebook import nbtools, viz
 from zeroedu.recipes import get_recipe
 from zeroedu.train import RunConfig, run
 
+from .shared_runs import RUNS
 
-@lru_cache(maxsize=None)
-def _report(strategy, n, recipe="fp32", steps=3):
-    return run(RunConfig(strategy, n, steps=steps, recipe=recipe, model="mlp"))
+
+def _report(strategy, n, recipe="fp32", steps=5):
+    return RUNS(RunConfig(strategy, n, steps=steps, recipe=recipe, model="mlp"))
 
 
 def _png(fig):

@@ -4,7 +4,6 @@ and every byte of model state and communication equals the closed forms (exact m
 Expected values: `train.reference` (single process, torch.optim.Adam, fp32) and
 `zeroedu.theory.exact_model_states` / `exact_comm` (computed here from the model's shapes).
 """
-from functools import lru_cache
 
 import pytest
 
@@ -13,7 +12,9 @@ from zeroedu.models import MLPConfig, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
 from zeroedu.strategies import build
 from zeroedu.strategies.base import DistState
-from zeroedu.train import RunConfig, run
+from zeroedu.train import RunConfig
+
+from .shared_runs import RUNS
 
 STRATEGIES = ["zero1", "zero1_allreduce", "zero2"]
 FP32_TOL = 1e-6
@@ -22,9 +23,8 @@ BF16_LOSS_TOL, BF16_PARAM_TOL = 2e-3, 5e-2
 SHAPES = unit_shapes(make_model(MLPConfig()))
 
 
-@lru_cache(maxsize=None)
 def _run(strategy, n, recipe):
-    return run(RunConfig(strategy, n, steps=5, recipe=recipe, return_params=True, model="mlp"))
+    return RUNS(RunConfig(strategy, n, steps=5, recipe=recipe, return_params=True, model="mlp"))
 
 
 def _rel(a, b):

@@ -1,5 +1,6 @@
-"""`make test`'s last stage (tests/tree_state.py) names every file a run changed, created or
-removed, in a real git checkout, and ignores what .gitignore leaves to the run."""
+"""The suite's own tools: `make test`'s last stage (tests/tree_state.py) names every file a run
+changed, created or removed, in a real git checkout, and ignores what .gitignore leaves to the
+run; the shared multi-rank runs (tests/shared_runs.py) start each configuration once."""
 import subprocess
 
 import pytest
@@ -41,3 +42,22 @@ def test_check_fails_naming_the_file(tmp_path, capsys):
     (tmp_path / "nb.ipynb").write_text('{"cells": []}')
     assert tree_state.main(["check", str(snap)], root=tmp_path) == 1
     assert "changed nb.ipynb" in capsys.readouterr().err
+
+
+def test_shared_runs_start_each_configuration_once_and_hand_out_copies(monkeypatch):
+    """tests/shared_runs.py: two asks for one resolved configuration (with or without
+    `return_params`, default recipe spelled out or not) start one run; edits stay with the caller."""
+    import zeroedu.train
+    from zeroedu.train import RunConfig
+
+    from .shared_runs import SharedRuns
+
+    started = []
+    monkeypatch.setattr(zeroedu.train, "run", lambda cfg: started.append(cfg) or {"ranks": [{"x": 1}]})
+    runs = SharedRuns()
+    a = runs(RunConfig("zero2", 2, steps=5, model="mlp"))
+    a["ranks"][0]["x"] = 99
+    b = runs(RunConfig("zero2", 2, steps=5, model="mlp", return_params=True, recipe=None))
+    c = runs(RunConfig("zero2", 2, steps=4, model="mlp"))
+    assert len(started) == runs.started == 2 and all(cfg.return_params for cfg in started)
+    assert b == {"ranks": [{"x": 1}]} and c is not b
