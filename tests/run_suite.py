@@ -35,10 +35,12 @@ def main(extra: list[str]) -> int:
     tree_state.main(["save", snap])
     results: list[tuple[str, int, float]] = []
     t_all = time.monotonic()
-    _stage("tests", [py, "-m", "pytest", "-q", "tests", *extra], results)
+    # --durations: the slowest items are printed every time, so a test that breaks the budget
+    # (tests/README.md) is named in the run that added it.
+    _stage("tests", [py, "-m", "pytest", "-q", "--durations=10", "tests", *extra], results)
     if sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")):
         _stage("notebooks", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
-                             "--nbval-sanitize-with", "notebooks/sanitize.cfg", "--nbval-cell-timeout=300",
+                             "--nbval-sanitize-with", "notebooks/sanitize.cfg", "--nbval-cell-timeout=300", "--durations=5",
                              "notebooks/solutions"], results)
     t0 = time.monotonic()
     print("\n== tree: the working tree against its state before the run", flush=True)
