@@ -12,7 +12,7 @@ import html
 import inspect
 
 from ..fmt import number as _fmt
-from .report import all_match, match_rows, max_rel_diff
+from .report import all_match, match_rows, max_rel_diff, rel_diff_text  # noqa: F401 (re-exported)
 
 
 class _Rich:

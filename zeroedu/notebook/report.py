@@ -57,6 +57,15 @@ def max_rel_diff(a: list[float], b: list[float]) -> float:
     return max((abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b)), default=0.0)
 
 
+def rel_diff_text(x: float, floor: float) -> str:
+    """A relative difference as a lesson reads it: ``"< 1e-06"`` below `floor`, else two digits.
+
+    Below the recipe's rounding level the digits of a difference come from the CPU's summation
+    order (they change from one processor to another), not from the algorithm: what the lesson
+    can state, and a stored output can keep, is the bound."""
+    return f"< {floor:.0e}" if x < floor else f"{x:.1e}"
+
+
 def _curve(xs: list[float], most: int = 10) -> str:
     """Every loss of a short run; first, ~8 evenly spaced and last of a long one."""
     if len(xs) <= most:
