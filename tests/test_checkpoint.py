@@ -172,7 +172,7 @@ def test_torch_fully_shard_dcp_into_zeroedu(tmp_path):
     assert st.step == SAVE and rel_params(st.params, ps) <= TOL and rel_params(st.v, v) <= 1e-5
     ref_losses, _ = reference(cfg("zero2", 3))
     for strategy, world in [("zero2", 3), ("fsdp1", 2)]:
-        r = resume(cfg(strategy, world), str(tmp_path))
+        r = resume(cfg(strategy, world), str(tmp_path), format="dcp")
         assert r["start"] == SAVE and rel(r["losses"], ref_losses[SAVE:]) <= TOL
 
 
@@ -242,3 +242,45 @@ def test_incomplete_step_directory(damaged):
         load_checkpoint(sd)
     with pytest.raises(ValueError, match="not a zeroedu checkpoint"):
         load_checkpoint(os.path.dirname(d))
+
+
+# ------------------------------------------------------------------------------ untrusted files
+class _Payload:
+    """Unpickling this runs code: it writes `marker` (what a crafted DCP .metadata can do)."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (exec, (f"open({self.marker!r}, 'w').write('ran')",))
+
+
+def _crafted_dcp_dir(path, marker) -> str:
+    import pickle
+
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, ".metadata"), "wb") as f:
+        pickle.dump(_Payload(str(marker)), f)
+    return str(path)
+
+
+def test_a_crafted_dcp_metadata_runs_nothing_on_any_default_load_path(tmp_path):
+    """DCP is read only when asked for: a directory holding a pickled .metadata is never
+    unpickled by load_any, resume or load_checkpoint, each of which says what it found."""
+    from zeroedu.checkpoint import load_any
+
+    marker = tmp_path / "ran"
+    d = _crafted_dcp_dir(tmp_path / "crafted", marker)
+    model = cfg("ddp", 2).resolved().model
+    for load in (lambda: load_any(d, model), lambda: resume(cfg("ddp", 2), d), lambda: load_checkpoint(d)):
+        with pytest.raises(ValueError, match="not a zeroedu checkpoint"):
+            load()
+        assert not marker.exists(), "loading a checkpoint ran code from its .metadata"
+    with pytest.raises(ValueError, match="format='dcp'"):  # and the message says how to opt in
+        load_any(d, model)
+    with pytest.raises(ValueError, match="format must be one of zeroedu, dcp"):
+        load_any(d, model, format="pickle")
+    # The payload is real: asking for DCP on this untrusted directory does run it.
+    with pytest.raises(Exception):
+        load_any(d, model, format="dcp")
+    assert marker.read_text() == "ran"

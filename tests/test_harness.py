@@ -153,3 +153,53 @@ def test_events_stream_to_the_parent_while_the_job_runs():
     last = [e for e in seen if e["rank"] == 0 and e["label"] == "optimizer step"][-1]
     model_states = sum(last["bytes"][c] for c in ("param", "grad", "master", "main_grad", "m", "v"))
     assert model_states == report["ranks"][0]["measured"]["total"]
+
+
+def _listening_sockets(pids) -> list[tuple[str, int]]:
+    """(address, port) of every TCP socket in LISTEN state that one of `pids` holds, read from
+    the kernel's tables (/proc/net/tcp, tcp6) and each process's file descriptors."""
+    import os
+
+    inodes = set()
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    found = []
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                cols = line.split()
+                local, state, inode = cols[1], cols[3], cols[9]
+                if state != "0A" or inode not in inodes:  # 0A: TCP_LISTEN
+                    continue
+                addr, port = local.split(":")
+                raw = bytes.fromhex(addr)
+                if width == 8:
+                    text = ".".join(str(b) for b in raw[::-1])  # little-endian u32
+                else:
+                    import ipaddress
+
+                    words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]
+                    text = str(ipaddress.IPv6Address(b"".join(words)))
+                found.append((text, int(port, 16)))
+    return found
+
+
+def test_a_running_job_listens_on_loopback_only():
+    """The rendezvous store and gloo's pair sockets accept connections from this machine only."""
+    import os
+
+    pool = cluster.Pool(2)
+    try:
+        pool.run(faults.pid)  # the group is up and has run a job
+        sockets = _listening_sockets([os.getpid()] + [p.pid for p in pool.procs])
+        assert pool._store.port in {port for _, port in sockets}, sockets  # the store was seen
+        off = [(a, p) for a, p in sockets if a not in ("127.0.0.1", "::1")]
+        assert not off, f"listening off loopback: {off}"
+    finally:
+        pool.close()

@@ -11,8 +11,13 @@ parameter names exactly as `model.state_dict()`::
 * `export_dcp`: a zeroedu checkpoint (any strategy, any world size) -> DCP, full tensors,
   written from one process (DCP's no-process-group mode).
 * `load_dcp`: a DCP checkpoint -> `checkpoint.FullState`, so any zeroedu strategy can take it
-  (`resume(..., resume_from=dcp_dir)` detects the format). DCP reshards on read: whatever
-  wrote it (FSDP2 DTensor shards on 4 ranks, or one process) we ask for full plain tensors.
+  (`resume(..., resume_from=dcp_dir, format="dcp")`). DCP reshards on read: whatever wrote it
+  (FSDP2 DTensor shards on 4 ranks, or one process) we ask for full plain tensors.
+
+**Trust.** DCP's ``.metadata`` is a pickle (`FileSystemReader.read_metadata` calls
+``pickle.load`` in torch/distributed/checkpoint/filesystem.py), and unpickling can run code. So
+DCP is read only when the caller names the format, never detected from a file name: load a DCP
+directory only if it comes from a source you trust. zeroedu's own format needs no such trust.
 The independent other side, torch's own `fully_shard` saving to / resuming from DCP, is in
 `zeroedu.references.torch_dcp`.
 
@@ -58,7 +63,8 @@ def export_dcp(state: FullState, dcp_dir: str, adam=None) -> str:
 
 
 def load_dcp(dcp_dir: str, model: ModelSpec) -> FullState:
-    """Read a DCP checkpoint of `model` (saved by torch or by `export_dcp`) as full fp32 tensors."""
+    """Read a DCP checkpoint of `model` (saved by torch or by `export_dcp`) as full fp32 tensors.
+    The directory must come from a trusted source: its metadata is unpickled."""
     import torch.distributed.checkpoint as dcp
 
     if not is_dcp(dcp_dir):

@@ -33,12 +33,12 @@ def maybe_fault(fault: dict | None, rank: int, where: str, step: int) -> None:
 
 
 def _train(ctx, cfg: dict, ckpt_dir: str | None, save_at, resume_from: str | None,
-           fault: dict | None) -> dict:
+           fault: dict | None, format: str = "zeroedu") -> dict:
     cfg = config_from_dict(cfg)
     run = build_run(ctx, cfg)
     start = 0
     if resume_from is not None:
-        state = load_any(resume_from, cfg.model)
+        state = load_any(resume_from, cfg.model, format)
         check_compatible(state, cfg)
         run.strategy.load_full_state(state.params, state.m, state.v, state.adam_step)
         start = state.step
@@ -64,9 +64,9 @@ def train_and_save_job(ctx, cfg: dict, ckpt_dir: str, save_at: list[int], fault:
 
 
 def resume_job(ctx, cfg: dict, resume_from: str, ckpt_dir: str | None = None,
-               save_at: list[int] = (), fault: dict | None = None) -> dict:
+               save_at: list[int] = (), fault: dict | None = None, format: str = "zeroedu") -> dict:
     """Load `resume_from` (any strategy, any world size) and train on to cfg.steps."""
-    return _train(ctx, cfg, ckpt_dir, set(save_at), resume_from, fault)
+    return _train(ctx, cfg, ckpt_dir, set(save_at), resume_from, fault, format)
 
 
 # ------------------------------------------------------------------------ parent side
@@ -92,12 +92,14 @@ def train_and_save(cfg: RunConfig, ckpt_dir: str, save_at, *, pool=None, timeout
                                              "save_at": sorted(save_at), "fault": fault}, pool, timeout)
 
 
-def resume(cfg: RunConfig, resume_from: str, *, ckpt_dir: str | None = None, save_at=(), pool=None,
-           timeout=None, fault: dict | None = None) -> dict[str, Any]:
-    """Load a checkpoint (zeroedu's, or DCP) into `cfg`'s strategy and world size (validated here, in the parent,
-    so a bad checkpoint is a ValueError rather than a rank failure) and train to cfg.steps."""
+def resume(cfg: RunConfig, resume_from: str, *, format: str = "zeroedu", ckpt_dir: str | None = None,
+           save_at=(), pool=None, timeout=None, fault: dict | None = None) -> dict[str, Any]:
+    """Load a checkpoint into `cfg`'s strategy and world size (validated here, in the parent, so a
+    bad checkpoint is a ValueError rather than a rank failure) and train to cfg.steps.
+    `format="dcp"` reads a torch.distributed.checkpoint directory, which must come from a
+    trusted source (its metadata is a pickle); the default reads zeroedu's own format only."""
     cfg = cfg.resolved()
-    check_compatible(load_any(resume_from, cfg.model), cfg)
-    return _launch(resume_job, cfg, {"resume_from": os.path.abspath(resume_from),
+    check_compatible(load_any(resume_from, cfg.model, format), cfg)
+    return _launch(resume_job, cfg, {"resume_from": os.path.abspath(resume_from), "format": format,
                                      "ckpt_dir": ckpt_dir and os.path.abspath(ckpt_dir),
                                      "save_at": sorted(save_at), "fault": fault}, pool, timeout)

@@ -43,9 +43,27 @@ def load_checkpoint(path: str) -> FullState:
     return FullState(man["step"], adam.pop(), full["params"], full["m"], full["v"], rng, man, d)
 
 
-def load_any(path: str, model: ModelSpec) -> FullState:
-    """A zeroedu checkpoint (root or step directory) or a DCP checkpoint directory."""
-    return load_dcp(path, model) if is_dcp(path) else load_checkpoint(path)
+FORMATS = ("zeroedu", "dcp")
+
+
+def load_any(path: str, model: ModelSpec, format: str = "zeroedu") -> FullState:
+    """A zeroedu checkpoint (root or step directory), or a DCP directory when the caller says so.
+
+    The format is the caller's word, never guessed from the files: DCP's ``.metadata`` is a
+    pickle, which can run code when read, so only ``format="dcp"`` reads it (a directory from a
+    source you trust). zeroedu's own files are JSON and ``torch.load(weights_only=True)``."""
+    if format not in FORMATS:
+        raise ValueError(f"checkpoint format must be one of {', '.join(FORMATS)}, got {format!r}")
+    if format == "dcp":
+        return load_dcp(path, model)
+    try:
+        return load_checkpoint(path)
+    except ValueError as e:
+        if is_dcp(path) and "not a zeroedu checkpoint" in str(e):
+            raise ValueError(f"{path}: not a zeroedu checkpoint, but it holds a DCP .metadata file; "
+                             "DCP metadata is a pickle that can run code when read: if you trust where "
+                             "the directory came from, load it with format='dcp'") from None
+        raise
 
 
 def check_compatible(state: FullState, cfg: RunConfig) -> None:

@@ -7,7 +7,8 @@ Two ways to get ranks, one `RankContext` (see `zeroedu.runtime.rank`) for the jo
   already imported torch, so a rank starts in a fraction of a second instead of 1-2 s. The pool
   stays warm: `Pool.run` sends job after job to the same ranks (what lets a widget trigger a
   real run without start-up cost). Rendezvous goes through a TCPStore the parent owns on an
-  ephemeral loopback port, so concurrent pools never collide or cross-talk.
+  ephemeral loopback port, so concurrent pools never collide or cross-talk; its listening
+  socket is bound to 127.0.0.1 here (TCPStore alone would listen on every interface).
 * **torchrun**: `run_torchrun` uses the environment torchrun sets (RANK, WORLD_SIZE,
   MASTER_ADDR, ...), so the same job runs across GPUs and nodes.
 
@@ -25,6 +26,7 @@ import datetime
 import multiprocessing as mp
 import os
 import queue
+import socket
 import sys
 import tempfile
 import time
@@ -83,6 +85,19 @@ def fn_ref(fn: Callable | str) -> str:
     return f"{mod}:{fn.__qualname__}"
 
 
+def _loopback_listener() -> int:
+    """A listening TCP socket on 127.0.0.1 (a free port), as a file descriptor the store takes
+    over: detached, so Python never closes it under the store's feet."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(MAX_LOCAL_RANKS + 1)
+    except OSError:
+        sock.close()
+        raise
+    return sock.detach()
+
+
 def _mp_context():
     ctx = mp.get_context("forkserver")
     # Ranks fork from a server that has torch imported already: ~0.1 s per rank instead of ~1.5 s.
@@ -115,9 +130,11 @@ class Pool:
 
         t0 = time.perf_counter()
         ctx = _mp_context()
-        # The parent owns the rendezvous: port 0 asks the kernel for a free loopback port.
+        # The parent owns the rendezvous on a free loopback port. TCPStore's host names where
+        # clients connect, not where the server binds (it binds every interface), so the
+        # listening socket is made here, bound to 127.0.0.1, and handed over as master_listen_fd.
         self._store = dist.TCPStore("127.0.0.1", 0, self.n + 1, is_master=True,
-                                    wait_for_workers=False,
+                                    wait_for_workers=False, master_listen_fd=_loopback_listener(),
                                     timeout=datetime.timedelta(seconds=self.timeout))
         self._results = ctx.Queue()
         self._tasks = [ctx.SimpleQueue() for _ in range(self.n)]
