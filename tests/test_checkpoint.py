@@ -284,3 +284,101 @@ def test_a_crafted_dcp_metadata_runs_nothing_on_any_default_load_path(tmp_path):
     with pytest.raises(Exception):
         load_any(d, model, format="dcp")
     assert marker.read_text() == "ran"
+
+
+# ------------------------------------------------------------------------------ odd manifests, odd directories
+def _set(key, value):
+    def edit(man):
+        man[key] = value
+        return man
+    return edit
+
+
+def _drop(key):
+    def edit(man):
+        del man[key]
+        return man
+    return edit
+
+
+def _file(r, key, value):
+    def edit(man):
+        man["files"][r][key] = value
+        return man
+    return edit
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda man: [man], "a JSON list, not an object"),
+    (_drop("files"), "files must list one entry per rank"),
+    (_drop("step"), "step must be an integer"),
+    (_set("world_size", "4"), "world_size must be an integer"),
+    (_set("world_size", True), "world_size must be an integer"),
+    (_set("param_shapes", "big"), "param_shapes must be a list"),
+    (_set("strategy", None), "strategy must be a string"),
+    (lambda man: {**man, "files": man["files"][:2]}, "files must list one entry per rank"),
+    (_file(1, "name", "../../rank-00001-of-00004.pt"), "files\\[1\\] must name rank-00001-of-00004.pt"),
+    (_file(0, "sha256", 7), "sha256"),
+    (_file(2, "bytes", -1), "bytes"),
+])
+def test_every_malformed_manifest_is_a_value_error_naming_the_file(damaged, edit, says):
+    d, sd = damaged
+    p = os.path.join(sd, MANIFEST)
+    man = json.load(open(p))
+    open(p, "w").write(json.dumps(edit(man)))
+    with pytest.raises(ValueError, match=rf"manifest\.json: malformed manifest: .*{says}"):
+        load_checkpoint(d)
+
+
+@pytest.mark.parametrize("content, says", [("../../etc", "not a step directory"),
+                                           ("step-00000099", "which is not in")])
+def test_a_bad_latest_pointer_is_named(damaged, content, says):
+    d, _ = damaged
+    open(os.path.join(d, LATEST), "w").write(content)
+    with pytest.raises(ValueError, match=rf"latest: names .*{says}"):
+        load_checkpoint(d)
+
+
+def test_permission_problems_are_named_as_such(damaged, monkeypatch):
+    """Root reads any file, so the kernel's refusal is stood in for: `open` raises what it would."""
+    import builtins
+
+    d, sd = damaged
+    real_open = builtins.open
+
+    def refusing(path, *a, **kw):
+        if os.path.basename(str(path)) in (MANIFEST, rank_file_name(1, 4)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *a, **kw)
+
+    monkeypatch.setattr(builtins, "open", refusing)
+    with pytest.raises(ValueError, match=r"manifest\.json: permission denied: cannot read the manifest"):
+        load_checkpoint(d)
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **kw: (
+        real_open(path, *a, **kw) if os.path.basename(str(path)) != rank_file_name(1, 4)
+        else refusing(path, *a, **kw)))
+    with pytest.raises(ValueError, match=r"rank-00001-of-00004\.pt: permission denied"):
+        load_checkpoint(d)
+
+
+@pytest.mark.fast
+def test_an_unwritable_save_directory_is_refused_before_training(tmp_path, monkeypatch):
+    """Checked in the parent before any rank starts (a fast test: starting ranks would fail it)."""
+    from zeroedu.checkpoint import format as ckfmt
+    from zeroedu.checkpoint import train_and_save
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=r"a-file/ck: checkpoints cannot be written there \(Not a directory\)"):
+        train_and_save(cfg("ddp", 2), str(blocker / "ck"), [2])
+    with pytest.raises(ValueError, match="exists and is not a directory"):
+        train_and_save(cfg("ddp", 2), str(blocker), [2])
+
+    def denied(*a, **kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(ckfmt.os, "makedirs", denied)
+    with pytest.raises(ValueError, match=r"ro: permission denied: checkpoints cannot be written there"):
+        train_and_save(cfg("ddp", 2), str(tmp_path / "ro"), [2])
+    with pytest.raises(ValueError, match="permission denied"):
+        resume(cfg("ddp", 2), str(tmp_path), ckpt_dir=str(tmp_path / "ro"))

@@ -50,7 +50,7 @@ def test_bytes_equal_closed_forms(n):
         assert (me["param"], me["grad"], me["optim"]) == (2 * PSI, 2 * PSI, 12 * PSI)
         assert me["comm"] == ({"all_reduce": float(ring["all_reduce"])} if n > 1 else {})
         assert me == {**me, **{k: rk["predicted"][k] for k in ("param", "grad", "optim", "total", "comm")}}
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
+    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
 
 
 def test_cli_run_json():

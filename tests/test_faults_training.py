@@ -11,7 +11,8 @@ import time
 import pytest
 
 from zeroedu.runtime import cluster
-from zeroedu.checkpoint import (LATEST, load_checkpoint, resume, step_dir_name, train_and_save)
+from zeroedu.checkpoint import (LATEST, load_checkpoint, rank_file_name, resume, step_dir_name, train_and_save)
+from zeroedu.checkpoint.format import partial_dir_name
 from zeroedu.train import RunConfig, reference, run
 
 TIMEOUT = 5.0  # collective timeout of the ranks: a peer waiting this long reports the hang
@@ -84,9 +85,10 @@ def test_rank_killed_mid_checkpoint_keeps_previous(tmp_path):
     err, dt = _fails(tmp_path, {"rank": 2, "kind": "exit", "where": "save", "at": 4})
     assert err.rank == 2
     assert open(tmp_path / LATEST).read().strip() == step_dir_name(2)
-    assert os.path.isdir(tmp_path / step_dir_name(4))  # partial files, but no manifest
-    with pytest.raises(ValueError, match="incomplete"):
-        load_checkpoint(str(tmp_path / step_dir_name(4)))
+    # The step-4 files are in the hidden partial directory: no step-4 directory, no manifest.
+    assert not os.path.exists(tmp_path / step_dir_name(4))
+    assert not os.path.exists(tmp_path / partial_dir_name(4) / "manifest.json")
+    assert os.path.exists(tmp_path / partial_dir_name(4) / rank_file_name(2, 4))
     st = load_checkpoint(str(tmp_path))
     assert st.step == 2
     # ... and the previous checkpoint resumes exactly, on another strategy and world size
@@ -107,3 +109,24 @@ def test_rank_raises_while_resuming_then_retry_works(tmp_path):
     r = resume(_cfg("fsdp1", 2), str(tmp_path))  # the retry, on a fresh pool
     ref, _ = reference(_cfg("fsdp1", 2))
     assert max(abs(a - b) / b for a, b in zip(r["losses"], ref[3:])) <= 1e-6
+
+
+def test_resaving_the_step_latest_names_never_breaks_it(tmp_path):
+    """The same step saved again (a rerun into the same directory) with a rank dying mid-save:
+    `latest` still names a complete step, the one saved before, which still resumes exactly."""
+    train_and_save(_cfg(), str(tmp_path), [2, 4])
+    before = load_checkpoint(str(tmp_path))
+    assert before.step == 4
+    pool = cluster.Pool(4, timeout=TIMEOUT)
+    with pytest.raises(cluster.RankError) as ei:  # saves step 4 only: the step `latest` names
+        train_and_save(_cfg(), str(tmp_path), [4], pool=pool, timeout=JOB_TIMEOUT,
+                       fault={"rank": 1, "kind": "exit", "where": "save", "at": 4})
+    assert ei.value.rank == 1
+    _assert_gone(pool)
+    assert open(tmp_path / LATEST).read().strip() == step_dir_name(4)
+    after = load_checkpoint(str(tmp_path))  # complete: manifest, every rank file, digests
+    assert after.step == 4 and all(a.equal(b) for a, b in zip(after.params, before.params))
+    # Saved again to the end, the step is replaced by a complete one, and nothing partial stays.
+    train_and_save(_cfg(), str(tmp_path), [4])
+    assert load_checkpoint(str(tmp_path)).step == 4
+    assert sorted(os.listdir(tmp_path)) == [LATEST, step_dir_name(2), step_dir_name(4)]

@@ -258,7 +258,7 @@ def test_batched_equals_per_parameter(n, recipe, model, kw):
     assert batched["losses"] == per_param["losses"]
     assert all(torch.equal(a, b) for a, b in zip(batched["params"], per_param["params"]))
     assert batched["match"] == per_param["match"] == {
-        "model_states": True, "comm": True, "wire": True, "activations": True}
+        "model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
     for b, p in zip(batched["ranks"], per_param["ranks"]):
         assert b["measured"]["comm"] == p["measured"]["comm"]
         assert b["measured"]["comm_by_axis"] == p["measured"]["comm_by_axis"]

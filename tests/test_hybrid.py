@@ -34,7 +34,7 @@ def _param_rel(params, ref):
 @pytest.mark.parametrize("m, n", [(2, 2), (2, 4), (2, 3)])
 def test_fp32_equals_single_process_and_theory(strategy, m, n):
     r = RUNS(RunConfig(strategy, m * n, m=m, steps=5, recipe="fp32", return_params=True, model="mlp"))
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
+    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
     assert _rel(r["losses"], r["reference_losses"]) <= 1e-6
     assert _param_rel(r["params"], r["reference_params"]) <= 1e-6
     comm = theory.exact_comm(strategy, SHAPES, n, m, recipe="fp32")
@@ -53,7 +53,7 @@ def test_default_recipe_bytes_exact(m, n):
     c = sum(PADDED(n * m)) // n
     for strategy, total in [("hsdp", 16 * c), ("hfsdp", 4 * c + 12 * (c // m))]:
         r = run(RunConfig(strategy, m * n, m=m, steps=2, model="mlp"))
-        assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
+        assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
         assert all(rk["measured"]["total"] == total for rk in r["ranks"])
         assert _rel(r["losses"], r["reference_losses"]) <= 2e-3  # bf16 weights: see test_megatron
 

@@ -38,7 +38,7 @@ def _param_rel(r):
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_fp32_equals_single_process_and_theory(n):
     r = RUNS(RunConfig("megatron_distopt", n, steps=5, recipe="fp32", return_params=True, model="mlp"))
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
+    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
     assert _rel(r["losses"], r["reference_losses"]) <= 1e-6
     assert _param_rel(r) <= 1e-6
 
@@ -70,7 +70,7 @@ def test_megatron_bf16_bytes_and_comm_exact(n):
 @pytest.mark.parametrize("recipe, n", [("fp16", 3), ("mixed-bf16", 4), ("fp32", 8)])
 def test_other_recipes_match_theory(recipe, n):
     r = run(RunConfig("megatron_distopt", n, steps=5, recipe=recipe, model="mlp"))
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
+    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
     assert _rel(r["losses"], r["reference_losses"]) <= 2e-3
 
 

@@ -21,7 +21,7 @@ def test_every_rank_ends_with_the_same_parameters(name):
     r = RUNS(RunConfig(name, 4 if hybrid else 3, steps=5, recipe="fp32", m=2 if hybrid else 1,
                        return_params=True, model="mlp"))
     assert r["replica_max_diff"] == 0.0
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
+    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
 
 
 def _local(name, recipe="fp32"):

@@ -75,7 +75,7 @@ def test_run_panel_runs_and_streams(panel_run):
     rep = p.report
     assert rep is not None and p.message.value == ""
     assert rep["strategy"] == "ddp" and rep["world_size"] == 2 and rep["steps"] == 3
-    assert rep["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True}
+    assert rep["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
     # every ledger event of every rank reached the live plot's callback while the job ran
     assert p.events_received == sum(len(r["timeline"]["events"]) for r in rep["ranks"]) > 0
     assert p.live_redraws >= 1 and p.image.value[:4] == b"\x89PNG"

@@ -17,10 +17,13 @@ no piece, so it is never read back as data. A rank file also records the layout 
 (replicated / flat / dim0), per-unit padded sizes and this rank's buffer-wide ranges, N, M,
 strategy, recipe, model config, the data position (next step) and the RNG state.
 
-Every file is written to a temporary name in the same directory, fsynced, then `os.replace`d:
-a reader sees the old file or the new one, never half of one. The manifest (sizes and
-SHA-256 of every rank file) comes after all rank files, and `latest` after the manifest, so a
-run killed mid-checkpoint leaves `latest` on the previous, complete checkpoint.
+A step is written into a hidden ``.step-NNNNNNNN.partial`` directory (every file to a temporary
+name, fsynced, then `os.replace`d); the manifest (sizes and SHA-256 of every rank file) comes
+after all rank files; then the complete directory is moved into place (a rename, or, for a step
+saved again, an atomic exchange with the old one), and `latest` is replaced after that. So a
+step directory is only ever complete, and a run killed mid-checkpoint leaves `latest` on a
+complete checkpoint, even when it was re-saving the very step `latest` names. Manifests are
+validated field by field on load; a malformed one is a `ValueError` naming the file.
 
 Resharding: `load_checkpoint` reads every rank file and rebuilds full fp32 per-parameter
 tensors (master, m, v) from the pieces, checking every element is covered; the target

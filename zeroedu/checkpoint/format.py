@@ -11,6 +11,8 @@ import hashlib
 import io
 import json
 import os
+import re
+import shutil
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +29,11 @@ def step_dir_name(step: int) -> str:
 
 def rank_file_name(rank: int, world: int) -> str:
     return f"rank-{rank:05d}-of-{world:05d}.pt"
+
+
+def partial_dir_name(step: int) -> str:
+    """Where a step is written until it is complete (hidden: no reader lists it)."""
+    return f".{step_dir_name(step)}.partial"
 
 
 # ------------------------------------------------------------------------ atomic writes
@@ -56,6 +63,60 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     fsync_dir(d)
 
 
+def _exchange(a: str, b: str) -> bool:
+    """Swap two paths in one step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    AT_FDCWD, RENAME_EXCHANGE = -100, 2
+    if renameat2(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (22, 38, 95):  # EINVAL, ENOSYS, EOPNOTSUPP: this file system cannot exchange
+        return False
+    raise OSError(err, os.strerror(err), a)
+
+
+def publish_step_dir(partial: str, final: str) -> None:
+    """Move a complete step directory into place. A new step is one rename. An existing one
+    (the same step saved again, perhaps the one `latest` names) is exchanged with the new one
+    atomically, then the old contents are removed: at every instant `final` is a complete step.
+    Where the kernel cannot exchange, the old directory is renamed aside first (a brief window
+    with no `final`, never a half-written one)."""
+    if not os.path.exists(final):
+        os.rename(partial, final)
+    elif _exchange(partial, final):
+        shutil.rmtree(partial)  # now holds the old step
+    else:
+        old = final + ".old"
+        shutil.rmtree(old, ignore_errors=True)
+        os.rename(final, old)
+        os.rename(partial, final)
+        shutil.rmtree(old)
+    fsync_dir(os.path.dirname(os.path.abspath(final)))
+
+
+def check_writable(ckpt_dir: str) -> None:
+    """Before any training: the checkpoint directory exists or can be made, and a file can be
+    written in it (found now, not after the run has trained to its first save)."""
+    import tempfile
+
+    try:
+        os.makedirs(ckpt_dir, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=ckpt_dir, prefix=".write-check-"):
+            pass
+    except PermissionError:
+        raise ValueError(f"{ckpt_dir}: permission denied: checkpoints cannot be written there") from None
+    except FileExistsError:
+        raise ValueError(f"{ckpt_dir}: exists and is not a directory: checkpoints need a directory") from None
+    except OSError as e:
+        raise ValueError(f"{ckpt_dir}: checkpoints cannot be written there ({e.strerror})") from None
+
+
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -78,18 +139,66 @@ class FullState:
     path: str
 
 
+STEP_DIR = re.compile(r"step-\d{8}")
+
+
+def _read_text(p: str, what: str) -> str:
+    try:
+        with open(p) as f:
+            return f.read()
+    except PermissionError:
+        raise ValueError(f"{p}: permission denied: cannot read the {what}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{p}: unreadable {what} ({e})") from None
+
+
 def resolve_step_dir(path: str) -> str:
     """A checkpoint root (follow `latest`) or a step directory."""
     if os.path.exists(os.path.join(path, MANIFEST)):
         return path
     latest = os.path.join(path, LATEST)
     if os.path.exists(latest):
-        with open(latest) as f:
-            return os.path.join(path, f.read().strip())
+        name = _read_text(latest, "'latest' pointer").strip()
+        if not STEP_DIR.fullmatch(name):
+            raise ValueError(f"{latest}: names {name[:60]!r}, not a step directory (step-NNNNNNNN)")
+        if not os.path.isdir(os.path.join(path, name)):
+            raise ValueError(f"{latest}: names {name}, which is not in {path}")
+        return os.path.join(path, name)
     if os.path.isdir(path) and os.path.basename(os.path.normpath(path)).startswith("step-"):
         raise ValueError(f"{path}: no {MANIFEST}: the checkpoint is incomplete (a run stopped "
                          "while saving it?); load the previous step or the root's 'latest'")
     raise ValueError(f"{path}: not a zeroedu checkpoint (no {MANIFEST} and no '{LATEST}' pointer)")
+
+
+def _is_int(x, low: int) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= low
+
+
+def _manifest_problem(man) -> str | None:
+    """What is wrong with a parsed manifest, or None: every field a reader uses, typed."""
+    if not isinstance(man, dict):
+        return f"a JSON {type(man).__name__}, not an object"
+    if man.get("format") != FORMAT:
+        return f"format {man.get('format')!r}, expected {FORMAT!r}"
+    for key, low in (("step", 0), ("world_size", 1)):
+        if not _is_int(man.get(key), low):
+            return f"{key} must be an integer >= {low}, got {man.get(key)!r}"
+    if not isinstance(man.get("strategy"), str):
+        return f"strategy must be a string, got {man.get('strategy')!r}"
+    shapes = man.get("param_shapes")
+    if not (isinstance(shapes, list) and all(isinstance(s, list) and all(_is_int(d, 0) for d in s)
+                                             for s in shapes)):
+        return "param_shapes must be a list of shapes (lists of integers)"
+    files = man.get("files")
+    if not isinstance(files, list) or len(files) != man["world_size"]:
+        return f"files must list one entry per rank ({man['world_size']})"
+    for r, info in enumerate(files):
+        if not isinstance(info, dict) or info.get("name") != rank_file_name(r, man["world_size"]):
+            return f"files[{r}] must name {rank_file_name(r, man['world_size'])}"
+        if not _is_int(info.get("bytes"), 0) or not (isinstance(info.get("sha256"), str)
+                                                     and re.fullmatch(r"[0-9a-f]{64}", info["sha256"])):
+            return f"files[{r}] must give bytes (an integer) and sha256 (64 hex digits)"
+    return None
 
 
 def read_manifest(d: str) -> dict:
@@ -98,12 +207,12 @@ def read_manifest(d: str) -> dict:
         raise ValueError(f"{d}: no {MANIFEST}: the checkpoint is incomplete (a run stopped while "
                          "saving it?); load the previous step or the root's 'latest'")
     try:
-        with open(p) as f:
-            man = json.load(f)
-    except (OSError, json.JSONDecodeError) as e:
+        man = json.loads(_read_text(p, "manifest"))
+    except json.JSONDecodeError as e:
         raise ValueError(f"{p}: unreadable manifest ({e})") from None
-    if man.get("format") != FORMAT:
-        raise ValueError(f"{p}: format {man.get('format')!r}, expected {FORMAT!r}")
+    problem = _manifest_problem(man)
+    if problem:
+        raise ValueError(f"{p}: malformed manifest: {problem}")
     return man
 
 
@@ -115,8 +224,11 @@ def read_rank_file(d: str, info: dict, man: dict, rank: int) -> dict:
     size = os.path.getsize(p)
     if size != info["bytes"]:
         raise ValueError(f"{p}: truncated or overwritten: {size} bytes, the manifest says {info['bytes']}")
-    with open(p, "rb") as f:
-        data = f.read()
+    try:
+        with open(p, "rb") as f:
+            data = f.read()
+    except PermissionError:
+        raise ValueError(f"{p}: permission denied: cannot read the shard file of rank {rank}") from None
     if sha256(data) != info["sha256"]:
         raise ValueError(f"{p}: contents do not match the manifest's SHA-256 (corrupt or from another run)")
     try:

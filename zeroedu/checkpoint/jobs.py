@@ -15,6 +15,7 @@ import torch
 from ..runtime import cluster
 from ..train.config import RunConfig, config_from_dict, config_to_dict
 from ..train.runner import build_run, train_steps
+from .format import check_writable
 from .reshard import check_compatible, load_any
 from .save import save_sharded
 
@@ -88,6 +89,7 @@ def train_and_save(cfg: RunConfig, ckpt_dir: str, save_at, *, pool=None, timeout
                    fault: dict | None = None) -> dict[str, Any]:
     """Train `cfg` from scratch on real ranks, checkpointing after the steps in `save_at`.
     Returns the global losses (mean over ranks) of every step and the final parameters."""
+    check_writable(ckpt_dir)
     return _launch(train_and_save_job, cfg, {"ckpt_dir": os.path.abspath(ckpt_dir),
                                              "save_at": sorted(save_at), "fault": fault}, pool, timeout)
 
@@ -99,6 +101,8 @@ def resume(cfg: RunConfig, resume_from: str, *, format: str = "zeroedu", ckpt_di
     `format="dcp"` reads a torch.distributed.checkpoint directory, which must come from a
     trusted source (its metadata is a pickle); the default reads zeroedu's own format only."""
     cfg = cfg.resolved()
+    if ckpt_dir is not None:
+        check_writable(ckpt_dir)
     check_compatible(load_any(resume_from, cfg.model, format), cfg)
     return _launch(resume_job, cfg, {"resume_from": os.path.abspath(resume_from), "format": format,
                                      "ckpt_dir": ckpt_dir and os.path.abspath(ckpt_dir),

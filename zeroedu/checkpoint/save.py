@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import time
 from typing import Callable
 
@@ -12,8 +13,8 @@ import torch
 
 from ..catalog import get_spec
 from ..train.config import RunConfig
-from .format import (FORMAT, LATEST, MANIFEST, atomic_write_bytes, param_shapes, rank_file_name, sha256,
-                     step_dir_name)
+from .format import (FORMAT, LATEST, MANIFEST, atomic_write_bytes, param_shapes, partial_dir_name,
+                     publish_step_dir, rank_file_name, sha256, step_dir_name)
 
 def shard_state(strategy, cfg: RunConfig, rank: int, world: int, next_step: int) -> dict:
     """What this rank writes: plain tensors, ints, strings and lists (loadable with
@@ -38,14 +39,22 @@ def shard_state(strategy, cfg: RunConfig, rank: int, world: int, next_step: int)
 
 def save_sharded(strategy, cfg: RunConfig, ctx, ckpt_dir: str, next_step: int,
                  after_rank_file: Callable[[], None] | None = None) -> str:
-    """Collective: every rank writes its file; rank 0 writes the manifest, then `latest`.
-    `after_rank_file` runs between a rank's own file and the manifest (tests inject faults there)."""
+    """Collective: every rank writes its file into a hidden partial directory; rank 0 writes the
+    manifest there, moves the complete directory into place, then points `latest` at it.
+    `after_rank_file` runs between a rank's own file and the manifest (tests inject faults there).
+
+    A step directory appears only complete, and one that `latest` names is replaced only by a
+    complete one: a first save is a rename, a re-save of an existing step an atomic exchange
+    (`publish_step_dir`). A run killed mid-save leaves a ``.step-*.partial`` directory, which
+    no reader looks at and the next save of that step clears."""
     import torch.distributed as dist
 
-    d = os.path.join(ckpt_dir, step_dir_name(next_step))
-    os.makedirs(d, exist_ok=True)
-    if ctx.rank == 0 and os.path.exists(os.path.join(d, MANIFEST)):
-        os.remove(os.path.join(d, MANIFEST))  # this step is being rewritten: not complete until the end
+    name_dir = step_dir_name(next_step)
+    final = os.path.join(ckpt_dir, name_dir)
+    partial = os.path.join(ckpt_dir, partial_dir_name(next_step))
+    if ctx.rank == 0:
+        shutil.rmtree(partial, ignore_errors=True)  # left by a run killed while saving this step
+        os.makedirs(partial)
     # Checkpoint coordination is not training traffic: it goes to torch.distributed directly,
     # outside the ledger, so the measured bytes per step stay the strategy's own.
     dist.barrier()
@@ -53,9 +62,9 @@ def save_sharded(strategy, cfg: RunConfig, ctx, ckpt_dir: str, next_step: int,
     torch.save(shard_state(strategy, cfg, ctx.rank, ctx.world_size, next_step), buf)
     data = buf.getvalue()
     name = rank_file_name(ctx.rank, ctx.world_size)
-    atomic_write_bytes(os.path.join(d, name), data)
+    atomic_write_bytes(os.path.join(partial, name), data)
     if after_rank_file is not None:
-        after_rank_file()  # a rank dying here: no manifest, old `latest`
+        after_rank_file()  # a rank dying here: no manifest, the partial directory only
     infos = [None] * ctx.world_size
     dist.all_gather_object(infos, {"name": name, "bytes": len(data), "sha256": sha256(data)})
     if ctx.rank == 0:
@@ -64,9 +73,8 @@ def save_sharded(strategy, cfg: RunConfig, ctx, ckpt_dir: str, next_step: int,
                     "layout": get_spec(cfg.strategy).layout, "model": cfg.model.as_dict(),
                     "param_shapes": param_shapes(cfg.model), "files": infos,
                     "saved_at": time.time()}
-        atomic_write_bytes(os.path.join(d, MANIFEST), json.dumps(manifest, indent=1).encode())
-        atomic_write_bytes(os.path.join(ckpt_dir, LATEST), step_dir_name(next_step).encode())
+        atomic_write_bytes(os.path.join(partial, MANIFEST), json.dumps(manifest, indent=1).encode())
+        publish_step_dir(partial, final)
+        atomic_write_bytes(os.path.join(ckpt_dir, LATEST), name_dir.encode())
     dist.barrier()
-    return d
-
-
+    return final

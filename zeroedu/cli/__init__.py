@@ -17,6 +17,8 @@ import importlib
 import os
 import sys
 
+from ..runtime.cluster import RunStopped
+
 SUBCOMMANDS = ["memory", "run", "tour", "quiz"]
 
 
@@ -45,6 +47,10 @@ def main(argv=None) -> int:
         return 0
     except ValueError as e:
         parser.error(str(e))  # prints "zeroedu: error: ..." and exits with status 2
+    except RunStopped as e:
+        # The run ended itself (a non-finite loss): one line that names rank and step, status 1.
+        print(f"zeroedu: error: rank {e.rank} stopped the run: {e.reason}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -213,7 +213,7 @@ def _table(rep: dict) -> str:
 def run(args) -> int:
     rep = report(args)
     if args.json:
-        json.dump(rep, sys.stdout, indent=2)
+        json.dump(rep, sys.stdout, indent=2, allow_nan=False)
         sys.stdout.write("\n")
     else:
         print(_table(rep))

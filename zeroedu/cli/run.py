@@ -110,7 +110,7 @@ def _run_torchrun(args) -> int:
 
 def _emit(report, args):
     if args.json:
-        print(json.dumps(plain(report, timeline=args.timeline), indent=1))
+        print(json.dumps(plain(report, timeline=args.timeline), indent=1, allow_nan=False))
     else:
         print(summary(report))
 

@@ -2,6 +2,7 @@
 and the notebooks print, and the cross-domain table of `zeroedu.theory.hybrid`."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ..fmt import number as _fmt
@@ -146,11 +147,23 @@ TOUR_HEADER = ["strategy", "recipe", "bytes/rank", "predicted", "sent/step", "pr
 
 
 def plain(report: dict[str, Any], timeline: bool = False) -> dict[str, Any]:
-    """The JSON-able part of a report (tensors dropped; timelines only on request)."""
+    """The JSON-able part of a report (tensors dropped; timelines only on request), strict JSON:
+    a float that is not finite (NaN has no JSON spelling) becomes null. A run whose loss is
+    not finite never gets here: it stops (`train.runner.NonFiniteLoss`)."""
     out = {k: v for k, v in report.items() if k not in ("params", "reference_params", "ranks")}
     out["ranks"] = [{k: v for k, v in r.items() if k != "params" and (timeline or k != "timeline")}
                     for r in report["ranks"]]
-    return out
+    return _finite(out)
+
+
+def _finite(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 def format_cross_domain_table(rows: list[dict], unit: float = 1e9, striped: list[dict] | None = None) -> str:

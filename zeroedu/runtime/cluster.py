@@ -33,7 +33,7 @@ import time
 from typing import Any, Callable
 
 # Re-exported: callers start ranks here and may need the rank side's names.
-from .rank import RankContext, choose_backend, run_torchrun, under_torchrun, worker_main  # noqa: F401
+from .rank import JobStopped, RankContext, choose_backend, run_torchrun, under_torchrun, worker_main  # noqa: F401
 
 MAX_LOCAL_RANKS = 16
 DEFAULT_TIMEOUT = 60.0
@@ -60,6 +60,15 @@ class RankError(RuntimeError):
         if log_tail.strip():
             msg += f"\n--- log of {who} (tail) ---\n{log_tail.rstrip()}"
         super().__init__(msg)
+
+
+class RunStopped(RankError):
+    """A rank ended the job on purpose (`rank.JobStopped`, e.g. a non-finite loss): the message
+    says why, with no traceback. `reason` is the job's own message, `type` its class name."""
+
+    def __init__(self, rank: int, reason: str, type_: str = "JobStopped"):
+        self.reason, self.type = reason, type_
+        super().__init__(rank, "stopped the run", reason)
 
 
 def fn_ref(fn: Callable | str) -> str:
@@ -172,7 +181,7 @@ class Pool:
             except queue.Empty:
                 msg = None
             if msg is not None:
-                if msg[0] == "error":
+                if msg[0] in ("error", "stopped"):
                     self._diagnose({msg[1]: msg[3]}, waiting_for)
                 return msg
             dead = {r for r, p in enumerate(self.procs) if p.exitcode is not None}
@@ -199,8 +208,14 @@ class Pool:
                 kind, rank, _, payload = self._results.get(timeout=0.05)
             except queue.Empty:
                 continue
-            if kind == "error":
+            if kind in ("error", "stopped"):
                 errors.setdefault(rank, payload)
+        stopped = {r: p for r, p in errors.items() if isinstance(p, dict)}
+        if stopped:  # a rank stopped the job on purpose: its reason, not its peers' fallout
+            r = min(stopped)
+            err = RunStopped(r, stopped[r]["message"], stopped[r]["type"])
+            err.also = sorted(set(errors) - {r})
+            self._fail(err)
         own = {r: tb for r, tb in errors.items() if not any(k in tb for k in self._TRANSPORT)}
         dead = {r: p.exitcode for r, p in enumerate(self.procs)
                 if p.exitcode is not None and r not in errors}

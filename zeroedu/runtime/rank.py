@@ -18,6 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 
+class JobStopped(Exception):
+    """A job ends itself for a reason the user must read, not a crash (e.g. a non-finite loss):
+    the parent raises `cluster.RunStopped` with this message alone, naming the rank."""
+
+
 def choose_backend(n: int) -> str:
     forced = os.environ.get("ZEROEDU_BACKEND")
     if forced:
@@ -140,6 +145,10 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
         ctx._emit = lambda msg, j=job_id: results.put(("event", rank, j, msg))
         try:
             out = _resolve(fn_ref)(ctx, **kwargs)
+        except JobStopped as e:
+            print(f"[job {job_id} stopped] {e}", flush=True)
+            results.put(("stopped", rank, job_id, {"message": str(e), "type": type(e).__name__}))
+            continue
         except BaseException:
             print(f"[job {job_id} failed]", flush=True)
             results.put(("error", rank, job_id, traceback.format_exc()))

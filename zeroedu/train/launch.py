@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from .. import theory
 from ..models import unit_shapes
-from ..recipes import get_recipe
+from ..recipes import TOLERANCE, get_recipe
 from ..runtime import analysis, cluster
 from ..runtime.comm import resolve_implementation
 from ..runtime.wire import FRAMING_PER_MESSAGE
@@ -137,6 +137,11 @@ def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
             # None where the model has no closed form (a custom model): measured only.
             "activations": (None if any(r["predicted"]["activations"] is None for r in ranks) else
                             all(r["measured"]["activations"] == r["predicted"]["activations"] for r in ranks)),
+            # Training itself: every step's loss against single-process training, within the
+            # recipe's relative tolerance. (Parameters are compared by the tests, per tensor and
+            # per model: a GPT's attention key bias has an exactly zero gradient, so Adam turns
+            # round-off there into lr-sized steps of either sign, and no single tolerance fits.)
+            "losses": losses_match(losses, ref_losses, cfg.recipe),
         },
     }
     if ranks and "params" in ranks[0]:
@@ -148,6 +153,11 @@ def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
             (float((a - b).abs().max()) for r in ranks[1:] for a, b in zip(r.pop("params"), report["params"])),
             default=0.0)
     return report
+
+
+def losses_match(losses: list[float], ref: list[float], recipe: str) -> bool:
+    """Every step's loss within the recipe's relative tolerance of single-process training."""
+    return all(abs(x - y) <= TOLERANCE[recipe] * max(abs(y), 1e-30) for x, y in zip(losses, ref, strict=True))
 
 
 WIRE_MARGIN = 0.01  # relative, around the payload the ring model (of this implementation) predicts

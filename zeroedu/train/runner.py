@@ -13,6 +13,7 @@ runs every strategy, hybrids included, with every run option:
 """
 from __future__ import annotations
 
+import math
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
@@ -24,6 +25,7 @@ from ..models import apply_recompute, local_slice
 from ..recipes import get_recipe
 from ..runtime.comm import Comm
 from ..runtime.ledger import Ledger
+from ..runtime.rank import JobStopped
 from ..models.custom import resolve as resolve_ref
 from ..strategies import strategy_class
 from ..strategies.base import DistState, Strategy
@@ -106,6 +108,16 @@ def train_step(run: RankRun, step: int, micro: list | None = None) -> float:
     return sum(losses) / len(losses)
 
 
+class NonFiniteLoss(JobStopped):
+    """The loss became inf or NaN: the run has diverged and every later step would be noise."""
+
+    def __init__(self, step: int, rank: int, loss: float, cfg: RunConfig):
+        lr = getattr(cfg.adam, "lr", None)
+        super().__init__(f"the loss is {loss} at step {step + 1} of {cfg.steps} on rank {rank}: training diverged"
+                         + (f" (learning rate {lr:g}); lower it (--lr) or clip gradients "
+                            "(--clip-grad-norm)" if lr is not None else ""))
+
+
 def train_steps(run: RankRun, start: int = 0, stop: int | None = None,
                 before_step: Callable[[int], None] | None = None,
                 after_step: Callable[[int], None] | None = None,
@@ -121,6 +133,8 @@ def train_steps(run: RankRun, start: int = 0, stop: int | None = None,
         if before_step is not None:
             before_step(step)
         losses.append(train_step(run, step, micro))
+        if not math.isfinite(losses[-1]):
+            raise NonFiniteLoss(step, run.ctx.rank, losses[-1], run.cfg)
         if progress:  # a small message per step: the parent shows progress, knows ranks live
             run.ctx.emit({"kind": "progress", "rank": run.ctx.rank, "step": step, "loss": losses[-1]})
         if after_step is not None:

@@ -1,0 +1,72 @@
+"""Runs that cannot lie about their result: a non-finite loss stops the run (one error naming
+step and rank), `match` covers the losses, and JSON output is strict JSON."""
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from zeroedu.notebook.report import all_match, plain
+from zeroedu.runtime.cluster import RankError, RunStopped
+from zeroedu.optim import AdamConfig
+from zeroedu.train import RunConfig, run
+
+
+def _strict(text: str):
+    """json.loads that refuses NaN and Infinity, which are not JSON."""
+    def reject(name):
+        raise ValueError(f"not JSON: {name}")
+    return json.loads(text, parse_constant=reject)
+
+
+def _cli(*argv, timeout=300):
+    return subprocess.run([sys.executable, "-m", "zeroedu", "run", *argv], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_a_diverging_run_stops_with_one_error_naming_step_and_rank(strategy):
+    out = _cli("--strategy", strategy, "--world-size", "2", "--model", "mlp", "--steps", "4",
+               "--lr", "1e30", "--json")
+    assert out.returncode == 1, (out.returncode, out.stderr)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("zeroedu: error:")]
+    assert len(errors) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "stopped the run: the loss is inf at step 2 of 4 on rank 0: training diverged" in errors[0]
+    assert out.stdout == ""  # no report, so no match: True and no NaN anywhere
+
+
+def test_the_api_raises_run_stopped_and_the_next_run_works():
+    cfg = RunConfig("zero2", 2, steps=3, recipe="fp32", model="mlp")
+    bad = RunConfig("zero2", 2, steps=3, recipe="fp32", model="mlp",
+                    adam=AdamConfig(lr=1e30))
+    with pytest.raises(RunStopped) as e:
+        run(bad)
+    assert isinstance(e.value, RankError) and e.value.rank == 0 and e.value.type == "NonFiniteLoss"
+    assert "at step 2 of 3" in e.value.reason and "Traceback" not in str(e.value)
+    good = run(cfg)  # a fresh pool: the stopped one was closed
+    assert good["match"]["losses"] is True and all(map(math.isfinite, good["losses"]))
+
+
+def test_match_covers_the_losses():
+    """A strategy whose bytes are all right and whose training is wrong does not match."""
+    bug = run(RunConfig("zero1", 2, steps=3, recipe="fp32", model="gpt-tiny",
+                        strategy_class="zeroedu.notebook.bugs.nb03:BuggyZeRO1"))
+    assert {k: v for k, v in bug["match"].items() if k != "losses"} == {
+        "model_states": True, "comm": True, "wire": True, "activations": True}
+    assert bug["match"]["losses"] is False and all_match(bug) is False
+
+
+def test_cli_json_is_strict_json():
+    out = _cli("--strategy", "ddp", "--world-size", "2", "--model", "mlp", "--steps", "2", "--recipe", "fp32",
+               "--json")
+    assert out.returncode == 0, out.stderr
+    rep = _strict(out.stdout)
+    assert rep["match"]["losses"] is True and len(rep["losses"]) == 2
+
+
+@pytest.mark.fast
+def test_plain_turns_non_finite_floats_into_null():
+    report = {"losses": [1.0], "overlap": float("nan"), "ranks": [{"rank": 0, "x": [float("inf"), 2.0]}]}
+    text = json.dumps(plain(report), allow_nan=False)
+    assert _strict(text) == {"losses": [1.0], "overlap": None, "ranks": [{"rank": 0, "x": [None, 2.0]}]}
