@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..models import check_trainable
 from ..runtime import cluster
 from ..train.config import RunConfig, config_from_dict, config_to_dict
 from ..train.runner import build_run, train_steps
@@ -73,6 +74,7 @@ def resume_job(ctx, cfg: dict, resume_from: str, ckpt_dir: str | None = None,
 # ------------------------------------------------------------------------ parent side
 def _launch(job, cfg: RunConfig, kwargs: dict, pool, timeout) -> dict[str, Any]:
     cfg = cfg.resolved()
+    check_trainable(cfg.model.build())  # before any rank starts
     payload = {"cfg": config_to_dict(cfg), **kwargs}
     if pool is not None:
         ranks = pool.run(job, payload, timeout=timeout)

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..models import check_units
+from ..models import buffers_changed, check_trainable, check_units
 from ..models import units as model_units
 from ..optim import AdamConfig, adam_update
 from ..recipes import Recipe, get_recipe, torch_dtype
@@ -131,7 +131,9 @@ class Strategy:
             raise ValueError(f"{self.name} does not take option(s) {unknown}; it takes "
                              f"{sorted(self.OPTIONS) or 'none'}")
         self.options = {**self.OPTIONS, **options}
+        check_trainable(model)  # frozen parameters, running statistics: refused, with names
         self.model, self.dist, self.recipe = model, dist, get_recipe(recipe)
+        self._buffers_checked = False
         self.adam = adam if adam is not None else AdamConfig()
         self.param_dtype = torch_dtype(self.recipe.param)
         self.grad_dtype = torch_dtype(self.recipe.grad)
@@ -184,8 +186,18 @@ class Strategy:
         self.before_micro_batch()
         # Float inputs compute in the recipe's parameter dtype; token ids stay integers.
         x = x.to(self.dist.device, self.param_dtype) if x.is_floating_point() else x.to(self.dist.device)
+        # The first forward is watched for buffers it changes (a module keeping its own state,
+        # which `check_trainable` cannot see by type): each rank would change it from its own batch.
+        before = None if self._buffers_checked else {n: b.clone() for n, b in self.model.named_buffers()}
         with self.ledger.saving_activations():
             out = self.model(x)
+            if before is not None:
+                self._buffers_checked = True
+                changed = buffers_changed(before, self.model)
+                if changed:
+                    raise ValueError(f"forward changed the model's buffers {changed[:6]}: each rank would "
+                                     "change them from its own batch, so ranks would disagree; buffers "
+                                     "that training updates are not supported")
             loss = self.loss_fn(out, y.to(self.dist.device))
             # The graph keeps what backward needs (log-softmax saves its own output); holding the
             # logits too would add a batch × vocabulary tensor to the peak that no tracker counts.

@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, Callable
 
 from .. import theory
-from ..models import unit_shapes
+from ..models import check_trainable, unit_shapes
 from ..recipes import TOLERANCE, get_recipe
 from ..runtime import analysis, cluster
 from ..runtime.comm import resolve_implementation
@@ -90,6 +90,7 @@ def run(cfg: RunConfig, *, pool: cluster.Pool | None = None, on_event: Callable 
         warm: bool = True, timeout: float | None = None) -> dict[str, Any]:
     """Train on `cfg.world_size` real ranks; return the report (see README, "JSON report")."""
     cfg = cfg.resolved()
+    check_trainable(cfg.model.build())  # refused here, before any rank starts, with names
     if on_event is not None:
         cfg = replace(cfg, stream=True)
     payload = {"cfg": config_to_dict(cfg)}
