@@ -18,7 +18,10 @@ from tests.custom_models import vector_batch
 FROZEN = CustomModel("tests.custom_models:frozen_model", "tests.custom_models:token_batch")
 BATCHNORM = CustomModel("tests.custom_models:batchnorm_model", "tests.custom_models:vector_batch")
 COUNTER = CustomModel("tests.custom_models:counter_model", "tests.custom_models:vector_batch")
-FROZEN_SAYS = r"frozen parameters \(requires_grad=False\) are not supported: \['tok.weight', 'scale.weight'\]"
+FROZEN_SAYS = (r"frozen parameters \(requires_grad=False\) are not supported here: "
+               r"\['tok.weight', 'scale.weight'\].*use ddp")
+CKPT_FROZEN_SAYS = r"checkpoints of models with frozen parameters are not supported: \['tok.weight', 'scale.weight'\]"
+REFUSING = [s for s in STRATEGIES if s != "ddp"]  # ddp trains frozen parameters as torch's DDP does
 NORM_SAYS = r"running statistics are not supported: \['norm \(BatchNorm1d\)'\].*nn.LayerNorm"
 
 
@@ -29,19 +32,21 @@ def _cfg(strategy, model):
 
 @pytest.mark.fast  # refused before a rank starts (conftest checks)
 @pytest.mark.parametrize("strategy", list(STRATEGIES))
-@pytest.mark.parametrize("model, says", [(FROZEN, FROZEN_SAYS), (BATCHNORM, NORM_SAYS)],
+@pytest.mark.parametrize("model, says, ckpt_says", [(FROZEN, FROZEN_SAYS, CKPT_FROZEN_SAYS),
+                                                    (BATCHNORM, NORM_SAYS, NORM_SAYS)],
                          ids=["frozen", "batchnorm"])
-def test_refused_before_any_rank_starts(strategy, model, says, tmp_path):
-    with pytest.raises(ValueError, match=says):
-        run(_cfg(strategy, model))
-    with pytest.raises(ValueError, match=says):
+def test_refused_before_any_rank_starts(strategy, model, says, ckpt_says, tmp_path):
+    if model is not FROZEN or strategy != "ddp":
+        with pytest.raises(ValueError, match=says):
+            run(_cfg(strategy, model))
+    with pytest.raises(ValueError, match=ckpt_says):
         train_and_save(_cfg(strategy, model), str(tmp_path), [1])
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("strategy", [s for s in STRATEGIES if not get_spec(s).hybrid])
-@pytest.mark.parametrize("model, says", [(FROZEN, FROZEN_SAYS), (BATCHNORM, NORM_SAYS)],
-                         ids=["frozen", "batchnorm"])
+@pytest.mark.parametrize("strategy, model, says",
+                         [(s, FROZEN, FROZEN_SAYS) for s in REFUSING if not get_spec(s).hybrid]
+                         + [(s, BATCHNORM, NORM_SAYS) for s in STRATEGIES if not get_spec(s).hybrid])
 def test_refused_when_the_strategy_is_built(strategy, model, says):
     """The rank side refuses too (the API without `run`): in the constructor, before any tensor
     is allocated or moved."""
@@ -77,3 +82,47 @@ def test_on_real_ranks_a_changed_buffer_is_named_by_the_rank():
     with pytest.raises(RankError, match=r"forward changed the model's buffers \['seen'\]") as e:
         run(_cfg("fsdp2", COUNTER))
     assert e.value.rank == 0
+
+
+# --------------------------------------------------------------- ddp trains frozen parameters
+PSI, PSI_T = 11 * 8 + 8 + (8 * 8 + 8) + (8 * 11 + 11), (8 * 8 + 8) + (8 * 11 + 11)  # by hand: 267, 171
+
+
+@pytest.mark.fast
+def test_theory_counts_trainable_parameters_in_gradients_and_optimizer_only():
+    from zeroedu import theory
+    from zeroedu.models import unit_shapes, units
+
+    ms = theory.model_states("ddp", PSI, 4, recipe="fp32", psi_trainable=PSI_T)
+    assert (ms.param, ms.grad, ms.optim) == (4 * PSI, 4 * PSI_T, 8 * PSI_T)
+    z3 = theory.model_states("fsdp2", PSI, 4, recipe="fp32", psi_trainable=PSI_T)
+    assert (z3.param, z3.grad, z3.optim) == (PSI, PSI_T, 2 * PSI_T)  # /N, the same terms
+    model = FROZEN.build()
+    mask = [[p.requires_grad for p in u.parameters()] for u in units(model)]
+    exact = theory.exact_model_states("ddp", unit_shapes(model), 4, recipe="fp32", trainable=mask)
+    assert (exact.param, exact.grad, exact.optim) == (4 * PSI, 4 * PSI_T, 8 * PSI_T)
+    comm = theory.exact_comm("ddp", unit_shapes(model), 4, recipe="fp32", trainable=mask).by_collective()
+    assert comm["all_reduce"] == 2 * 3 * 4 * PSI_T / 4  # 2(N-1)/N of the trainable gradient bytes
+    with pytest.raises(NotImplementedError, match="replicated layout"):
+        theory.exact_model_states("zero1", unit_shapes(model), 4, recipe="fp32", trainable=mask)
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_ddp_trains_frozen_parameters_like_torch_adam_over_the_trainable_ones(n):
+    """Equal to single-process torch.optim.Adam (which skips parameters without a gradient):
+    the frozen ones unchanged bit for bit, the bytes those of the trainable count."""
+    r = run(RunConfig("ddp", n, steps=3, recipe="fp32", model=FROZEN, return_params=True))
+    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": None, "losses": True}
+    assert max(abs(a - b) / b for a, b in zip(r["losses"], r["reference_losses"])) <= 1e-6
+    init = list(FROZEN.build().parameters())
+    names = [n for n, _ in FROZEN.build().named_parameters()]
+    for name, got, ref, start in zip(names, r["params"], r["reference_params"], init):
+        if name in ("tok.weight", "scale.weight"):
+            assert torch.equal(got, start.detach()) and torch.equal(ref, start.detach())
+        else:
+            assert not torch.equal(got, start.detach())  # trained
+            assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-6
+    for rk in r["ranks"]:
+        me = rk["measured"]
+        assert (me["param"], me["grad"], me["optim"]) == (4 * PSI, 4 * PSI_T, 8 * PSI_T)
+        assert me["comm"] == ({"all_reduce": 2 * (n - 1) / n * 4 * PSI_T} if n > 1 else {})

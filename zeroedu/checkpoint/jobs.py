@@ -74,7 +74,11 @@ def resume_job(ctx, cfg: dict, resume_from: str, ckpt_dir: str | None = None,
 # ------------------------------------------------------------------------ parent side
 def _launch(job, cfg: RunConfig, kwargs: dict, pool, timeout) -> dict[str, Any]:
     cfg = cfg.resolved()
-    check_trainable(cfg.model.build())  # before any rank starts
+    model = cfg.model.build()
+    check_trainable(model, allow_frozen=True)  # before any rank starts
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    if frozen:  # a checkpoint's pieces come from the optimizer's targets, which leave them out
+        raise ValueError(f"checkpoints of models with frozen parameters are not supported: {frozen[:6]}")
     payload = {"cfg": config_to_dict(cfg), **kwargs}
     if pool is not None:
         ranks = pool.run(job, payload, timeout=timeout)

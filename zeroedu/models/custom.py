@@ -157,22 +157,24 @@ def _few(names: list[str]) -> str:
     return repr(names[:6])[:-1] + (f", ... ({len(names)} in all)]" if len(names) > 6 else "]")
 
 
-def check_trainable(model: nn.Module) -> None:
+def check_trainable(model: nn.Module, allow_frozen: bool = False) -> None:
     """Refuse, with names, what no strategy here trains the way single-process training does.
 
     * A frozen parameter (``requires_grad=False``): torch's DDP and `fully_shard` give it no
-      gradient, no update and no reduction; zeroedu's strategies allocate, reduce and update
-      every parameter, so they refuse it rather than train it or crash in a hook.
+      gradient, no update and no reduction. `ddp` does the same (``allow_frozen``); the
+      strategies that keep flat or sharded buffers of every parameter refuse it rather than
+      train it or crash in a hook.
     * A norm layer that keeps running statistics in training mode (BatchNorm, InstanceNorm with
       ``track_running_stats``): forward updates its buffers from this rank's batch only, so the
       replicas' buffers drift apart and no strategy can equal single-process training without
       a synchronised norm. (torch's `SyncBatchNorm` runs on GPUs only, outside the ledger.)
     """
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
-    if frozen:
-        raise ValueError(f"frozen parameters (requires_grad=False) are not supported: {_few(frozen)}; "
-                         "every strategy here trains every parameter (torch's DDP and fully_shard would "
-                         "skip them): unfreeze them, or build the model without them")
+    if frozen and not allow_frozen:
+        raise ValueError(f"frozen parameters (requires_grad=False) are not supported here: {_few(frozen)}; "
+                         "this strategy keeps gradient and optimizer buffers of every parameter (torch's "
+                         "DDP and fully_shard would skip them): use ddp, unfreeze them, or build the "
+                         "model without them")
     stats = [f"{n} ({type(m).__name__})" for n, m in model.named_modules()
              if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats and m.training]
     if stats:

@@ -122,6 +122,9 @@ class Strategy:
     # DDP and ZeRO-1/2 reduce gradients in the parameter's own dtype; a recipe with another
     # grad dtype (fp32 grads for bf16 params) is Megatron's distributed optimizer's.
     GRADS_IN_PARAM_DTYPE = False
+    # Frozen parameters (requires_grad=False) kept out of gradients, optimizer and reductions,
+    # as torch's DDP does; a strategy that cannot is refused such a model (`check_trainable`).
+    TRAINS_FROZEN = False
 
     def __init__(self, model: nn.Module, dist: DistState, recipe: Recipe | str, adam: AdamConfig | None = None,
                  *, units: list[nn.Module] | None = None, loss=None, clip_grad_norm: float | None = None,
@@ -131,7 +134,7 @@ class Strategy:
             raise ValueError(f"{self.name} does not take option(s) {unknown}; it takes "
                              f"{sorted(self.OPTIONS) or 'none'}")
         self.options = {**self.OPTIONS, **options}
-        check_trainable(model)  # frozen parameters, running statistics: refused, with names
+        check_trainable(model, self.TRAINS_FROZEN)  # frozen parameters, running statistics: named
         self.model, self.dist, self.recipe = model, dist, get_recipe(recipe)
         self._buffers_checked = False
         self.adam = adam if adam is not None else AdamConfig()

@@ -11,6 +11,10 @@ the same averaged gradient.
 
 Memory per rank: 16Ψ with `mixed-bf16` (2 param + 2 grad + 12 fp32 master/m/v), nothing shared.
 Communication per rank: one all-reduce of Ψ gradient elements, 2(N-1)/N · Ψ under the ring.
+
+Frozen parameters (``requires_grad=False``) are handled as torch's DDP handles them: no
+gradient, no optimizer state, no all-reduce, no update. With Ψ_t trainable of Ψ, a rank holds
+2Ψ + 14Ψ_t (mixed-bf16) and sends 2(N-1)/N · 2Ψ_t.
 Bucketing and overlap with backward come in `ddp_bucketed`; this version waits for backward to
 finish, so none of its communication is hidden.
 """
@@ -25,13 +29,16 @@ from .base import AdamState, Strategy
 class DDP(Strategy):
     name = "ddp"
     GRADS_IN_PARAM_DTYPE = True
+    TRAINS_FROZEN = True
 
     def __init__(self, model, dist, recipe, adam=None, **options):
         super().__init__(model, dist, recipe, adam, **options)
         self.model.to(dist.device, self.param_dtype)
-        self.params = [p for p in self.model.parameters()]
-        for p in self.params:
+        self.all_params = list(self.model.parameters())
+        self.params = [p for p in self.all_params if p.requires_grad]  # what is trained
+        for p in self.all_params:
             self.ledger.track(p, "param")
+        for p in self.params:
             # Keep one gradient buffer for the whole run: autograd accumulates into an existing
             # `.grad` in place, so the storage the ledger tracks is the one actually used.
             p.grad = self.ledger.track(torch.zeros_like(p, dtype=self.grad_dtype), "grad")
@@ -54,4 +61,4 @@ class DDP(Strategy):
         return []  # every rank holds the whole summed gradient: its norm needs no communication
 
     def full_parameters(self):
-        return [p.detach().float().cpu().clone() for p in self.params]
+        return [p.detach().float().cpu().clone() for p in self.all_params]

@@ -179,16 +179,21 @@ def comm_per_rank(strategy, psi, n, m=1, recipe=None, reshard_after_forward=True
 
 
 def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True, micro_batches=1,
-               clip=False, reduce_dtype=None) -> CommBytes:
-    """Bytes sent by one rank per optimizer step for a concrete model, with padding on the wire."""
+               clip=False, reduce_dtype=None, trainable=None) -> CommBytes:
+    """Bytes sent by one rank per optimizer step for a concrete model, with padding on the wire.
+    `trainable` (per unit, one flag per parameter; None: all): frozen parameters have no
+    gradient to reduce (replicated layout only, see `theory.memory`)."""
+    from .memory import _check_trainable
+
     spec, rec = resolve(strategy, recipe)
     rec = _reduce_in(rec, reduce_dtype)
     n, m = check_counts(spec, n, m)
     units = check_units(units)
+    mask = _check_trainable(units, trainable, spec.layout)
     k = _check_k(micro_batches)
     ops = []
     if spec.layout == "replicated":
-        total = sum(shard.numel(s) for u in units for s in u)
+        total = sum(shard.numel(s) for u, f in zip(units, mask) for s, t in zip(u, f) if t)
         ops = _ops(spec, rec, total, Fraction(total, n), n, m, reshard_after_forward, micro_batches=k)
     for i, unit in enumerate(units):
         if spec.layout == "flat":

@@ -18,6 +18,13 @@ Activations, temporary unsharded units and communication buffers are not model s
 not counted here; `extensions.device_bytes` adds activations (`activations`) and the largest
 gathered unit to give what one GPU holds, and `extensions.offload` moves states to the host.
 
+**Frozen parameters.** With Ψ_t of the Ψ parameters trainable, the parameter term keeps the
+total Ψ (every rank stores every weight it computes with, frozen or not), while the gradient and
+optimizer terms use Ψ_t (a frozen parameter has neither, as under torch's DDP and
+`fully_shard`); `model_states(..., psi_trainable=Ψ_t)`: ddp (P Ψ + (G + K) Ψ_t), and the ZeRO
+stages shard those same terms. Only `ddp` trains frozen parameters here (the others refuse
+them, `models.check_trainable`); its exact form takes the model's mask (`trainable`).
+
 **Exact form** for a concrete model, byte for byte what a strategy allocates, following the
 layout named in `zeroedu.catalog`:
 
@@ -93,17 +100,34 @@ def _sharded(spec, category: str) -> tuple[bool, bool]:
     return shards(spec.inner)[category], spec.hybrid and shards(spec.outer)[category]
 
 
-def model_states(strategy, psi, n, m=1, recipe=None) -> ModelStates:
+def model_states(strategy, psi, n, m=1, recipe=None, psi_trainable=None) -> ModelStates:
     """Asymptotic bytes per rank (Fractions). Non-hybrid strategies ignore `m`;
-    hybrid ones with m = 1 are flat ZeRO-3 over N ranks."""
+    hybrid ones with m = 1 are flat ZeRO-3 over N ranks. `psi_trainable` (default: all Ψ):
+    the gradient and optimizer terms count only the trainable parameters."""
     spec, rec = resolve(strategy, recipe)
     psi = check_psi(psi)
+    psi_t = psi if psi_trainable is None else check_psi(psi_trainable)
+    if psi_t > psi:
+        raise ValueError(f"psi_trainable {psi_trainable} is more than psi {psi}")
     n, m = check_counts(spec, n, m)
     out = {}
     for name, (cat, nbytes) in _category_bytes(rec).items():
         on_inner, on_outer = _sharded(spec, cat)
-        out[name] = psi * nbytes / ((n if on_inner else 1) * (m if on_outer else 1))
+        count = psi if cat == "param" else psi_t
+        out[name] = count * nbytes / ((n if on_inner else 1) * (m if on_outer else 1))
     return ModelStates(**out)
+
+
+def _check_trainable(units, trainable, layout: str):
+    """The trainable mask, shaped like `units` (None: every parameter trains)."""
+    if trainable is None:
+        return [[True] * len(u) for u in units]
+    mask = [list(t) for t in trainable]
+    if [len(t) for t in mask] != [len(u) for u in units]:
+        raise ValueError("trainable must give one flag per parameter shape, unit by unit")
+    if layout != "replicated" and not all(all(t) for t in mask):
+        raise NotImplementedError("frozen parameters are modelled for the replicated layout (ddp) only")
+    return mask
 
 
 def flat_unit_elements(numel: int, n: int, m: int, on_inner: bool, on_outer: bool) -> int:
@@ -118,24 +142,27 @@ def flat_unit_elements(numel: int, n: int, m: int, on_inner: bool, on_outer: boo
     return shard.shard_numel(padded, m) if on_outer else padded
 
 
-def exact_model_states(strategy, units, n, m=1, rank=0, recipe=None) -> ModelStates:
+def exact_model_states(strategy, units, n, m=1, rank=0, recipe=None, trainable=None) -> ModelStates:
     """Bytes rank `rank` (its index on the inner axis) stores for a concrete model (ints).
 
     Hybrid strategies also accept a global rank on the M x N mesh, [0, N·M): inner-axis ranks
-    are contiguous (`cluster.RankContext.mesh`), so its inner index is rank mod N."""
+    are contiguous (`cluster.RankContext.mesh`), so its inner index is rank mod N.
+    `trainable`: per unit, one flag per parameter (None: all); a frozen parameter counts in
+    the parameter term only."""
     spec, rec = resolve(strategy, recipe)
     n, m = check_counts(spec, n, m)
     units = check_units(units)
+    mask = _check_trainable(units, trainable, spec.layout)
     if not isinstance(rank, int) or not 0 <= rank < n * m:
         raise ValueError(f"rank must be in [0, {n * m}), got {rank!r}")
     rank %= n
     cats = _category_bytes(rec)
     out = dict.fromkeys(cats, 0)
-    for unit in units:
+    for unit, flags in zip(units, mask):
         for name, (cat, nbytes) in cats.items():
             on_inner, on_outer = _sharded(spec, cat)
             if spec.layout == "replicated":
-                elems = sum(shard.numel(s) for s in unit)
+                elems = sum(shard.numel(s) for s, t in zip(unit, flags) if t or cat == "param")
             elif spec.layout == "flat":
                 elems = flat_unit_elements(sum(shard.numel(s) for s in unit), n, m, on_inner, on_outer)
             elif spec.layout == "dim0":

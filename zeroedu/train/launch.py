@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from .. import theory
 from ..models import check_trainable, unit_shapes
+from ..models import units as model_units
 from ..recipes import TOLERANCE, get_recipe
 from ..runtime import analysis, cluster
 from ..runtime.comm import resolve_implementation
@@ -20,17 +21,22 @@ from ..runtime.wire import FRAMING_PER_MESSAGE
 from ..theory import comm as theory_comm
 from .config import RunConfig, config_from_dict, config_to_dict
 from .reference import reference
-from .runner import build_run, train_steps
+from .runner import build_run, strategy_cls, train_steps
 
 
 def predicted(cfg: RunConfig, rank: int, cuda: bool = False) -> dict[str, Any]:
     """The closed forms, exact mode, for this model and this rank."""
     cfg = cfg.resolved()
-    shapes = unit_shapes(cfg.model.build())
+    model = cfg.model.build()
+    shapes = unit_shapes(model)
+    # Frozen parameters: stored, never reduced or updated (the mask only when there are any).
+    mask = [[p.requires_grad for p in u.parameters()] for u in model_units(model)]
+    trainable = None if all(all(f) for f in mask) else mask
     # The closed forms index a rank by its place on the sharding (inner) axis; with the mesh's
     # inner ranks contiguous, that is the global rank mod N.
-    ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=rank % cfg.n, recipe=cfg.recipe)
-    comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe,
+    ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=rank % cfg.n, recipe=cfg.recipe,
+                                   trainable=trainable)
+    comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe, trainable=trainable,
                              **theory_comm_options(cfg))
     d = ms.as_dict()
     # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
@@ -90,7 +96,7 @@ def run(cfg: RunConfig, *, pool: cluster.Pool | None = None, on_event: Callable 
         warm: bool = True, timeout: float | None = None) -> dict[str, Any]:
     """Train on `cfg.world_size` real ranks; return the report (see README, "JSON report")."""
     cfg = cfg.resolved()
-    check_trainable(cfg.model.build())  # refused here, before any rank starts, with names
+    check_trainable(cfg.model.build(), strategy_cls(cfg).TRAINS_FROZEN)  # before any rank starts
     if on_event is not None:
         cfg = replace(cfg, stream=True)
     payload = {"cfg": config_to_dict(cfg)}

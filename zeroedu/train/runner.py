@@ -74,6 +74,11 @@ def dist_state(ctx, cfg: RunConfig, ledger: Ledger) -> DistState:
     return DistState(ctx.rank, ctx.world_size, ctx.device, ctx.world_axis(), comm, ledger)
 
 
+def strategy_cls(cfg: RunConfig) -> type[Strategy]:
+    """The class a run builds: the catalog's, or the `strategy_class` override."""
+    return resolve_ref(cfg.strategy_class) if cfg.strategy_class else strategy_class(cfg.strategy)
+
+
 def build_run(ctx, cfg: RunConfig, sink: Callable[[dict], None] | None = None, *,
               timeline: str = "full", check_ledger: bool = False) -> RankRun:
     """Ledger, distributed state, model (same seed on every rank) and strategy for `cfg`.
@@ -89,7 +94,7 @@ def build_run(ctx, cfg: RunConfig, sink: Callable[[dict], None] | None = None, *
     if cfg.recompute != "none":
         apply_recompute(cfg.model.recompute_modules(model, cfg.recompute),
                         on_rerun=lambda k: ledger.mark(f"recompute {k}"))
-    cls = resolve_ref(cfg.strategy_class) if cfg.strategy_class else strategy_class(cfg.strategy)
+    cls = strategy_cls(cfg)
     strategy = cls(model, dist, get_recipe(cfg.recipe), cfg.adam, clip_grad_norm=cfg.clip_grad_norm, **cfg.options)
     return RankRun(cfg, ctx, ledger, dist, strategy)
 
