@@ -114,3 +114,37 @@ def counter_model() -> nn.Module:
 def vector_batch(step: int, global_batch: int):
     g = torch.Generator().manual_seed(step)
     return torch.randn(global_batch, 6, generator=g), torch.randint(0, 3, (global_batch,), generator=g)
+
+
+class Shift(nn.Module):
+    """Adds a fixed offset kept as a persistent buffer; a non-persistent scratch buffer beside it."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.register_buffer("offset", torch.linspace(-1.0, 1.0, d))
+        self.register_buffer("scratch", torch.ones(d), persistent=False)
+
+    def forward(self, x):
+        return x + self.offset * self.scratch
+
+
+class Buffered(nn.Module):
+    """A trained network with fixed buffers, for checkpoints that carry buffers."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(6, 8)
+        self.shift = Shift(8)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.shift(self.inp(x))))
+
+    @staticmethod
+    def loss(out, y):
+        return nn.functional.cross_entropy(out.float(), y)
+
+
+def buffered_model() -> nn.Module:
+    torch.manual_seed(0)
+    return Buffered()

@@ -13,7 +13,7 @@ import json
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -137,6 +137,9 @@ class FullState:
     rng: list[torch.Tensor]
     manifest: dict
     path: str
+    # The model's persistent buffers by name (rank 0's; every rank holds the same: models whose
+    # forward changes a buffer are refused, `models.check_trainable`). Empty for DCP.
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 STEP_DIR = re.compile(r"step-\d{8}")

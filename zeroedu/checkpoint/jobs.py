@@ -42,7 +42,7 @@ def _train(ctx, cfg: dict, ckpt_dir: str | None, save_at, resume_from: str | Non
     if resume_from is not None:
         state = load_any(resume_from, cfg.model, format)
         check_compatible(state, cfg)
-        run.strategy.load_full_state(state.params, state.m, state.v, state.adam_step)
+        run.strategy.load_full_state(state.params, state.m, state.v, state.adam_step, state.buffers)
         start = state.step
         # Same rank count: each rank gets its own generator state back; otherwise rank 0's.
         if state.rng:

@@ -22,10 +22,14 @@ def load_checkpoint(path: str) -> FullState:
     shapes = [tuple(s) for s in man["param_shapes"]]
     full = {k: [torch.zeros(s) for s in shapes] for k in ("params", "m", "v")}
     covered = [torch.zeros(s, dtype=torch.bool) for s in shapes]
-    rng, adam = [], set()
+    rng, adam, buffers = [], set(), {}
     for r, info in enumerate(man["files"]):
         st = read_rank_file(d, info, man, r)
         rng.append(st["rng"])
+        if r == 0:
+            buffers = st.get("buffers", {})
+            if not (isinstance(buffers, dict) and all(isinstance(b, torch.Tensor) for b in buffers.values())):
+                raise ValueError(f"{os.path.join(d, info['name'])}: buffers must map names to tensors")
         adam.add(st["adam_step"])
         for t in st["targets"]:
             for i, ps, pe, ls in t["pieces"]:
@@ -40,7 +44,7 @@ def load_checkpoint(path: str) -> FullState:
         raise ValueError(f"{d}: parameters {missing} are not fully covered by the shard files")
     if len(adam) != 1:
         raise ValueError(f"{d}: ranks disagree on the optimizer step: {sorted(adam)}")
-    return FullState(man["step"], adam.pop(), full["params"], full["m"], full["v"], rng, man, d)
+    return FullState(man["step"], adam.pop(), full["params"], full["m"], full["v"], rng, man, d, buffers)
 
 
 FORMATS = ("zeroedu", "dcp")

@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from ..catalog import get_spec
+from ..models import persistent_buffers
 from ..train.config import RunConfig
 from .format import (FORMAT, LATEST, MANIFEST, atomic_write_bytes, param_shapes, partial_dir_name,
                      publish_step_dir, rank_file_name, sha256, step_dir_name)
@@ -34,6 +35,9 @@ def shard_state(strategy, cfg: RunConfig, rank: int, world: int, next_step: int)
         "model": cfg.model.as_dict(), "param_shapes": param_shapes(cfg.model),
         "step": next_step, "adam_step": opt.t, "rng": torch.get_rng_state(),
         "units": strategy.describe_units(), "holders": holders, "targets": targets,
+        # Every rank holds the same buffers (replicas); rank 0 writes them once.
+        "buffers": ({n: b.detach().cpu().clone() for n, b in persistent_buffers(strategy.model).items()}
+                    if rank == 0 else {}),
     }
 
 

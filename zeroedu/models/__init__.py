@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from .custom import CustomModel, buffers_changed, check_trainable, check_units, resolve_units
+from .custom import (CustomModel, buffers_changed, check_trainable, check_units, persistent_buffers,
+                     resolve_units)
 from .gpt import GPT, PRESETS as GPT_PRESETS, GPTConfig
 from .mlp import MLP, MLPConfig
 from .recompute import RECOMPUTE_MODES, apply_recompute
@@ -76,5 +77,5 @@ def local_slice(global_batch: int, n: int, rank: int) -> slice:
 
 
 __all__ = ["CustomModel", "GPT", "GPTConfig", "MLP", "MLPConfig", "PRESETS", "DEFAULT_MODEL", "ModelSpec",
-           "RECOMPUTE_MODES", "apply_recompute", "buffers_changed", "check_trainable", "check_units", "get_model", "local_slice", "make_batch",
+           "RECOMPUTE_MODES", "apply_recompute", "buffers_changed", "check_trainable", "check_units", "persistent_buffers", "get_model", "local_slice", "make_batch",
            "make_model", "param_count", "resolve_units", "unit_shapes", "units"]

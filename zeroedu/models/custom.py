@@ -188,3 +188,13 @@ def buffers_changed(before: dict[str, torch.Tensor], model: nn.Module) -> list[s
     """Names of buffers whose values differ from the snapshot `before` (name -> clone)."""
     now = dict(model.named_buffers())
     return [n for n, b in before.items() if n in now and not torch.equal(b, now[n])]
+
+
+def persistent_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The buffers a state dict keeps (not those registered with ``persistent=False``), by name."""
+    out = {}
+    for mod_name, mod in model.named_modules():
+        for name, b in mod.named_buffers(recurse=False):
+            if b is not None and name not in mod._non_persistent_buffers_set:
+                out[f"{mod_name}.{name}" if mod_name else name] = b
+    return out

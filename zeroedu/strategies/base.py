@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ..models import buffers_changed, check_trainable, check_units
+from ..models import buffers_changed, check_trainable, check_units, persistent_buffers
 from ..models import units as model_units
 from ..optim import AdamConfig, adam_update
 from ..recipes import Recipe, get_recipe, torch_dtype
@@ -318,7 +318,7 @@ class Strategy:
 
     @torch.no_grad()
     def load_full_state(self, params: list[torch.Tensor], m: list[torch.Tensor],
-                        v: list[torch.Tensor], step: int) -> None:
+                        v: list[torch.Tensor], step: int, buffers: dict | None = None) -> None:
         """Take this rank's shards of full fp32 parameters and Adam m/v (model.parameters()
         order) after `step` optimizer steps: how a checkpoint is resharded into any strategy.
         Call right after construction, on every rank; no communication is needed because
@@ -336,3 +336,13 @@ class Strategy:
             copy(opt.m[k], m, pieces)
             copy(opt.v[k], v, pieces)
         opt.t = int(step)
+        if buffers:  # the model's persistent buffers, by name, each rank a whole copy
+            mine = persistent_buffers(self.model)
+            unknown = sorted(set(buffers) - set(mine))
+            if unknown:
+                raise ValueError(f"the checkpoint holds buffers this model does not have: {unknown[:6]}")
+            for name, b in buffers.items():
+                if tuple(b.shape) != tuple(mine[name].shape):
+                    raise ValueError(f"buffer {name!r} is {tuple(b.shape)} in the checkpoint, "
+                                     f"{tuple(mine[name].shape)} in the model")
+                mine[name].copy_(b)
