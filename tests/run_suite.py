@@ -1,15 +1,20 @@
 """`make test`: every stage of the suite, timed, then the working tree checked.
 
 Stages, in order (each runs even when an earlier one failed, so one run shows everything):
-  1. tests       pytest tests/: unit, multi-rank, CLI, grading and the browser check
-  2. notebooks   nbval on notebooks/solutions (the learner editions are generated from them)
-  3. tree        tests/tree_state.py: no file git sees was changed, created or removed
+  1. tests       pytest tests/ but the browser check: unit, multi-rank, CLI, grading
+  2. notebooks   nbval on notebooks/solutions (the learner editions are generated from them);
+                 every run is real, and each report is recorded (tests/notebook_runs.py)
+  3. browser     the browser check: the learner editions in JupyterLab, their widgets rendered;
+                 a run recorded in stage 2 is replayed, any other runs for real
+  4. tree        tests/tree_state.py: no file git sees was changed, created or removed
 
-Extra arguments go to stage 1 (``make test PYTEST_ARGS="-x -k fsdp"``). Exit status 1 when any
-stage failed; the summary names the stage and how long each took.
+Extra arguments go to stages 1 and 3 (``make test PYTEST_ARGS="-x -k fsdp"``). Exit status 1
+when any stage failed; the summary names the stage and how long each took.
 """
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,14 +23,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
+import notebook_runs  # noqa: E402
 import tree_state  # noqa: E402
 
+NO_TESTS_COLLECTED = 5  # pytest's status when -k/-m arguments select nothing in a stage
 
-def _stage(name: str, cmd: list[str], results: list) -> None:
+
+def _stage(name: str, cmd: list[str], results: list, env: dict | None = None) -> None:
     print(f"\n== {name}: {' '.join(cmd)}", flush=True)
     t0 = time.monotonic()
-    rc = subprocess.run(cmd, cwd=ROOT).returncode
-    results.append((name, rc, time.monotonic() - t0))
+    rc = subprocess.run(cmd, cwd=ROOT, env=None if env is None else {**os.environ, **env}).returncode
+    results.append((name, 0 if rc == NO_TESTS_COLLECTED else rc, time.monotonic() - t0))
 
 
 def main(extra: list[str]) -> int:
@@ -37,11 +45,20 @@ def main(extra: list[str]) -> int:
     t_all = time.monotonic()
     # --durations: the slowest items are printed every time, so a test that breaks the budget
     # (tests/README.md) is named in the run that added it.
-    _stage("tests", [py, "-m", "pytest", "-q", "--durations=10", "tests", *extra], results)
+    _stage("tests", [py, "-m", "pytest", "-q", "--durations=10", "-m", "not browser", "tests", *extra], results)
+    shared = tempfile.mkdtemp(prefix="zeroedu-notebook-runs-")
+    dirs = {mode: notebook_runs.ipython_dir(mode, shared) for mode in notebook_runs.MODES}
     if sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")):
         _stage("notebooks", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
                              "--nbval-sanitize-with", "notebooks/sanitize.cfg", "--nbval-cell-timeout=300", "--durations=5",
-                             "notebooks/solutions"], results)
+                             "notebooks/solutions"], results, env={"IPYTHONDIR": dirs["record"]})
+    _stage("browser", [py, "-m", "pytest", "-q", "-m", "browser", "tests", *extra], results,
+           env={"IPYTHONDIR": dirs["replay"]})
+    c = notebook_runs.counts(shared)
+    print(f"\nruns shared between the notebook stages: {c['recorded']} recorded by nbval, "
+          f"{c['replayed']} replayed and {c['live']} run live in the browser", flush=True)
+    for d in (shared, *dirs.values()):
+        shutil.rmtree(d, ignore_errors=True)
     t0 = time.monotonic()
     print("\n== tree: the working tree against its state before the run", flush=True)
     results.append(("tree", tree_state.main(["check", snap]), time.monotonic() - t0))

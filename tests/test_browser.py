@@ -15,6 +15,12 @@ given a temporary copy of ``notebooks/``: autosave can write only the copy. The 
 to a few seconds (default 120 s), and the test checks that the copy was written and the tracked
 notebooks were not; ``make test`` then checks the whole working tree (tests/tree_state.py).
 
+Under ``make test`` this check runs after nbval, and a run the solutions made (same resolved
+configuration, nothing from the notebook's own code) is handed to the learner's edition from the
+record nbval's kernels kept (tests/notebook_runs.py): what is checked here is that the learner's
+edition runs and renders, and nbval has just checked those runs. The run panel's live run and
+any run nbval did not make run for real; on its own (``make test-browser``) every run is real.
+
 Needs Debian's chromium (``make browser-deps``); driven by Python Playwright.
 """
 from __future__ import annotations

@@ -61,3 +61,43 @@ def test_shared_runs_start_each_configuration_once_and_hand_out_copies(monkeypat
     c = runs(RunConfig("zero2", 2, steps=4, model="mlp"))
     assert len(started) == runs.started == 2 and all(cfg.return_params for cfg in started)
     assert b == {"ranks": [{"x": 1}]} and c is not b
+
+
+def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkeypatch, tmp_path):
+    """tests/notebook_runs.py: what nbval's kernels record, the browser's kernels get back, equal
+    and their own; live streams, a caller's pool, code in `__main__` and unseen configurations run."""
+    import torch
+
+    import zeroedu.train
+    import zeroedu.train.launch as launch
+    from zeroedu.models import CustomModel
+    from zeroedu.train import RunConfig
+
+    from . import notebook_runs
+
+    real = []
+
+    def fake(cfg, *, pool=None, on_event=None, warm=True, timeout=None):
+        real.append(cfg)
+        return {"losses": [float(len(real))], "params": [torch.full((2,), float(len(real)))]}
+
+    for mode in notebook_runs.MODES:  # as two kernels would: each installs over the real run
+        monkeypatch.setattr(launch, "run", fake)
+        monkeypatch.setattr(zeroedu.train, "run", fake)
+        notebook_runs.install(mode, str(tmp_path))
+        cfg = RunConfig("zero2", 2, steps=2, model="mlp")
+        first = zeroedu.train.run(cfg)
+        if mode == "record":
+            assert first["losses"] == [1.0] and len(real) == 1
+            zeroedu.train.run(cfg, on_event=print)  # a live run is never recorded
+            continue
+        assert len(real) == 2 and first["losses"] == [1.0]  # replayed, not run
+        first["params"][0].add_(5)
+        again = launch.run(RunConfig("zero2", 2, steps=2, model="mlp", recipe=cfg.resolved().recipe))
+        assert torch.equal(again["params"][0], torch.ones(2))
+        zeroedu.train.run(cfg, on_event=print)
+        zeroedu.train.run(RunConfig("zero2", 2, steps=3, model="mlp"))
+        custom = CustomModel("__main__:build", "__main__:batch")
+        assert notebook_runs.key(RunConfig("ddp", 2, steps=2, model=custom)) is None
+        assert len(real) == 4
+    assert notebook_runs.counts(str(tmp_path)) == {"recorded": 1, "replayed": 2, "live": 2}

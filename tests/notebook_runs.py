@@ -1,0 +1,106 @@
+"""Runs shared between the two notebook stages of `make test`: the solutions record, the learner
+editions in the browser replay.
+
+Both stages execute the same notebooks (a learner's edition is its solution with the exercise
+answers taken out, `tests/test_exercises.py`), so without sharing every lesson's run happens
+twice in one `make test`. The nbval stage runs every solution for real and records each report
+of `zeroedu.train.run`, keyed by the run's resolved configuration; the browser stage, which
+checks that the learner's editions run without an error and that their widgets render, is handed
+the recorded report for a configuration it has seen and runs everything else for real. What is
+never replayed:
+
+* a run with a live stream (`on_event`: the run panel's button, whose live plot the browser
+  check screenshots) or on a caller's pool;
+* a run whose configuration names code in the notebook itself (`__main__:...`: a custom model or
+  a strategy variant the learner may have edited);
+* a run that raised (only returned reports are recorded).
+
+Outside `make test` nothing is installed: `make lab`, nbval and the browser check on their own
+run every cell for real. `tests/run_suite.py` installs it into each stage's kernels through an
+IPython start-up file (a temporary IPYTHONDIR), so the package itself holds no test hook.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+MODES = ("record", "replay")
+STARTUP = """\
+import importlib.util as _u
+_s = _u.spec_from_file_location("zeroedu_notebook_runs", {path!r})
+_m = _u.module_from_spec(_s)
+_s.loader.exec_module(_m)
+_m.install({mode!r}, {folder!r})
+del _u, _s, _m
+"""
+
+
+def key(cfg) -> str | None:
+    """The run's identity: its resolved configuration (None: never shared, see above)."""
+    from zeroedu.train import config_to_dict
+
+    text = json.dumps(config_to_dict(cfg.resolved()), sort_keys=True, default=repr)
+    return None if "__main__" in text else hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def install(mode: str, folder: str) -> None:
+    """Wrap `zeroedu.train.run` in this process to record into or replay from `folder`."""
+    import torch
+
+    import zeroedu.train
+    import zeroedu.train.launch as launch
+
+    if mode not in MODES:
+        raise ValueError(f"mode {mode!r}: one of {MODES}")
+    real = launch.run
+    store = Path(folder)
+
+    def _count(what: str) -> None:
+        with open(store / f"{what}.count", "a") as f:  # one line per run, from any kernel
+            f.write(f"{os.getpid()}\n")
+
+    def run(cfg, *, pool=None, on_event=None, warm=True, timeout=None):
+        k = None if (pool is not None or on_event is not None) else key(cfg)
+        path = store / f"{k}.pt" if k else None
+        if mode == "replay" and path is not None and path.exists():
+            _count("replayed")
+            return torch.load(path, weights_only=False)
+        report = real(cfg, pool=pool, on_event=on_event, warm=warm, timeout=timeout)
+        if mode == "record" and path is not None:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            torch.save(report, tmp)
+            tmp.replace(path)  # a whole report or none
+            _count("recorded")
+        elif mode == "replay":
+            _count("live")
+        return report
+
+    run.__doc__, run.__wrapped__ = real.__doc__, real
+    launch.run = zeroedu.train.run = run
+
+
+def ipython_dir(mode: str, folder: str) -> str:
+    """A temporary IPYTHONDIR whose start-up file installs `mode` into every kernel started with it."""
+    d = Path(tempfile.mkdtemp(prefix=f"zeroedu-ipython-{mode}-"))
+    startup = d / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-zeroedu-notebook-runs.py").write_text(
+        STARTUP.format(path=str(Path(__file__).resolve()), mode=mode, folder=str(folder)))
+    return str(d)
+
+
+def counts(folder: str) -> dict[str, int]:
+    """Runs recorded, replayed and run live so far (lines of each count file)."""
+    out = {}
+    for what in ("recorded", "replayed", "live"):
+        p = Path(folder, f"{what}.count")
+        out[what] = len(p.read_text().splitlines()) if p.exists() else 0
+    return out
+
+
+if __name__ == "__main__":
+    print(counts(sys.argv[1]))
