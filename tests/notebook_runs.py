@@ -6,13 +6,16 @@ answers taken out, `tests/test_exercises.py`), so without sharing every lesson's
 twice in one `make test`. The nbval stage runs every solution for real and records each report
 of `zeroedu.train.run`, keyed by the run's resolved configuration; the browser stage, which
 checks that the learner's editions run without an error and that their widgets render, is handed
-the recorded report for a configuration it has seen and runs everything else for real. What is
-never replayed:
+the recorded report for a configuration it has seen and runs everything else for real; the same
+for a rank job started with `zeroedu.runtime.cluster.run` (a collective, torch's DDP or
+`fully_shard`), keyed by job, world size and arguments. What is never replayed:
 
 * a run with a live stream (`on_event`: the run panel's button, whose live plot the browser
   check screenshots) or on a caller's pool;
-* a run whose configuration names code in the notebook itself (`__main__:...`: a custom model or
-  a strategy variant the learner may have edited);
+* a run whose configuration names code in the notebook itself (`__main__:...`: a custom model, a
+  job or a strategy variant the learner may have edited), or holds an object without a stable
+  text;
+* a run on a pool the notebook holds (`Pool.run`);
 * a run that raised (only returned reports are recorded).
 
 Outside `make test` nothing is installed: `make lab`, nbval and the browser check on their own
@@ -40,47 +43,78 @@ del _u, _s, _m
 
 
 def key(cfg) -> str | None:
-    """The run's identity: its resolved configuration (None: never shared, see above)."""
+    """A training run's identity: its resolved configuration (None: never shared, see above)."""
     from zeroedu.train import config_to_dict
 
-    text = json.dumps(config_to_dict(cfg.resolved()), sort_keys=True, default=repr)
-    return None if "__main__" in text else hashlib.sha256(text.encode()).hexdigest()[:32]
+    return _digest(config_to_dict(cfg.resolved()))
+
+
+def job_key(fn, n: int, kwargs: dict | None) -> str | None:
+    """A rank job's identity (`cluster.run`): the job by name, the world size, its arguments."""
+    name = fn if isinstance(fn, str) else f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', '?')}"
+    return _digest({"job": name, "n": n, "kwargs": kwargs or {}})
+
+
+def _digest(what: dict) -> str | None:
+    text = json.dumps(what, sort_keys=True, default=repr)
+    # code in the notebook itself, or an object without a stable text (its repr names an address)
+    if "__main__" in text or " at 0x" in text:
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
 def install(mode: str, folder: str) -> None:
-    """Wrap `zeroedu.train.run` in this process to record into or replay from `folder`."""
+    """Wrap `zeroedu.train.run` and `zeroedu.runtime.cluster.run` in this process to record into
+    or replay from `folder`."""
     import torch
 
     import zeroedu.train
     import zeroedu.train.launch as launch
+    from zeroedu.runtime import cluster
 
     if mode not in MODES:
         raise ValueError(f"mode {mode!r}: one of {MODES}")
-    real = launch.run
     store = Path(folder)
+    depth = [0]  # a training run's own rank job is part of that run, not a second record
 
     def _count(what: str) -> None:
         with open(store / f"{what}.count", "a") as f:  # one line per run, from any kernel
             f.write(f"{os.getpid()}\n")
 
-    def run(cfg, *, pool=None, on_event=None, warm=True, timeout=None):
-        k = None if (pool is not None or on_event is not None) else key(cfg)
-        path = store / f"{k}.pt" if k else None
+    def shared(real, k, call):
+        outer = depth[0] == 0
+        path = store / f"{k}.pt" if (k and outer) else None
         if mode == "replay" and path is not None and path.exists():
             _count("replayed")
             return torch.load(path, weights_only=False)
-        report = real(cfg, pool=pool, on_event=on_event, warm=warm, timeout=timeout)
+        depth[0] += 1
+        try:
+            out = call()
+        finally:
+            depth[0] -= 1
         if mode == "record" and path is not None:
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            torch.save(report, tmp)
-            tmp.replace(path)  # a whole report or none
+            torch.save(out, tmp)
+            tmp.replace(path)  # a whole record or none
             _count("recorded")
-        elif mode == "replay":
+        elif mode == "replay" and outer:
             _count("live")
-        return report
+        return out
 
-    run.__doc__, run.__wrapped__ = real.__doc__, real
+    real_run, real_job = launch.run, cluster.run
+
+    def run(cfg, *, pool=None, on_event=None, warm=True, timeout=None):
+        k = None if (pool is not None or on_event is not None) else key(cfg)
+        return shared(real_run, k, lambda: real_run(cfg, pool=pool, on_event=on_event, warm=warm, timeout=timeout))
+
+    def run_job(fn, n, kwargs=None, *, warm=True, on_event=None, timeout=None):
+        k = None if on_event is not None else job_key(fn, n, kwargs)
+        return shared(real_job, k, lambda: real_job(fn, n, kwargs, warm=warm, on_event=on_event, timeout=timeout))
+
+    run.__doc__, run.__wrapped__ = real_run.__doc__, real_run
+    run_job.__doc__, run_job.__wrapped__ = real_job.__doc__, real_job
     launch.run = zeroedu.train.run = run
+    cluster.run = run_job
 
 
 def ipython_dir(mode: str, folder: str) -> str:

@@ -1,7 +1,5 @@
 """Naive DDP end to end: equal to single-process training, bytes equal to the closed forms."""
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -9,6 +7,7 @@ from zeroedu import theory
 from zeroedu.models import MLPConfig, make_model
 from zeroedu.train import RunConfig, run
 
+from .cli_inprocess import zeroedu
 from .shared_runs import RUNS
 
 PSI = sum(p.numel() for p in make_model(MLPConfig()).parameters())
@@ -54,8 +53,7 @@ def test_bytes_equal_closed_forms(n):
 
 
 def test_cli_run_json():
-    out = subprocess.run([sys.executable, "-m", "zeroedu", "run", "--strategy", "ddp", "--world-size", "4",
-                          "--recipe", "fp32", "--model", "mlp", "--json"], capture_output=True, text=True, timeout=300)
+    out = zeroedu("run", "--strategy", "ddp", "--world-size", "4", "--recipe", "fp32", "--model", "mlp", "--json")
     assert out.returncode == 0, out.stderr
     rep = json.loads(out.stdout)
     assert rep["strategy"] == "ddp" and rep["world_size"] == 4 and len(rep["ranks"]) == 4
@@ -74,6 +72,5 @@ def test_cli_run_json():
     (["--strategy", "hsdp", "--world-size", "4", "--outer", "3"], "divide"),
 ])
 def test_cli_run_bad_input_exit_2(argv, msg):
-    out = subprocess.run([sys.executable, "-m", "zeroedu", "run", *argv], capture_output=True, text=True,
-                         timeout=120)
+    out = zeroedu("run", *argv)
     assert out.returncode == 2 and msg in out.stderr and "Traceback" not in out.stderr

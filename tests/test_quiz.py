@@ -1,18 +1,17 @@
 """Interview deck, drills and `zeroedu quiz`. Every card figure is checked against a closed form
 written out by hand here (ZeRO §5.1, §7; the ring model; Korthikanti et al. §4-5), the ZeRO
 paper's own worked example, and the notebooks the cards cite; the CLI is driven through stdin
-in a subprocess. The grading itself (keyword stuffing, wrong accounts) is in
+in this process (tests/cli_inprocess.py). The grading itself (keyword stuffing, wrong accounts) is in
 tests/test_deck_grading.py."""
 from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.cli_inprocess import zeroedu
 from zeroedu import catalog, theory
 from zeroedu.cli import build_parser
 from zeroedu.quiz import deck, drills, session
@@ -453,8 +452,7 @@ def test_parse_bytes(text, value):
 
 # ------------------------------------------------------------------ the session and the CLI
 def _quiz(args, stdin):
-    return subprocess.run([sys.executable, "-m", "zeroedu", "quiz", *args], input=stdin, text=True,
-                          capture_output=True, timeout=60, cwd=ROOT)
+    return zeroedu("quiz", *args, stdin=stdin)
 
 
 def test_cli_full_score_with_correct_answers():

@@ -2,11 +2,10 @@
 step and rank), `match` covers the losses, and JSON output is strict JSON."""
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
+from tests.cli_inprocess import zeroedu
 from zeroedu.notebook.report import all_match, plain
 from zeroedu.runtime.cluster import RankError, RunStopped
 from zeroedu.optim import AdamConfig
@@ -20,9 +19,8 @@ def _strict(text: str):
     return json.loads(text, parse_constant=reject)
 
 
-def _cli(*argv, timeout=300):
-    return subprocess.run([sys.executable, "-m", "zeroedu", "run", *argv], capture_output=True,
-                          text=True, timeout=timeout)
+def _cli(*argv):
+    return zeroedu("run", *argv)
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])

@@ -71,6 +71,7 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
     import zeroedu.train
     import zeroedu.train.launch as launch
     from zeroedu.models import CustomModel
+    from zeroedu.runtime import cluster
     from zeroedu.train import RunConfig
 
     from . import notebook_runs
@@ -81,10 +82,21 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
         real.append(cfg)
         return {"losses": [float(len(real))], "params": [torch.full((2,), float(len(real)))]}
 
+    jobs = []
+
+    def fake_job(fn, n, kwargs=None, *, warm=True, on_event=None, timeout=None):
+        jobs.append(fn)
+        return [{"rank": r, "call": len(jobs)} for r in range(n)]
+
     for mode in notebook_runs.MODES:  # as two kernels would: each installs over the real run
         monkeypatch.setattr(launch, "run", fake)
         monkeypatch.setattr(zeroedu.train, "run", fake)
+        monkeypatch.setattr(cluster, "run", fake_job)
         notebook_runs.install(mode, str(tmp_path))
+        assert cluster.run("zeroedu.references.bench:loopback_job", 2) == [{"rank": 0, "call": 1},
+                                                                          {"rank": 1, "call": 1}]
+        cluster.run("__main__:my_job", 2)  # the notebook's own code: always run
+        assert len(jobs) == (2 if mode == "record" else 3)
         cfg = RunConfig("zero2", 2, steps=2, model="mlp")
         first = zeroedu.train.run(cfg)
         if mode == "record":
@@ -100,4 +112,4 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
         custom = CustomModel("__main__:build", "__main__:batch")
         assert notebook_runs.key(RunConfig("ddp", 2, steps=2, model=custom)) is None
         assert len(real) == 4
-    assert notebook_runs.counts(str(tmp_path)) == {"recorded": 1, "replayed": 2, "live": 2}
+    assert notebook_runs.counts(str(tmp_path)) == {"recorded": 2, "replayed": 3, "live": 3}
