@@ -68,3 +68,19 @@ def test_plain_turns_non_finite_floats_into_null():
     report = {"losses": [1.0], "overlap": float("nan"), "ranks": [{"rank": 0, "x": [float("inf"), 2.0]}]}
     text = json.dumps(plain(report), allow_nan=False)
     assert _strict(text) == {"losses": [1.0], "overlap": None, "ranks": [{"rank": 0, "x": [None, 2.0]}]}
+
+
+@pytest.mark.fast
+def test_the_progress_line_goes_to_stderr_as_it_is_when_the_run_starts():
+    """Not to the stream that was sys.stderr when the CLI was imported (a notebook or a test that
+    redirects stderr later would write into a closed file)."""
+    import contextlib
+    import io
+
+    from zeroedu.cli.run import Progress
+
+    for _ in range(2):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            Progress(2)({"kind": "progress", "rank": 0, "step": 1, "loss": 1.5})
+        assert "step 2/2" in err.getvalue() and "loss 1.5000" in err.getvalue()

@@ -61,7 +61,10 @@ def config_from_args(args, world_size: int) -> RunConfig:
 class Progress:
     """One line on stderr, rewritten as rank 0 finishes each step: step, loss, time."""
 
-    def __init__(self, steps: int, stream=sys.stderr):
+    def __init__(self, steps: int, stream=None):
+        # sys.stderr as it is now, not as it was when this module was imported (a caller that
+        # redirects stderr, a notebook or a test, gets the line where it looks)
+        stream = sys.stderr if stream is None else stream
         self.steps, self.stream, self.t0 = steps, stream, time.perf_counter()
         self.tty = stream.isatty()
 
