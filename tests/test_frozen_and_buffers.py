@@ -21,7 +21,10 @@ COUNTER = CustomModel("tests.custom_models:counter_model", "tests.custom_models:
 FROZEN_SAYS = (r"frozen parameters \(requires_grad=False\) are not supported here: "
                r"\['tok.weight', 'scale.weight'\].*use ddp")
 CKPT_FROZEN_SAYS = r"checkpoints of models with frozen parameters are not supported: \['tok.weight', 'scale.weight'\]"
-REFUSING = [s for s in STRATEGIES if s != "ddp"]  # ddp trains frozen parameters as torch's DDP does
+# ddp, ddp_bucketed and fsdp2 train frozen parameters as torch's DDP and fully_shard do; the
+# strategies with flat buffers refuse them, as torch's FSDP1 refuses mixed requires_grad.
+TRAINING_FROZEN = ("ddp", "ddp_bucketed", "fsdp2")
+REFUSING = [s for s in STRATEGIES if s not in TRAINING_FROZEN]
 NORM_SAYS = r"running statistics are not supported: \['norm \(BatchNorm1d\)'\].*nn.LayerNorm"
 
 
@@ -36,7 +39,7 @@ def _cfg(strategy, model):
                                                     (BATCHNORM, NORM_SAYS, NORM_SAYS)],
                          ids=["frozen", "batchnorm"])
 def test_refused_before_any_rank_starts(strategy, model, says, ckpt_says, tmp_path):
-    if model is not FROZEN or strategy != "ddp":
+    if model is not FROZEN or strategy not in TRAINING_FROZEN:
         with pytest.raises(ValueError, match=says):
             run(_cfg(strategy, model))
     with pytest.raises(ValueError, match=ckpt_says):
@@ -103,15 +106,44 @@ def test_theory_counts_trainable_parameters_in_gradients_and_optimizer_only():
     assert (exact.param, exact.grad, exact.optim) == (4 * PSI, 4 * PSI_T, 8 * PSI_T)
     comm = theory.exact_comm("ddp", unit_shapes(model), 4, recipe="fp32", trainable=mask).by_collective()
     assert comm["all_reduce"] == 2 * 3 * 4 * PSI_T / 4  # 2(N-1)/N of the trainable gradient bytes
-    with pytest.raises(NotImplementedError, match="replicated layout"):
+    with pytest.raises(NotImplementedError, match="a flat buffer keeps gradients of all its parameters"):
         theory.exact_model_states("zero1", unit_shapes(model), 4, recipe="fp32", trainable=mask)
 
 
-@pytest.mark.parametrize("n", [1, 2, 4])
-def test_ddp_trains_frozen_parameters_like_torch_adam_over_the_trainable_ones(n):
+# FSDP2 on 4 ranks, by hand. Units: [tok (11, 8)] frozen, [body (8, 8), (8,)], [scale (8,)]
+# frozen, [head (11, 8), (11,)]. Rows per rank c = ceil(d0/4): 3, 2, 2, 2, 3, 3.
+FSDP2_RANK_ELEMS = {  # rank: (parameter elements held, of them trainable)
+    0: (3 * 8 + 2 * 8 + 2 + 2 + 3 * 8 + 3, 2 * 8 + 2 + 3 * 8 + 3),  # 71, 45
+    3: (2 * 8 + 2 * 8 + 2 + 2 + 2 * 8 + 2, 2 * 8 + 2 + 2 * 8 + 2),  # rows 9..10 of the 11: 54, 36
+}
+# On the wire, padded to 4·c rows: tok 96, body 64 + 8, scale 8, head 96 + 12 elements. tok is
+# gathered for forward only (its output, from token ids, needs no gradient, so backward never
+# reaches it); scale is gathered twice (backward runs through it to body); only body and head
+# are reduce-scattered. fp32: 4 bytes, each collective sends 3/4 of its buffer.
+FSDP2_COMM = {"all_gather": (96 + 2 * 72 + 2 * 8 + 2 * 108) * 4 * 3 / 4,  # 1416
+              "reduce_scatter": (72 + 108) * 4 * 3 / 4}  # 540
+FSDP2_COMM_KEPT = {"all_gather": (96 + 72 + 8 + 108) * 4 * 3 / 4, "reduce_scatter": FSDP2_COMM["reduce_scatter"]}
+
+
+@pytest.mark.fast
+def test_theory_of_fsdp2_with_frozen_parameters_by_hand():
+    from zeroedu import theory
+    from zeroedu.models import unit_shapes, units
+
+    model = FROZEN.build()
+    shapes, mask = unit_shapes(model), [[p.requires_grad for p in u.parameters()] for u in units(model)]
+    for rank, (held, trained) in FSDP2_RANK_ELEMS.items():
+        ms = theory.exact_model_states("fsdp2", shapes, 4, rank=rank, recipe="fp32", trainable=mask)
+        assert (ms.param, ms.grad, ms.optim) == (4 * held, 4 * trained, 8 * trained)
+    comm = theory.exact_comm("fsdp2", shapes, 4, recipe="fp32", trainable=mask)
+    assert {c: float(b) for c, b in comm.by_collective().items() if b} == FSDP2_COMM
+    kept = theory.exact_comm("fsdp2", shapes, 4, recipe="fp32", trainable=mask, reshard_after_forward=False)
+    assert {c: float(b) for c, b in kept.by_collective().items() if b} == FSDP2_COMM_KEPT
+
+
+def _trains_like_torch_adam(r):
     """Equal to single-process torch.optim.Adam (which skips parameters without a gradient):
-    the frozen ones unchanged bit for bit, the bytes those of the trainable count."""
-    r = run(RunConfig("ddp", n, steps=3, recipe="fp32", model=FROZEN, return_params=True))
+    the frozen ones unchanged bit for bit, the others trained and equal to the reference."""
     assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": None, "losses": True}
     assert max(abs(a - b) / b for a, b in zip(r["losses"], r["reference_losses"])) <= 1e-6
     init = list(FROZEN.build().parameters())
@@ -122,6 +154,39 @@ def test_ddp_trains_frozen_parameters_like_torch_adam_over_the_trainable_ones(n)
         else:
             assert not torch.equal(got, start.detach())  # trained
             assert float((got - ref).abs().max() / ref.abs().max()) <= 1e-6
+
+
+@pytest.mark.parametrize("options", [{}, {"batched": False}, {"reshard_after_forward": False}],
+                         ids=["batched", "per-parameter", "kept-after-forward"])
+def test_fsdp2_trains_frozen_parameters_like_torch_adam_over_the_trainable_ones(options):
+    """As `fully_shard`: frozen parameters sharded and gathered, never reduced or updated;
+    measured bytes and wire those of the hand count above, rank by rank."""
+    r = run(RunConfig("fsdp2", 4, steps=3, recipe="fp32", model=FROZEN, return_params=True, options=options))
+    _trains_like_torch_adam(r)
+    for rank, (held, trained) in FSDP2_RANK_ELEMS.items():
+        me = r["ranks"][rank]["measured"]
+        assert (me["param"], me["grad"], me["optim"]) == (4 * held, 4 * trained, 8 * trained)
+    want = FSDP2_COMM_KEPT if options.get("reshard_after_forward") is False else FSDP2_COMM
+    assert all(rk["measured"]["comm"] == want for rk in r["ranks"])
+
+
+def test_ddp_bucketed_leaves_frozen_parameters_out_of_its_buckets():
+    """As torch's Reducer: buckets of the trainable parameters only (small buckets, so several)."""
+    r = run(RunConfig("ddp_bucketed", 2, steps=3, recipe="fp32", model=FROZEN, return_params=True,
+                      options={"bucket_bytes": 64}))
+    _trains_like_torch_adam(r)
+    for rk in r["ranks"]:
+        me = rk["measured"]
+        assert (me["param"], me["grad"], me["optim"]) == (4 * PSI, 4 * PSI_T, 8 * PSI_T)
+        assert me["comm"] == {"all_reduce": 2 * 1 / 2 * 4 * PSI_T}
+
+
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_ddp_trains_frozen_parameters_like_torch_adam_over_the_trainable_ones(n):
+    """Equal to single-process torch.optim.Adam (which skips parameters without a gradient):
+    the frozen ones unchanged bit for bit, the bytes those of the trainable count."""
+    r = run(RunConfig("ddp", n, steps=3, recipe="fp32", model=FROZEN, return_params=True))
+    _trains_like_torch_adam(r)
     for rk in r["ranks"]:
         me = rk["measured"]
         assert (me["param"], me["grad"], me["optim"]) == (4 * PSI, 4 * PSI_T, 8 * PSI_T)

@@ -299,7 +299,7 @@ class FSDPLab(FSDP1):
         self._check_use(u, before, "pre_forward", +1, self.forward_prefetch, "forward_prefetch")
         u.bind()
 
-    def post_forward(self, u, out):
+    def post_forward(self, u, out, args=()):
         outs = [t for t in (out if isinstance(out, (tuple, list)) else (out,))
                 if isinstance(t, torch.Tensor) and t.requires_grad]
         if outs and torch.is_grad_enabled():  # as FSDPStrategy.post_forward: backward finds the unit

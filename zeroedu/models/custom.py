@@ -161,9 +161,11 @@ def check_trainable(model: nn.Module, allow_frozen: bool = False) -> None:
     """Refuse, with names, what no strategy here trains the way single-process training does.
 
     * A frozen parameter (``requires_grad=False``): torch's DDP and `fully_shard` give it no
-      gradient, no update and no reduction. `ddp` does the same (``allow_frozen``); the
-      strategies that keep flat or sharded buffers of every parameter refuse it rather than
-      train it or crash in a hook.
+      gradient, no update and no reduction. `ddp` and `fsdp2` do the same (``allow_frozen``);
+      the strategies that keep flat buffers of every parameter refuse it rather than train it
+      or crash in a hook (torch's FSDP1 refuses mixed flags in a FlatParameter unless
+      ``use_orig_params=True``: `_flat_param.py`, "Must flatten tensors with uniform
+      `requires_grad`").
     * A norm layer that keeps running statistics in training mode (BatchNorm, InstanceNorm with
       ``track_running_stats``): forward updates its buffers from this rank's batch only, so the
       replicas' buffers drift apart and no strategy can equal single-process training without
@@ -172,9 +174,10 @@ def check_trainable(model: nn.Module, allow_frozen: bool = False) -> None:
     frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
     if frozen and not allow_frozen:
         raise ValueError(f"frozen parameters (requires_grad=False) are not supported here: {_few(frozen)}; "
-                         "this strategy keeps gradient and optimizer buffers of every parameter (torch's "
-                         "DDP and fully_shard would skip them): use ddp, unfreeze them, or build the "
-                         "model without them")
+                         "this strategy keeps flat gradient and optimizer buffers of every parameter "
+                         "(torch's FSDP1 likewise refuses a FlatParameter of mixed requires_grad): use ddp "
+                         "or fsdp2, which skip them as torch's DDP and fully_shard do, unfreeze them, or "
+                         "build the model without them")
     stats = [f"{n} ({type(m).__name__})" for n, m in model.named_modules()
              if isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats and m.training]
     if stats:

@@ -22,6 +22,10 @@ Memory per rank: same as naive DDP, (P + G + K)Ψ = 16Ψ with `mixed-bf16`; the 
 the gradients, nothing is duplicated. Communication per rank: Σ over buckets of
 2(N-1)/N · bucket bytes = 2(N-1)/N · Ψ·G, the same total as one big all-reduce — bucketing
 changes *when* bytes move, not how many.
+
+Frozen parameters (``requires_grad=False``) are left out of the buckets, as torch's Reducer
+leaves them out: no gradient, hook, optimizer state or all-reduce. With Ψ_t trainable of Ψ, a
+rank holds PΨ + (G + K)Ψ_t and sends 2(N-1)/N · Ψ_t·G, as `ddp`.
 """
 from __future__ import annotations
 
@@ -49,6 +53,7 @@ class DDPBucketed(Strategy):
     name = "ddp_bucketed"
     OPTIONS = {"bucket_bytes": 1024}
     GRADS_IN_PARAM_DTYPE = True
+    TRAINS_FROZEN = True  # as torch's Reducer: buckets hold the trainable parameters only
 
     def __init__(self, model, dist, recipe, adam=None, **options):
         super().__init__(model, dist, recipe, adam, **options)
@@ -56,8 +61,12 @@ class DDPBucketed(Strategy):
         if not isinstance(bucket_bytes, int) or bucket_bytes < 1:
             raise ValueError(f"bucket_bytes must be a positive integer, got {bucket_bytes!r}")
         self.model.to(dist.device, self.param_dtype)
-        self.params = list(self.model.parameters())
-        for p in self.params:
+        self.all_params = list(self.model.parameters())
+        # Frozen parameters get no bucket slot, hook, optimizer state or all-reduce (torch's
+        # Reducer builds its buckets from the parameters that require grad); `param_ids` index
+        # this list of the trained ones.
+        self.params = [p for p in self.all_params if p.requires_grad]
+        for p in self.all_params:
             self.ledger.track(p, "param")
         self.buckets = self._build_buckets(bucket_bytes)
         self.bucket_of = {}
@@ -151,7 +160,7 @@ class DDPBucketed(Strategy):
         return []  # every rank holds the whole summed gradient
 
     def full_parameters(self):
-        return [p.detach().float().cpu().clone() for p in self.params]
+        return [p.detach().float().cpu().clone() for p in self.all_params]
 
     def report_extra(self):
         return {"buckets": [{"params": b.param_ids, "bytes": b.buffer.numel() * b.buffer.element_size()}

@@ -43,6 +43,16 @@ up to the uneven last shard; ranks can differ (`theory.exact_model_states("fsdp2
 (torch stores its shards padded to c rows, so its rank holds the padded size; see test_fsdp.)
 Communication per rank: 2 all-gathers ΨP + reduce-scatter ΨG, each (N-1)/N of the row-padded
 sizes (`shard.dim0_padded_numel`): 3Ψ, 1.5x DDP; 2Ψ with reshard_after_forward=False.
+
+Frozen parameters (``requires_grad=False``), as `fully_shard` treats them: sharded and
+all-gathered like any other (forward needs them), but no grad shard, optimizer state or
+reduce-scatter; the batched reduce-scatter's buffer holds the trainable parameters' columns
+only. A unit with nothing trainable is gathered for backward only if backward reaches it (its
+output requires grad: not a frozen embedding on token ids), and then reshards once its inputs
+have their gradients; backward prefetch skips a unit backward never reaches (torch's
+`FSDPParamGroup._backward_prefetch` walks the whole post-forward order, so it can gather such
+a unit once more for nothing). Per rank: P over all rows held, G and K over the trainable rows
+(`theory.exact_model_states("fsdp2", ..., trainable=mask)`, `theory.exact_comm` likewise).
 """
 from __future__ import annotations
 
@@ -62,7 +72,7 @@ class Dim0Unit(Unit):
         n, r = axis.size, axis.rank
         self.batched = batched
         self.shapes, self.rows, self.chunk_rows = [], [], []
-        for _, p in self.params:
+        for (_, p), trains in zip(self.params, self.trainable):
             if p.dim() == 0:
                 raise ValueError("a 0-dim parameter cannot be sharded on dim 0")
             rows, c = shard.dim0_rows(p.shape[0], n, r), shard.dim0_chunk_rows(p.shape[0], n)
@@ -71,13 +81,18 @@ class Dim0Unit(Unit):
             self.chunk_rows.append(c)
             sh = p.detach()[rows.start:rows.end].to(param_dtype).clone()  # (rows, ...), maybe empty
             self.shards.append(ledger.track(sh, "param"))
-            self.grad_shards.append(ledger.track(torch.zeros_like(sh, dtype=grad_dtype), "grad"))
-            self.leaves.append(self._new_leaf((c * n, *p.shape[1:])))
+            if trains:  # a frozen parameter is gathered, never reduced: no grad shard
+                self.grad_shards.append(ledger.track(torch.zeros_like(sh, dtype=grad_dtype), "grad"))
+            self.leaves.append(self._new_leaf((c * n, *p.shape[1:]), requires_grad=trains))
         # The batched buffers' index space: parameter j owns columns [off_j, off_j + s_j) of
-        # each rank's row of S elements; its real rows are the first `real_j` of them.
+        # each rank's row of S elements; its real rows are the first `real_j` of them. The
+        # reduce-scatter's index space is the same over the trainable parameters only.
         self.padded_sizes = [c * shard.numel(s[1:]) for c, s in zip(self.chunk_rows, self.shapes)]
         self.real_sizes = [sh.numel() for sh in self.shards]
         self.shard_numel = sum(self.padded_sizes)  # S
+        self.grad_index = [j for j, t in enumerate(self.trainable) if t]
+        self.grad_padded_sizes = [self.padded_sizes[j] for j in self.grad_index]
+        self.grad_shard_numel = sum(self.grad_padded_sizes)
         self._gather_buffer = None  # the batched all-gather's output while it is in flight
         self._detach_module_params()
 
@@ -124,14 +139,15 @@ class Dim0Unit(Unit):
     # ---------------------------------------------------------------- reduce-scatter
     def _reduce_scatter(self, full_grads, accumulate):
         if not self.batched:
-            for j, (g, gs, c) in enumerate(zip(full_grads, self.grad_shards, self.chunk_rows)):
+            for j, g, gs in zip(self.grad_index, full_grads, self.grad_shards):
+                c = self.chunk_rows[j]
                 direct = gs.shape[0] == c and not accumulate
                 out = gs if direct else self.ledger.track(g.new_empty((c, *g.shape[1:])), "comm_buffer")
                 self.comm.reduce_scatter(out, g, self.axis, self.tag(self.name, "grads", f"param{j}"))
                 if not direct:  # drop the wire padding; add to the sum of earlier micro-batches
                     (gs.add_ if accumulate else gs.copy_)(out[:gs.shape[0]])
             return
-        n, S = self.axis.size, self.shard_numel
+        n, S = self.axis.size, self.grad_shard_numel
         inp = self.ledger.track(torch.empty(n * S, dtype=self.grad_dtype, device=self.device), "comm_buffer")
         # 4a. copy-in: row r of the (N, S) view = chunk r (c_j rows) of every full gradient.
         # The full gradients already have N·c_j rows (the leaves are row-padded), so the chunks
@@ -143,7 +159,8 @@ class Dim0Unit(Unit):
         self.comm.reduce_scatter(out, inp, self.axis, self.tag(self.name, "grads"))
         del inp
         # 4c. copy-out: parameter j's real rows; add to the sum of earlier micro-batches.
-        for src, gs, real in zip(out.split(self.padded_sizes), self.grad_shards, self.real_sizes):
+        reals = [self.real_sizes[j] for j in self.grad_index]
+        for src, gs, real in zip(out.split(self.grad_padded_sizes), self.grad_shards, reals):
             if real:
                 (gs.add_ if accumulate else gs.copy_)(src[:real].view(gs.shape))
 
@@ -166,6 +183,7 @@ class Dim0Unit(Unit):
 
 class FSDP2(FSDPStrategy):
     name = "fsdp2"
+    TRAINS_FROZEN = True  # each parameter is its own shard: a frozen one is simply not reduced
     OPTIONS = {**FSDPStrategy.OPTIONS, "batched": True}
 
     def make_unit(self, index, module):

@@ -53,6 +53,12 @@ from ..runtime import ledger as L
 from .base import AdamState, Strategy
 
 
+def _grad_tensors(xs) -> list[torch.Tensor]:
+    """The tensors among a module's inputs or outputs that autograd will send a gradient to."""
+    return [t for t in (xs if isinstance(xs, (tuple, list)) else (xs,))
+            if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
 class UnitState(enum.Enum):
     """Where a unit is in its lifecycle."""
 
@@ -76,6 +82,11 @@ class Unit:
         self.tag = tag  # the strategy's tag builder: tag(where, payload, *detail)
         self.param_dtype, self.grad_dtype = param_dtype, grad_dtype
         self.params = list(module.named_parameters())  # original (fp32) parameters, for sharding
+        # Which parameters train: a frozen one (requires_grad=False) is gathered like any other
+        # (forward needs it) but has no gradient, grad shard, optimizer state or reduction, as in
+        # `fully_shard`. Only units that can shard such a parameter on its own accept one
+        # (`FSDPStrategy.TRAINS_FROZEN`); a flat unit of mixed flags is refused before this.
+        self.trainable = [p.requires_grad for _, p in self.params]
         self.device = self.params[0][1].device
         # Where each parameter lives in the module tree, so pre_forward can rebind it.
         self.slots = []
@@ -83,6 +94,7 @@ class Unit:
             owner, _, attr = name.rpartition(".")
             self.slots.append((module.get_submodule(owner) if owner else module, attr))
         self.state, self.handles, self.ready = SHARDED, [], 0
+        self.in_backward = True  # False once a forward showed backward will not reach the unit
         self.leaves: list[torch.Tensor] = []
         self.shards: list[torch.Tensor] = []
         self.grad_shards: list[torch.Tensor] = []
@@ -95,9 +107,9 @@ class Unit:
             setattr(mod, attr, None)
         self.params = [(n, None) for n, _ in self.params]
 
-    def _new_leaf(self, shape) -> torch.Tensor:
+    def _new_leaf(self, shape, requires_grad: bool = True) -> torch.Tensor:
         """An unsharded buffer with no storage yet; unshard gives it bytes, reshard takes them."""
-        leaf = torch.empty(shape, dtype=self.param_dtype, device=self.device, requires_grad=True)
+        leaf = torch.empty(shape, dtype=self.param_dtype, device=self.device, requires_grad=requires_grad)
         leaf.untyped_storage().resize_(0)
         self.ledger.track(leaf, "gathered")
         return leaf
@@ -105,6 +117,18 @@ class Unit:
     @property
     def num_params(self) -> int:
         return len(self.params)
+
+    @property
+    def train_leaves(self) -> list[torch.Tensor]:
+        """The unsharded leaves that get gradients (all of them unless some parameter is frozen)."""
+        return [leaf for leaf in self.leaves if leaf.requires_grad]
+
+    @property
+    def train_shards(self) -> list[torch.Tensor]:
+        """The parameter shards the optimizer updates, one per grad shard, in the same order."""
+        if len(self.shards) != len(self.trainable):  # one flat shard for the whole unit
+            return self.shards
+        return [sh for sh, t in zip(self.shards, self.trainable) if t]
 
     # ---------------------------------------------------------------- subclass hooks
     def param_pieces(self) -> list:
@@ -176,8 +200,10 @@ class Unit:
             setattr(mod, attr, view)
 
     def reduce_grads(self, accumulate: bool = False) -> list[torch.Tensor]:
+        if not self.grad_shards:  # every parameter frozen: nothing to reduce
+            return self.grad_shards
         full = []
-        for leaf in self.leaves:
+        for leaf in self.train_leaves:
             # Reduce in the recipe's grad dtype (e.g. fp32 grads for megatron-bf16).
             full.append(self.ledger.track(leaf.grad if leaf.grad.dtype == self.grad_dtype
                                           else leaf.grad.to(self.grad_dtype), "comm_buffer"))
@@ -216,8 +242,8 @@ class FSDPStrategy(Strategy):
         self.units = [self.make_unit(i, m) for i, m in enumerate(self.unit_modules())]
         for u in self.units:
             u.module.register_forward_pre_hook(lambda _m, _a, u=u: self.pre_forward(u))
-            u.module.register_forward_hook(lambda _m, _a, out, u=u: self.post_forward(u, out))
-            for leaf in u.leaves:
+            u.module.register_forward_hook(lambda _m, args, out, u=u: self.post_forward(u, out, args))
+            for leaf in u.train_leaves:
                 leaf.register_post_accumulate_grad_hook(lambda _t, u=u: self._leaf_grad_ready(u))
         self.optim = self.build_optimizer()
         self._reduced: set[int] = set()  # units whose post_backward ran this micro-batch
@@ -235,7 +261,7 @@ class FSDPStrategy(Strategy):
         raise NotImplementedError
 
     def build_optimizer(self) -> AdamState:
-        return AdamState([s for u in self.units for s in u.shards], self.recipe, self.adam, self.ledger)
+        return AdamState([s for u in self.units for s in u.train_shards], self.recipe, self.adam, self.ledger)
 
     # ---------------------------------------------------------------- lifecycle hooks
     def _prefetch(self, j: int) -> None:
@@ -252,27 +278,40 @@ class FSDPStrategy(Strategy):
             self._prefetch(u.index + 1)  # module order is execution order for these models
         u.bind()
 
-    def post_forward(self, u: Unit, out):
-        outs = [t for t in (out if isinstance(out, (tuple, list)) else (out,))
-                if isinstance(t, torch.Tensor) and t.requires_grad]
+    def post_forward(self, u: Unit, out, args=()):
+        outs = _grad_tensors(out)
+        if torch.is_grad_enabled():
+            # No output that requires grad (a frozen embedding of token ids): backward never
+            # runs through this unit, so it is neither gathered for backward nor prefetched.
+            u.in_backward = bool(outs)
         if outs and torch.is_grad_enabled():
             # Fires when the gradient of the unit's output is ready, i.e. right before the unit's
             # own backward runs: the moment to gather its parameters again.
             torch.autograd.graph.register_multi_grad_hook(outs, lambda _g, u=u: self.pre_backward(u),
                                                           mode="any")
+            ins = _grad_tensors(args)
+            if not u.train_leaves and ins:
+                # A unit whose every parameter is frozen gets no gradient hook; its backward is
+                # over when its inputs have their gradients: reshard then, not at the end.
+                torch.autograd.graph.register_multi_grad_hook(ins, lambda _g, u=u: self._frozen_done(u),
+                                                              mode="all")
         if self.reshard_after_forward:
             u.reshard()
 
     def pre_backward(self, u: Unit):
         u.unshard()
-        if self.backward_prefetch:
+        if self.backward_prefetch and (u.index == 0 or self.units[u.index - 1].in_backward):
             # Issued now, before this unit's reduce-scatter: the previous unit's parameters
             # travel while this unit computes its gradients.
             self._prefetch(u.index - 1)
 
+    def _frozen_done(self, u: Unit):
+        self._reduced.add(u.index)
+        self.post_backward(u)
+
     def _leaf_grad_ready(self, u: Unit):
         u.ready += 1
-        if u.ready == len(u.leaves):  # every leaf of the unit has its full gradient
+        if u.ready == len(u.train_leaves):  # every leaf of the unit has its full gradient
             u.ready = 0
             self._reduced.add(u.index)
             self.post_backward(u)
@@ -291,7 +330,7 @@ class FSDPStrategy(Strategy):
         apply last step's grad shards again."""
         for u in reversed(self.units):
             if u.index not in self._reduced:
-                for leaf in u.leaves:
+                for leaf in u.train_leaves:
                     if leaf.grad is None:
                         leaf.grad = torch.zeros(leaf.shape, dtype=leaf.dtype, device=leaf.device)
                 u.ready = 0

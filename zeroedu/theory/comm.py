@@ -182,7 +182,11 @@ def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True,
                clip=False, reduce_dtype=None, trainable=None) -> CommBytes:
     """Bytes sent by one rank per optimizer step for a concrete model, with padding on the wire.
     `trainable` (per unit, one flag per parameter; None: all): frozen parameters have no
-    gradient to reduce (replicated layout only, see `theory.memory`)."""
+    gradient to reduce (replicated and dim-0 layouts, see `theory.memory`). Under dim-0 a
+    frozen parameter is still all-gathered for forward, and again for backward when backward
+    reaches its unit: with the units run in order on inputs that need no gradient, when this
+    unit or an earlier one has a trainable parameter (`fully_shard` gathers for backward from
+    a hook on outputs that require grad; a frozen embedding's output requires none)."""
     from .memory import _check_trainable
 
     spec, rec = resolve(strategy, recipe)
@@ -203,12 +207,15 @@ def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True,
         elif spec.layout == "dim0":
             if spec.hybrid:
                 raise NotImplementedError("dim-0 layout on a hybrid mesh is not modelled")
-            for j, s in enumerate(unit):
+            reached = any(t for f in mask[:i + 1] for t in f)  # backward runs through unit i
+            for j, (s, t) in enumerate(zip(unit, mask[i])):
                 if len(s) == 0:
                     raise ValueError("a 0-dim parameter cannot be sharded on dim 0")
                 padded = shard.dim0_padded_numel(s, n)
-                ops += _ops(spec, rec, padded, Fraction(padded, n), n, m,
-                            reshard_after_forward, tag=f"unit{i}/param{j}/", micro_batches=k)
+                ops += [op for op in _ops(spec, rec, padded, Fraction(padded, n), n, m,
+                                          reshard_after_forward and reached, tag=f"unit{i}/param{j}/",
+                                          micro_batches=k)
+                        if t or op.collective != "reduce_scatter"]
         elif spec.layout != "replicated":
             raise ValueError(f"unknown layout {spec.layout!r}")
     return CommBytes(ops + (_norm_ops(spec, n, m) if clip else []), _axes(spec, clip))

@@ -22,8 +22,11 @@ gathered unit to give what one GPU holds, and `extensions.offload` moves states 
 total Ψ (every rank stores every weight it computes with, frozen or not), while the gradient and
 optimizer terms use Ψ_t (a frozen parameter has neither, as under torch's DDP and
 `fully_shard`); `model_states(..., psi_trainable=Ψ_t)`: ddp (P Ψ + (G + K) Ψ_t), and the ZeRO
-stages shard those same terms. Only `ddp` trains frozen parameters here (the others refuse
-them, `models.check_trainable`); its exact form takes the model's mask (`trainable`).
+stages shard those same terms. `ddp` and `fsdp2` train frozen parameters here, as torch's DDP
+and `fully_shard` do; the strategies with flat buffers refuse them (`models.check_trainable`,
+as torch's FSDP1 refuses a FlatParameter of mixed ``requires_grad`` without
+``use_orig_params``). Their exact forms take the model's mask (`trainable`): replicated, every
+tensor of a trainable parameter; dim-0, this rank's rows of each, the parameter term over all.
 
 **Exact form** for a concrete model, byte for byte what a strategy allocates, following the
 layout named in `zeroedu.catalog`:
@@ -125,8 +128,9 @@ def _check_trainable(units, trainable, layout: str):
     mask = [list(t) for t in trainable]
     if [len(t) for t in mask] != [len(u) for u in units]:
         raise ValueError("trainable must give one flag per parameter shape, unit by unit")
-    if layout != "replicated" and not all(all(t) for t in mask):
-        raise NotImplementedError("frozen parameters are modelled for the replicated layout (ddp) only")
+    if layout == "flat" and not all(all(t) for t in mask):
+        raise NotImplementedError("frozen parameters are modelled for the replicated (ddp) and dim-0 "
+                                  "(fsdp2) layouts only: a flat buffer keeps gradients of all its parameters")
     return mask
 
 
@@ -169,7 +173,7 @@ def exact_model_states(strategy, units, n, m=1, rank=0, recipe=None, trainable=N
                 if on_outer:
                     raise NotImplementedError("dim-0 layout with outer-axis sharding is not modelled")
                 elems = sum(shard.dim0_shard_numel(s, n, rank) if on_inner else shard.numel(s)
-                            for s in unit)
+                            for s, t in zip(unit, flags) if t or cat == "param")
             else:
                 raise ValueError(f"unknown layout {spec.layout!r}")
             out[name] += elems * nbytes

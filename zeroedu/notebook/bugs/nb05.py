@@ -20,10 +20,10 @@ from ...strategies.fsdp1 import FSDP1
 class FSDPBroken(FSDP1):
     """FSDP1 that never reshards after forward."""
 
-    def post_forward(self, u, out):
+    def post_forward(self, u, out, args=()):
         keep, self.reshard_after_forward = self.reshard_after_forward, False
         try:
             # The mistake: the hook for backward is still registered, the reshard is skipped.
-            return super().post_forward(u, out)
+            return super().post_forward(u, out, args)
         finally:
             self.reshard_after_forward = keep
