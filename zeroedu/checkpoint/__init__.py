@@ -15,7 +15,9 @@ range in the flattened parameter, range in the local tensor), computed by the st
 (`Strategy.param_holders` / `target_pieces`, from the `zeroedu.shard` layouts). Padding is in
 no piece, so it is never read back as data. A rank file also records the layout kind
 (replicated / flat / dim0), per-unit padded sizes and this rank's buffer-wide ranges, N, M,
-strategy, recipe, model config, the data position (next step) and the RNG state.
+strategy, recipe, model config, the data position (next step) and the RNG state. Frozen
+parameters (``requires_grad=False``, listed as ``frozen``) have no optimizer target: their
+values are read back from the parameter holders, and their m and v are zero.
 
 A step is written into a hidden ``.step-NNNNNNNN.partial`` directory (every file to a temporary
 name, fsynced, then `os.replace`d); the manifest (sizes and SHA-256 of every rank file) comes

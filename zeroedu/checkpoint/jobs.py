@@ -15,7 +15,7 @@ import torch
 from ..models import check_trainable
 from ..runtime import cluster
 from ..train.config import RunConfig, config_from_dict, config_to_dict
-from ..train.runner import build_run, train_steps
+from ..train.runner import build_run, strategy_cls, train_steps
 from .format import check_writable
 from .reshard import check_compatible, load_any
 from .save import save_sharded
@@ -75,10 +75,7 @@ def resume_job(ctx, cfg: dict, resume_from: str, ckpt_dir: str | None = None,
 def _launch(job, cfg: RunConfig, kwargs: dict, pool, timeout) -> dict[str, Any]:
     cfg = cfg.resolved()
     model = cfg.model.build()
-    check_trainable(model, allow_frozen=True)  # before any rank starts
-    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
-    if frozen:  # a checkpoint's pieces come from the optimizer's targets, which leave them out
-        raise ValueError(f"checkpoints of models with frozen parameters are not supported: {frozen[:6]}")
+    check_trainable(model, strategy_cls(cfg).TRAINS_FROZEN)  # before any rank starts
     payload = {"cfg": config_to_dict(cfg), **kwargs}
     if pool is not None:
         ranks = pool.run(job, payload, timeout=timeout)

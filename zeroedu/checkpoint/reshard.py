@@ -23,6 +23,7 @@ def load_checkpoint(path: str) -> FullState:
     full = {k: [torch.zeros(s) for s in shapes] for k in ("params", "m", "v")}
     covered = [torch.zeros(s, dtype=torch.bool) for s in shapes]
     rng, adam, buffers = [], set(), {}
+    frozen: set[int] = set()  # parameters no optimizer target covers: values from the holders
     for r, info in enumerate(man["files"]):
         st = read_rank_file(d, info, man, r)
         rng.append(st["rng"])
@@ -31,8 +32,25 @@ def load_checkpoint(path: str) -> FullState:
             if not (isinstance(buffers, dict) and all(isinstance(b, torch.Tensor) for b in buffers.values())):
                 raise ValueError(f"{os.path.join(d, info['name'])}: buffers must map names to tensors")
         adam.add(st["adam_step"])
+        mine = st.get("frozen", [])
+        if not (isinstance(mine, list) and all(isinstance(i, int) and 0 <= i < len(shapes) for i in mine)):
+            raise ValueError(f"{os.path.join(d, info['name'])}: frozen must list parameter indices")
+        if r > 0 and set(mine) != frozen:
+            raise ValueError(f"{os.path.join(d, info['name'])}: ranks disagree on the frozen parameters")
+        frozen = set(mine)
+        for h in st["holders"]:
+            for i, ps, pe, ls in h["pieces"]:
+                if i not in frozen:
+                    continue  # trainable: the fp32 master in the targets is the value to keep
+                if not (0 <= ps <= pe <= full["params"][i].numel() and 0 <= ls
+                        and ls + pe - ps <= h["values"].numel()):
+                    raise ValueError(f"{os.path.join(d, info['name'])}: piece {(i, ps, pe, ls)} out of range")
+                full["params"][i].view(-1)[ps:pe] = h["values"].view(-1)[ls:ls + pe - ps].float()
+                covered[i].view(-1)[ps:pe] = True
         for t in st["targets"]:
             for i, ps, pe, ls in t["pieces"]:
+                if i in frozen:
+                    raise ValueError(f"{os.path.join(d, info['name'])}: parameter {i} is frozen but has optimizer state")
                 if not (0 <= i < len(shapes) and 0 <= ps <= pe <= full["params"][i].numel()
                         and 0 <= ls and ls + pe - ps <= t["master"].numel()):
                     raise ValueError(f"{os.path.join(d, info['name'])}: piece {(i, ps, pe, ls)} out of range")

@@ -35,6 +35,9 @@ def shard_state(strategy, cfg: RunConfig, rank: int, world: int, next_step: int)
         "model": cfg.model.as_dict(), "param_shapes": param_shapes(cfg.model),
         "step": next_step, "adam_step": opt.t, "rng": torch.get_rng_state(),
         "units": strategy.describe_units(), "holders": holders, "targets": targets,
+        # Frozen parameters (model.parameters() order) have no optimizer target: their values
+        # are read back from the holders, their Adam m and v are zero (never updated).
+        "frozen": list(strategy.frozen),
         # Every rank holds the same buffers (replicas); rank 0 writes them once.
         "buffers": ({n: b.detach().cpu().clone() for n, b in persistent_buffers(strategy.model).items()}
                     if rank == 0 else {}),

@@ -135,6 +135,9 @@ class Strategy:
                              f"{sorted(self.OPTIONS) or 'none'}")
         self.options = {**self.OPTIONS, **options}
         check_trainable(model, self.TRAINS_FROZEN)  # frozen parameters, running statistics: named
+        # Indices (model.parameters() order) of the frozen parameters, read before a sharded
+        # strategy takes the parameters out of the modules: no optimizer target covers them.
+        self.frozen = tuple(i for i, q in enumerate(model.parameters()) if not q.requires_grad)
         self.model, self.dist, self.recipe = model, dist, get_recipe(recipe)
         self._buffers_checked = False
         self.adam = adam if adam is not None else AdamConfig()
