@@ -44,7 +44,7 @@ test-unit: setup
 	$(VENV)/bin/pytest -q tests -m "not browser" $(PYTEST_ARGS)
 
 test-notebooks: setup
-	$(VENV)/bin/pytest -q -p no:cacheprovider -n 2 --dist loadfile --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks/solutions
+	$(VENV)/bin/pytest -q -p no:cacheprovider --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks/solutions
 
 test-browser: setup browser-deps
 	$(VENV)/bin/pytest -q tests -m browser

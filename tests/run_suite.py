@@ -49,9 +49,7 @@ def main(extra: list[str]) -> int:
     shared = tempfile.mkdtemp(prefix="zeroedu-notebook-runs-")
     dirs = {mode: notebook_runs.ipython_dir(mode, shared) for mode in notebook_runs.MODES}
     if sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")):
-        # Two workers, one notebook each at a time (--dist loadfile keeps a notebook's cells in
-        # order in one kernel): a notebook waits on its ranks' collectives as often as it computes.
-        _stage("notebooks", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile", "--nbval",
+        _stage("notebooks", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
                              "--nbval-sanitize-with", "notebooks/sanitize.cfg", "--nbval-cell-timeout=300", "--durations=5",
                              "notebooks/solutions"], results, env={"IPYTHONDIR": dirs["record"]})
     _stage("browser", [py, "-m", "pytest", "-q", "-m", "browser", "tests", *extra], results,
