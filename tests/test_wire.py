@@ -97,3 +97,25 @@ def test_nccl_has_no_wire_figure_only_a_reason():
     assert not meter.available and "NCCL" in meter.reason
     rep = Ledger(0, wire=meter).wire_report()
     assert rep["sent"] is None and "NCCL" in rep["reason"]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("strategy", ["zero1", "zero2", "fsdp2"])
+def test_the_predicted_wire_doubles_reduce_scatter_on_gloo_only(strategy):
+    """gloo's own reduce-scatter is an all-reduce (twice the ring's bytes); NCCL's is the ring.
+    A run on GPUs ("auto" collectives: the backend's) must not predict gloo's doubling."""
+    from zeroedu.theory.comm import on_the_wire
+    from zeroedu.train.launch import predicted
+
+    comm = theory.exact_comm(strategy, unit_shapes(WIDE.build()), 4, recipe="fp32")
+    ring = on_the_wire(comm, "ring")
+    rs = comm.by_collective()["reduce_scatter"]
+    assert on_the_wire(comm, "backend", "gloo") == ring + rs  # hand: the reduce-scatters once more
+    assert on_the_wire(comm, "backend", "nccl") == ring
+    with pytest.raises(ValueError, match="transport must be one of"):
+        on_the_wire(comm, "backend", "mpi")
+    cfg = RunConfig(strategy, 4, steps=1, recipe="fp32", model=WIDE, collectives="auto")
+    assert predicted(cfg, 0, cuda=True)["wire"] == float(ring)
+    assert predicted(cfg, 0, cuda=False)["wire"] == float(ring)  # auto on gloo: zeroedu's rings
+    backend = RunConfig(strategy, 4, steps=1, recipe="fp32", model=WIDE, collectives="backend")
+    assert predicted(backend, 0, cuda=False)["wire"] == float(ring + rs)

@@ -221,16 +221,24 @@ def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True,
     return CommBytes(ops + (_norm_ops(spec, n, m) if clip else []), _axes(spec, clip))
 
 
-def on_the_wire(comm: CommBytes, implementation: str = "ring") -> Fraction:
+TRANSPORTS = ("gloo", "nccl")
+
+
+def on_the_wire(comm: CommBytes, implementation: str = "ring", transport: str = "gloo") -> Fraction:
     """Bytes one rank puts on the wire per step for these collectives: the ring model, except
-    that gloo's own reduce-scatter (``implementation="backend"``) is an all-reduce with one
-    chunk kept (ProcessGroupGloo's reduce_scatter_tensor_coalesced), so it sends 2(g-1)/g·S,
-    twice the ring bound (measured: `tests/test_wire.py`). gloo's framing, 144 B per message,
-    is on top (`zeroedu.runtime.wire`)."""
+    that gloo's own reduce-scatter (``implementation="backend"`` on ``transport="gloo"``) is an
+    all-reduce with one chunk kept (ProcessGroupGloo's reduce_scatter_tensor_coalesced), so it
+    sends 2(g-1)/g·S, twice the ring bound (measured: `tests/test_wire.py`). gloo's framing, 144 B
+    per message, is on top (`zeroedu.runtime.wire`). NCCL's own collectives are rings (or trees
+    for all-reduce, which send the same bytes per rank at these sizes), so there the backend's
+    reduce-scatter is the ring bound; this wire is a prediction only, nothing measures NCCL's."""
     if implementation not in ("ring", "backend"):
         raise ValueError(f"implementation must be 'ring' or 'backend', got {implementation!r}")
-    return sum((op.sent * (2 if implementation == "backend" and op.collective == "reduce_scatter" else 1)
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
+    doubled = implementation == "backend" and transport == "gloo"
+    return sum((op.sent * (2 if doubled and op.collective == "reduce_scatter" else 1)
                 for op in comm.ops), Fraction(0))
 
 
-__all__ = ["on_the_wire", "COLLECTIVES", "CommBytes", "CommOp", "sent_bytes", "comm_per_rank", "exact_comm"]
+__all__ = ["TRANSPORTS", "on_the_wire", "COLLECTIVES", "CommBytes", "CommOp", "sent_bytes", "comm_per_rank", "exact_comm"]

@@ -41,8 +41,9 @@ def predicted(cfg: RunConfig, rank: int, cuda: bool = False) -> dict[str, Any]:
     d = ms.as_dict()
     # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
     # when the backend's collectives run (`theory.comm.on_the_wire`).
-    implementation = resolve_implementation(cfg.collectives, "nccl" if cuda else "gloo")
-    d["wire"] = float(theory_comm.on_the_wire(comm, implementation))
+    transport = "nccl" if cuda else "gloo"
+    implementation = resolve_implementation(cfg.collectives, transport)
+    d["wire"] = float(theory_comm.on_the_wire(comm, implementation, transport))
     # One micro-batch's saved tensors, in the recipe's parameter dtype (what the model computes
     # in); LayerNorm statistics are fp32 on CUDA. None: no closed form for this model.
     d["activations"] = cfg.model.activation_bytes(cfg.micro_batch_size, get_recipe(cfg.recipe).param_bytes,
