@@ -229,9 +229,10 @@ def on_the_wire(comm: CommBytes, implementation: str = "ring", transport: str = 
     that gloo's own reduce-scatter (``implementation="backend"`` on ``transport="gloo"``) is an
     all-reduce with one chunk kept (ProcessGroupGloo's reduce_scatter_tensor_coalesced), so it
     sends 2(g-1)/g·S, twice the ring bound (measured: `tests/test_wire.py`). gloo's framing, 144 B
-    per message, is on top (`zeroedu.runtime.wire`). NCCL's own collectives are rings (or trees
-    for all-reduce, which send the same bytes per rank at these sizes), so there the backend's
-    reduce-scatter is the ring bound; this wire is a prediction only, nothing measures NCCL's."""
+    per message, is on top (`zeroedu.runtime.wire`). On ``transport="nccl"`` every collective is
+    counted under the ring model (NCCL's ring algorithm, ``NCCL_ALGO=Ring``): its reduce-scatter
+    is not an all-reduce. NCCL's other algorithms (tree, NVLS) are not modelled, and nothing
+    here measures NCCL's wire: on GPUs this figure is a prediction only."""
     if implementation not in ("ring", "backend"):
         raise ValueError(f"implementation must be 'ring' or 'backend', got {implementation!r}")
     if transport not in TRANSPORTS:
