@@ -29,11 +29,28 @@ import tree_state  # noqa: E402
 NO_TESTS_COLLECTED = 5  # pytest's status when -k/-m arguments select nothing in a stage
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds the whole machine has spent busy (Linux's /proc/stat; 0 elsewhere). The
+    machine's, not our descendants': rank pools outlive the pytest process that started them,
+    so getrusage would miss them; the suite is meant to run alone."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def _stage(name: str, cmd: list[str], results: list, env: dict | None = None) -> None:
     print(f"\n== {name}: {' '.join(cmd)}", flush=True)
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), _cpu_seconds()
     rc = subprocess.run(cmd, cwd=ROOT, env=None if env is None else {**os.environ, **env}).returncode
-    results.append((name, 0 if rc == NO_TESTS_COLLECTED else rc, time.monotonic() - t0))
+    wall, cpu = time.monotonic() - t0, _cpu_seconds() - c0
+    # How many cores the stage kept busy on average: near the machine's count, only less work
+    # makes it faster; well below it, the stage waits (start-ups, timers, the browser).
+    print(f"== {name}: {wall:.0f} s, the machine {cpu / max(wall, 1e-9):.2f} of {os.cpu_count()} cores busy",
+          flush=True)
+    results.append((name, 0 if rc == NO_TESTS_COLLECTED else rc, wall))
 
 
 def main(extra: list[str]) -> int:
