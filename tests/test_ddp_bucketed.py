@@ -14,6 +14,7 @@ from zeroedu.recipes import get_recipe
 from zeroedu.strategies import build
 from zeroedu.strategies.base import DistState
 from zeroedu.train import RunConfig, run
+from zeroedu.kinds import EventKind
 
 from .shared_runs import RUNS
 
@@ -86,8 +87,8 @@ def test_overlap_is_measured_and_comm_starts_inside_backward():
         assert n_buckets >= 2
         for s in range(r["steps"]):
             assert analysis.launched_in_backward(tl, step=s) == n_buckets
-        labels = [m["label"] for m in tl["marks"]]
-        assert "bucket 0 ready" in labels and "backward end" in labels
+        kinds = [(m["kind"], m["bucket"]) for m in tl["marks"]]
+        assert (EventKind.BUCKET_READY, 0) in kinds and (EventKind.BACKWARD_END, None) in kinds
         assert len(analysis.backward_windows(tl, step=4)) == 1
 
 

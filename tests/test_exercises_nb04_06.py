@@ -10,6 +10,7 @@ import pytest
 from zeroedu.notebook.exercises import get
 from zeroedu.notebook.report import max_rel_diff
 from zeroedu.train import RunConfig, run
+from zeroedu.kinds import EventKind
 
 
 def _run(strategy, cls, **kw):
@@ -33,7 +34,7 @@ def test_fsdp_broken_keeps_units_gathered_and_sends_two_thirds_of_the_all_gather
     assert r0["measured"]["comm"]["reduce_scatter"] == r0["predicted"]["comm"]["reduce_scatter"]
     assert max_rel_diff(rep["losses"], rep["reference_losses"]) < 1e-2  # the mixed-bf16 tolerance
     last = [e for e in r0["timeline"]["events"] if e["step"] == rep["steps"] - 1]
-    boundary = next(e for e in last if e["label"] == "forward end")
+    boundary = next(e for e in last if e["kind"] == EventKind.FORWARD_END)
     assert boundary["bytes"]["gathered"] == r0["predicted"]["param"] * 2  # every unit's bf16 params, N = 2
     assert get("05.5").expected() == "b"
 

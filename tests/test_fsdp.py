@@ -24,6 +24,7 @@ from zeroedu.references.torch_fsdp2 import fully_shard_job
 from zeroedu.strategies import build
 from zeroedu.strategies.base import DistState
 from zeroedu.train import RunConfig, config_to_dict, run
+from zeroedu.kinds import EventKind
 
 STRATEGIES = ("fsdp1", "fsdp2")
 SHAPES = unit_shapes(make_model(MLPConfig()))
@@ -84,22 +85,22 @@ def test_timeline_saw_tooth_and_transient_peak():
     for opts, most in [({"limit_all_gathers": 1}, 1), ({"forward_prefetch": True}, 2), ({}, 2)]:
         rk = run(RunConfig("fsdp1", n, steps=2, options=opts, model="mlp"))["ranks"][0]
         ev = _events(rk, 1)
-        labels = [e["label"] for e in ev if e["label"].startswith("unit ")]
+        seen = [(e["kind"], e["unit"]) for e in ev if e["unit"] is not None]
         # Each unit is gathered and freed twice per step (forward, backward): 3Ψ's two all-gathers.
         for i in range(len(SHAPES)):
-            assert labels.count(f"unit {i} unshard") == 2 and labels.count(f"unit {i} reshard") == 2
+            assert seen.count((EventKind.UNSHARD, i)) == 2 and seen.count((EventKind.RESHARD, i)) == 2
         for e in ev:
-            if e["label"].endswith("unshard") and opts.get("limit_all_gathers") == 1:
-                assert e["bytes"]["gathered"] == unit_bytes[int(e["label"].split()[1])]
+            if e["kind"] == EventKind.UNSHARD and opts.get("limit_all_gathers") == 1:
+                assert e["bytes"]["gathered"] == unit_bytes[e["unit"]]
         # at most the current unit plus one prefetched one is ever unsharded
         assert max(e["bytes"]["gathered"] for e in ev) <= most * max(unit_bytes)
         if most == 1:
             assert max(e["bytes"]["gathered"] for e in ev) == max(unit_bytes)
-        step = next(e for e in ev if e["label"] == "optimizer step")
+        step = next(e for e in ev if e["kind"] == EventKind.OPTIMIZER_STEP)
         assert step["bytes"]["gathered"] == 0 and step["bytes"]["comm_buffer"] == 0
     # Without resharding after forward every unit is alive at the forward/backward boundary.
     rk = run(RunConfig("fsdp1", n, steps=2, options={"reshard_after_forward": False}, model="mlp"))["ranks"][0]
-    fwd_end = next(e for e in _events(rk, 1) if e["label"] == "forward end")
+    fwd_end = next(e for e in _events(rk, 1) if e["kind"] == EventKind.FORWARD_END)
     assert fwd_end["bytes"]["gathered"] == sum(unit_bytes)
 
 
@@ -120,7 +121,7 @@ def test_synchronous_reduce_scatter_is_not_counted_as_hidden():
 
 @pytest.mark.fast
 def test_overlap_fraction_counts_only_asynchronous_time_inside_backward():
-    marks = [{"label": "backward begin", "t": 0.0, "step": 0}, {"label": "backward end", "t": 10.0, "step": 0}]
+    marks = [{"kind": "backward begin", "t": 0.0, "step": 0}, {"kind": "backward end", "t": 10.0, "step": 0}]
     comm = [{"op": "all_reduce", "step": 0, "t_start": 2.0, "t_end": 6.0, "blocking": False},
             {"op": "reduce_scatter", "step": 0, "t_start": 6.0, "t_end": 8.0, "blocking": True},
             {"op": "all_reduce", "step": 0, "t_start": 9.0, "t_end": 13.0, "blocking": False}]
@@ -282,7 +283,7 @@ def test_batched_issues_one_collective_per_unit():
             tags = [c["op"] for c in last if c["tag"] == f"fsdp2/unit{i}/params"]
             assert tags == ["all_gather"] * (2 * k)
             assert [c["op"] for c in last if c["tag"] == f"fsdp2/unit{i}/grads"] == ["reduce_scatter"] * k
-            unshards = [e for e in rk["timeline"]["events"] if e["step"] == 2 and e["label"] == f"unit {i} unshard"]
+            unshards = [e for e in rk["timeline"]["events"] if e["step"] == 2 and (e["kind"], e["unit"]) == (EventKind.UNSHARD, i)]
             assert len(unshards) == 2 * k
         assert not any("/param" in c["tag"].split("/")[-1] for c in last if c["op"] != "all_reduce")
     for rk in per_param["ranks"]:
@@ -304,9 +305,9 @@ def test_batched_buffers_on_the_timeline():
     ev = [e for e in rk["timeline"]["events"] if e["step"] == 1]
     for i, unit in enumerate(shapes):
         g = sum(shard.dim0_padded_numel(s, n) for s in unit) * 4
-        outs = [e for e in ev if e["label"] == f"unit {i} copy-out"]
+        outs = [e for e in ev if (e["kind"], e["unit"]) == (EventKind.COPY_OUT, i)]
         assert len(outs) == 2 and all(e["bytes"]["gathered"] >= g and e["bytes"]["comm_buffer"] >= g for e in outs)
-        (cin,) = [e for e in ev if e["label"] == f"unit {i} copy-in"]
+        (cin,) = [e for e in ev if (e["kind"], e["unit"]) == (EventKind.COPY_IN, i)]
         assert cin["bytes"]["comm_buffer"] >= 2 * g
-    step = next(e for e in ev if e["label"] == "optimizer step")
+    step = next(e for e in ev if e["kind"] == EventKind.OPTIMIZER_STEP)
     assert step["bytes"]["gathered"] == step["bytes"]["comm_buffer"] == 0

@@ -141,16 +141,17 @@ def test_torchrun_environment_detection(monkeypatch):
 def test_events_stream_to_the_parent_while_the_job_runs():
     """Ledger events reach the parent during the run (what a live plot draws), from every rank,
     and end with the same bytes the final report measures."""
+    from zeroedu.kinds import EventKind
     from zeroedu.train import RunConfig, run
 
     msgs = []
     report = run(RunConfig("ddp", 2, steps=2, model="mlp"), on_event=msgs.append)
-    seen = [e for e in msgs if e["kind"] == "event"]
+    seen = [e for e in msgs if e["type"] == "event"]
     # one progress message per rank and step, with the step's loss
-    assert sorted((e["rank"], e["step"]) for e in msgs if e["kind"] == "progress") == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert sorted((e["rank"], e["step"]) for e in msgs if e["type"] == "progress") == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert {e["rank"] for e in seen} == {0, 1}
-    assert any(e["label"] == "optimizer step" for e in seen)
-    last = [e for e in seen if e["rank"] == 0 and e["label"] == "optimizer step"][-1]
+    assert any(e["kind"] == EventKind.OPTIMIZER_STEP for e in seen)
+    last = [e for e in seen if e["rank"] == 0 and e["kind"] == EventKind.OPTIMIZER_STEP][-1]
     model_states = sum(last["bytes"][c] for c in ("param", "grad", "master", "main_grad", "m", "v"))
     assert model_states == report["ranks"][0]["measured"]["total"]
 

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1] / "zeroedu"
 # different packages on the same layer may not import each other.
 LAYERS = {
     "zeroedu.catalog": 0, "zeroedu.recipes": 0, "zeroedu.shard": 0, "zeroedu.fmt": 0, "zeroedu.optim": 0,
+    "zeroedu.kinds": 0,
     "zeroedu.theory": 1, "zeroedu.runtime": 1,
     "zeroedu.models": 2,
     "zeroedu.strategies": 3,
@@ -134,6 +135,30 @@ def test_no_import_cycles():
         if v not in index:
             visit(v)
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_vocabulary_is_the_bottom_and_events_are_read_by_kind():
+    """`zeroedu.kinds` (the enums the core writes and every layer reads) imports nothing of the
+    package; no module records an event as free text or reads one back by parsing it."""
+    assert imports()["zeroedu.kinds"] == set()
+    text_events, parsed = [], []
+    for mod, path in MODULES.items():
+        src = path.read_text()
+        for node in ast.walk(ast.parse(src, str(path))):
+            # ledger.event("...") / ledger.mark(f"...") : an event whose kind is prose
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("event", "mark") and node.args
+                    and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))):
+                text_events.append(f"{mod}:{node.lineno}")
+            # e["label"] compared or split: the label is for people, the kind for code
+            if (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+                    and node.slice.value == "label" and mod not in ("zeroedu.references.bench",)):
+                parsed.append(f"{mod}:{node.lineno}")
+    assert not text_events, f"events recorded as text (use zeroedu.kinds.EventKind): {text_events}"
+    assert not parsed, f"event labels read back (read the kind and unit): {parsed}"
+    for mod in ("zeroedu.notebook.viz.timelines", "zeroedu.quiz.factcheck"):
+        assert "re" not in {a.name for n in ast.walk(ast.parse(MODULES[mod].read_text()))
+                            if isinstance(n, ast.Import) for a in n.names}, mod
 
 
 def test_at_most_ten_top_level_modules():

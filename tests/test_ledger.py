@@ -12,6 +12,7 @@ from zeroedu.optim import AdamConfig
 from zeroedu.recipes import get_recipe
 from zeroedu.strategies import build
 from zeroedu.strategies.base import DistState
+from zeroedu.kinds import EventKind
 
 pytestmark = pytest.mark.fast
 
@@ -48,12 +49,14 @@ def test_activations_are_what_autograd_saves():
 def test_peak_and_events():
     led = Ledger()
     a = led.track(torch.zeros(10), "param")
-    led.event("one")
+    led.event(EventKind.OTHER, note="one")
     t = led.track(torch.zeros(20), "gathered")
-    led.event("two")
+    led.event(EventKind.UNSHARD, 2)
     del t
-    led.event("three")
-    assert led.peak == 120 and led.peak_label == "two"
+    led.event(EventKind.OTHER, note="three")
+    assert led.peak == 120 and led.peak_label == "unit 2 unshard"
+    assert [(e.kind, e.unit) for e in led.events] == [(EventKind.OTHER, None), (EventKind.UNSHARD, 2),
+                                                      (EventKind.OTHER, None)]
     assert [e.total for e in led.events] == [40, 120, 40]
     assert a.numel() == 10
 

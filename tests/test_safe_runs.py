@@ -82,5 +82,5 @@ def test_the_progress_line_goes_to_stderr_as_it_is_when_the_run_starts():
     for _ in range(2):
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
-            Progress(2)({"kind": "progress", "rank": 0, "step": 1, "loss": 1.5})
+            Progress(2)({"type": "progress", "rank": 0, "step": 1, "loss": 1.5})
         assert "step 2/2" in err.getvalue() and "loss 1.5000" in err.getvalue()

@@ -17,6 +17,7 @@ from zeroedu.models import get_model, unit_shapes
 from zeroedu.notebook import nbtools, viz
 from zeroedu.recipes import get_recipe
 from zeroedu.train import RunConfig, run
+from zeroedu.kinds import EventKind
 
 from .shared_runs import RUNS
 
@@ -170,15 +171,23 @@ def _markers(ax, marker, color):
             and tuple(matplotlib.colors.to_rgb(ln.get_color())) == want]
 
 
-def test_lifecycle_kinds_are_read_from_labels_and_unknown_labels_are_plain_events():
-    from zeroedu.notebook.viz.timelines import lifecycle_kind, unit_of
+def test_lifecycle_kinds_are_read_from_the_event_kind_and_unknown_kinds_are_plain_events():
+    from zeroedu.notebook.viz.timelines import lifecycle_kind
 
-    assert lifecycle_kind("unit 3 unshard") == "unshard" and lifecycle_kind("unit 3 reshard") == "reshard"
-    assert lifecycle_kind("unit2 grad buffer allocated") == "grad alloc"
-    assert lifecycle_kind("unit2 full grad freed") == "grad free"
-    assert lifecycle_kind("optimizer step") == "step" and lifecycle_kind("recompute 1") == "recompute"
-    assert lifecycle_kind("unit 0 copy-in") is None and lifecycle_kind("something new") is None
-    assert unit_of("unit 3 unshard") == 3 and unit_of("unit12 full grad freed") == 12 and unit_of("step end") is None
+    def ev(kind, **kw):  # an event as a report (or its JSON read back) holds it
+        return {"t": 0.0, "kind": kind.value if isinstance(kind, EventKind) else kind, "step": 0, **kw}
+
+    assert lifecycle_kind(ev(EventKind.UNSHARD, unit=3)) == "unshard"
+    assert lifecycle_kind(ev(EventKind.RESHARD, unit=3)) == "reshard"
+    assert lifecycle_kind(ev(EventKind.GRAD_ALLOC, unit=2)) == "grad alloc"
+    assert lifecycle_kind(ev(EventKind.GRAD_FREED, unit=2)) == "grad free"
+    assert lifecycle_kind(ev(EventKind.OPTIMIZER_STEP)) == "step"
+    assert lifecycle_kind(ev(EventKind.RECOMPUTE, block=1)) == "recompute"
+    assert lifecycle_kind(ev(EventKind.COPY_IN, unit=0)) is None
+    # a label that reads like an unshard is not one: only the kind counts
+    assert lifecycle_kind(ev(EventKind.OTHER, label="unit 3 unshard")) is None
+    assert lifecycle_kind(ev("a kind from a newer ledger")) is None
+    assert EventKind.UNSHARD.label(unit=3) == "unit 3 unshard" and EventKind.RECOMPUTE.label(block=1) == "recompute 1"
 
 
 def test_memory_timeline_by_event_index_marks_every_unshard_and_the_step():
@@ -189,15 +198,15 @@ def test_memory_timeline_by_event_index_marks_every_unshard_and_the_step():
     top, stacked = fig.axes[:2]
     lines = [ln for ln in top.get_lines() if ln.get_label().startswith("rank")]
     assert [list(ln.get_xdata()) for ln in lines] == [list(range(len(events)))] * 2
-    unshards = sum(e["label"].endswith(" unshard") for e in events)
+    unshards = sum(e["kind"] == EventKind.UNSHARD for e in events)
     shapes = unit_shapes(get_model("gpt-tiny").build())
     assert unshards == sum(op.collective == "all_gather" for op in theory.exact_comm("fsdp1", shapes, 2).ops)
     assert len(_markers(stacked, "^", viz.COLORS["gathered"])) == unshards
-    assert len(_markers(stacked, "v", "#777777")) == sum(e["label"].endswith(" reshard") for e in events)
+    assert len(_markers(stacked, "v", "#777777")) == sum(e["kind"] == EventKind.RESHARD for e in events)
     # unit numbers over the unshards, in forward then backward order
     texts = [t.get_text() for t in stacked.texts]
-    assert texts == [str(int(e["label"].split()[1])) for e in events if e["label"].endswith(" unshard")]
-    step_x = [i for i, e in enumerate(events) if e["label"] == "optimizer step"]
+    assert texts == [str(e["unit"]) for e in events if e["kind"] == EventKind.UNSHARD]
+    step_x = [i for i, e in enumerate(events) if e["kind"] == EventKind.OPTIMIZER_STEP]
     dotted = [ln for ln in stacked.get_lines() if ln.get_linestyle() == ":"]
     assert [ln.get_xdata()[0] for ln in dotted] == step_x
     assert any(p.get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb("#EDEDED")) for p in stacked.patches)
@@ -239,11 +248,11 @@ def test_recompute_marks_sit_inside_backward():
     fig = viz.memory_timeline(rep, x="time", steps=1, layout="panels", ranks=[0])
     ax = fig.axes[0]
     marks = [m for m in rep["ranks"][0]["timeline"]["marks"] if m["step"] == 1]
-    reruns = [m["t"] for m in marks if m["label"].startswith("recompute")]
+    reruns = [m["t"] for m in marks if m["kind"] == EventKind.RECOMPUTE]
     ticks = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_marker() == "|"]
     assert sorted(ticks) == sorted(reruns) and len(reruns) == 2  # gpt-tiny: 2 blocks
-    begin = next(m["t"] for m in marks if m["label"] == "backward begin")
-    end = next(m["t"] for m in marks if m["label"] == "backward end")
+    begin = next(m["t"] for m in marks if m["kind"] == EventKind.BACKWARD_BEGIN)
+    end = next(m["t"] for m in marks if m["kind"] == EventKind.BACKWARD_END)
     assert all(begin <= t <= end for t in ticks)
 
 

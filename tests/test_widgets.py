@@ -90,7 +90,8 @@ def test_run_panel_live_plot_receives_events():
     p = widgets.run_panel("ddp", n=2, steps=2, recipe="fp32")
     p._predicted, p._world, p._last_step, p._last_draw = {0: 100.0, 1: 100.0}, 2, {}, 0.0
     p.progress.max = 2
-    msg = {"kind": "event", "rank": 0, "t": 0.1, "label": "x", "step": 0, "bytes": {"param": 10}}
+    msg = {"type": "event", "rank": 0, "t": 0.1, "kind": "other", "unit": None, "label": "x", "step": 0,
+           "bytes": {"param": 10}}
     p.on_event(msg)
     p.on_event(dict(msg, rank=1, step=1, t=0.2))
     assert p.events_received == 2 and p.events == {0: [msg], 1: [dict(msg, rank=1, step=1, t=0.2)]}

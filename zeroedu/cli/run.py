@@ -69,7 +69,7 @@ class Progress:
         self.tty = stream.isatty()
 
     def __call__(self, msg: dict) -> None:
-        if msg.get("kind") != "progress" or msg.get("rank") != 0:
+        if msg.get("type") != "progress" or msg.get("rank") != 0:
             return
         k = msg["step"] + 1
         bar = "#" * (20 * k // self.steps)

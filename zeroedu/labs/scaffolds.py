@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kinds import EventKind as Ev
 from ..runtime.comm import Comm, Handle
 from ..strategies.fsdp1 import FSDP1, FlatParamUnit
 from ..strategies.fsdp_units import SHARDED, UNSHARDED
@@ -133,7 +134,7 @@ class ZeRO2Lab(ZeRO2):
                                             "arrives", unit=k)
             if not had:
                 self._buffer_ptr[k] = _ptr(u.grad_buffer)
-                self.ledger.event(f"{u.name} grad buffer allocated")
+                self.ledger.event(Ev.GRAD_ALLOC, k)
             elif self._buffer_ptr.get(k) != _ptr(u.grad_buffer):
                 self._violate("grads", k, f"pre_accumulate replaced {u.name}'s full gradient buffer, which already "
                                           "held the gradients accumulated so far (they are lost): allocate only "
@@ -205,7 +206,7 @@ class ZeRO2Lab(ZeRO2):
     def _freed(self, k: int) -> None:
         ptr = self._buffer_ptr.pop(k)
         self.comm.launched = [w for w in self.comm.launched if w.ptr != ptr]
-        self.ledger.event(f"{self.units[k].name} full grad freed")
+        self.ledger.event(Ev.GRAD_FREED, k)
 
     def _violate(self, test: str, unit: int, message: str) -> None:
         self.violations.append({"test": test, "unit": unit, "step": self.ledger.step, "message": message})
@@ -237,7 +238,7 @@ class LabFlatUnit(FlatParamUnit):
         before = self.state
         self.student.unshard(self, async_op)
         if before == SHARDED and self.state != SHARDED:
-            self.ledger.event(f"unit {self.index} unshard")
+            self.ledger.event(Ev.UNSHARD, self.index)
         if not async_op and self.state != UNSHARDED:
             raise LabViolation("lifecycle", f"unshard(unit {self.index}, async_op=False) returned with the unit "
                                             f"{self.state.value}: wait for its all-gather (unit.wait_unshard()) "
@@ -261,7 +262,7 @@ class LabFlatUnit(FlatParamUnit):
                                                "(autograd keeps views of it, so dropping a reference frees "
                                                "nothing)"})
         if before != SHARDED:
-            self.ledger.event(f"unit {self.index} reshard")
+            self.ledger.event(Ev.RESHARD, self.index)
 
 
 class FSDPLab(FSDP1):

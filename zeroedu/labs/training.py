@@ -262,8 +262,8 @@ def _violations(results: list[dict], tests: tuple[str, ...]) -> dict[str, list]:
     return out
 
 
-def _events(timeline: dict, label: str) -> list[dict]:
-    return [e for e in timeline["events"] if e["label"] == label and e["step"] >= 0]
+def _events(timeline: dict, kind) -> list[dict]:
+    return [e for e in timeline["events"] if e["kind"] == kind and e["step"] >= 0]
 
 
 def grade_zero2(res: LabResult, case: Case, results: list[dict]) -> None:

@@ -30,6 +30,7 @@ import torch
 
 from .. import recipes, theory
 from ..models import MLPConfig, param_count
+from ..kinds import EventKind as Ev
 from ..runtime import cluster
 from ..runtime.ledger import OPTIMIZER_STEP
 from ..strategies.zero1 import ZeRO1
@@ -202,7 +203,7 @@ def zero2_gathers_grads() -> dict:
     rk = z2["ranks"][0]
     last = z2["steps"] - 1
     records = [c for c in rk["timeline"]["comm"] if c["step"] == last]
-    step_t = [e["t"] for e in rk["timeline"]["events"] if e["step"] == last and e["label"] == OPTIMIZER_STEP][0]
+    step_t = [e["t"] for e in rk["timeline"]["events"] if e["step"] == last and e["kind"] == OPTIMIZER_STEP][0]
     rec = recipes.get_recipe(z2["recipe"])
     rows = [{"op": c["op"], "tag": c["tag"], "payload": c["payload"],
              "after_optimizer_step": c["t_start"] >= step_t} for c in records]
@@ -336,7 +337,7 @@ class ZeRO1WithoutGather(ZeRO1):
     notes): each rank's parameter buffer gets only its own chunk updated."""
 
     def unshard(self) -> None:
-        self.ledger.event("params not gathered")
+        self.ledger.event(Ev.PARAMS_NOT_GATHERED)
 
 
 def zero1_gather_optional() -> dict:
@@ -369,12 +370,9 @@ def zero3_fetches_neighbours() -> dict:
     rec = recipes.get_recipe(z3["recipe"])
     last = z3["steps"] - 1
     events = [e for e in rk["timeline"]["events"] if e["step"] == last]
-    fwd_end = next(i for i, e in enumerate(events) if e["label"] == "forward end")
-    units = []
-    for e in events[:fwd_end]:
-        if e["label"].endswith(" unshard"):
-            k = int(e["label"].split()[1])
-            units.append({"unit": k, "gathered_bytes": e["bytes"]["gathered"]})
+    fwd_end = next(i for i, e in enumerate(events) if e["kind"] == Ev.FORWARD_END)
+    units = [{"unit": e["unit"], "gathered_bytes": e["bytes"]["gathered"]}
+             for e in events[:fwd_end] if e["kind"] == Ev.UNSHARD]
     unit_params = [sum(p.numel() for p in m.parameters()) for m in _fact_units()]
     for u in units:
         u["full_unit_bytes"] = unit_params[u["unit"]] * rec.param_bytes

@@ -30,9 +30,9 @@ def backward_windows(timeline: dict, step: int | None = None) -> list[tuple[floa
     for m in sorted(timeline["marks"], key=lambda m: m["t"]):
         if step is not None and m["step"] != step:
             continue
-        if m["label"] == BACKWARD_BEGIN:
+        if m["kind"] == BACKWARD_BEGIN:
             begin = m["t"]
-        elif m["label"] == BACKWARD_END and begin is not None:
+        elif m["kind"] == BACKWARD_END and begin is not None:
             out.append((begin, m["t"]))
             begin = None
     return out

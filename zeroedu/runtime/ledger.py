@@ -2,7 +2,8 @@
 
 All instrumentation of the suite lives here and in `zeroedu.runtime.comm`; strategies only *tell* the
 ledger what a tensor is (``ledger.track(t, "grad")``) and *mark* lifecycle points
-(``ledger.event("unit 3 all-gather")``). The ledger then measures.
+(``ledger.event(EventKind.UNSHARD, unit=3)``; the kinds are `zeroedu.kinds.EventKind`). The
+ledger then measures.
 
 Memory
     Bytes are counted from real tensor storages, never from shapes: a tracked tensor contributes
@@ -38,7 +39,7 @@ Activations
     for one micro-batch's backward, which `zeroedu.theory.activations` predicts.
 
 Timeline (``timeline_mode``)
-    "full" (default): ``event(label)`` appends (time, label, bytes by category) and updates the
+    "full" (default): ``event(kind, unit=...)`` appends (time, kind, unit, bytes by category) and updates the
     peak, at every lifecycle step that changes what a strategy holds (unshard, copy-out, reshard,
     post_backward, copy-in, buffer allocated or freed); `comm` reads the wire around every
     collective; and the first step's backward passes are watched op by op (`_BackwardWatch`, a
@@ -103,13 +104,15 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# Lifecycle marks that other code reads back (`analysis`, the figures): each name written once.
-BACKWARD_BEGIN = "backward begin"
-BACKWARD_END = "backward end"
-GRADS_SYNCED = "grads synced"
-FORWARD_END = "forward end"
-OPTIMIZER_STEP = "optimizer step"
-STEP_END = "step end"
+from ..kinds import EventKind
+
+# The step's frame under the names strategies (and the notebooks' code) already use.
+BACKWARD_BEGIN = EventKind.BACKWARD_BEGIN
+BACKWARD_END = EventKind.BACKWARD_END
+GRADS_SYNCED = EventKind.GRADS_SYNCED
+FORWARD_END = EventKind.FORWARD_END
+OPTIMIZER_STEP = EventKind.OPTIMIZER_STEP
+STEP_END = EventKind.STEP_END
 
 # Model-state categories first (their order is the charging precedence), then transient ones.
 MODEL_STATE = ("param", "grad", "master", "main_grad", "m", "v")
@@ -144,14 +147,37 @@ class CommRecord:
 
 @dataclass
 class Event:
+    """A ledger event (bytes by category) or mark (``bytes`` None): what happened, typed."""
     t: float
-    label: str
+    kind: EventKind
     step: int
-    bytes: dict[str, int]
+    bytes: dict[str, int] | None = None
+    unit: int | None = None
+    bucket: int | None = None
+    block: int | None = None
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.kind.label(unit=self.unit, bucket=self.bucket, block=self.block, note=self.note)
 
     @property
     def total(self) -> int:
         return sum(self.bytes.values())
+
+    def plain(self) -> dict[str, Any]:
+        d = {"t": self.t, "kind": self.kind.value, "unit": self.unit, "bucket": self.bucket,
+             "block": self.block, "label": self.label, "step": self.step}
+        if self.bytes is not None:
+            d["bytes"] = self.bytes
+        return d
+
+
+def _kind(kind) -> EventKind:
+    if not isinstance(kind, EventKind):
+        raise TypeError(f"a ledger event's kind is a zeroedu.kinds.EventKind, got {kind!r}: "
+                        "for a point of your own, event(EventKind.OTHER, note=...)")
+    return kind
 
 
 class _Saved:
@@ -233,7 +259,7 @@ class Ledger:
     events: list[Event] = field(default_factory=list)
     comm: list[CommRecord] = field(default_factory=list)
     wire_windows: list = field(default_factory=list)  # (step, kinds of collective, bytes)
-    marks: list[tuple[float, str, int]] = field(default_factory=list)
+    marks: list[Event] = field(default_factory=list)  # points in time, no bytes
     model_state_bytes: dict[str, int] = field(default_factory=dict)
     activation_bytes: int = 0  # activations at the last forward/backward boundary (one micro-batch)
     peak: int = 0
@@ -443,40 +469,42 @@ class Ledger:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def event(self, label: str) -> Event | None:
+    def event(self, kind: EventKind, unit: int | None = None, *, note: str = "") -> Event | None:
         """A lifecycle point: the bytes by category now, the peak updated. With a minimal
         timeline only the report's events (forward end, optimizer step) are kept and sent;
         the others update the peak and leave nothing behind."""
-        b = self._exact() if label in REPORT_EVENTS else self.running_bytes()
+        kind = _kind(kind)
+        b = self._exact() if kind in REPORT_EVENTS else self.running_bytes()
+        ev = Event(self.now(), kind, self.step, b, unit=unit, note=note)
         total = sum(b.values())
         if total > self.peak:
-            self.peak, self.peak_label, self.peak_bytes = total, label, b
-        if label == FORWARD_END:
+            self.peak, self.peak_label, self.peak_bytes = total, ev.label, b
+        if kind is FORWARD_END:
             self.activation_bytes = b["activation"]
-        if self.timeline_mode != "full" and label not in REPORT_EVENTS:
+        if self.timeline_mode != "full" and kind not in REPORT_EVENTS:
             return None
-        ev = Event(self.now(), label, self.step, b)
         self.events.append(ev)
         if self.sink is not None:
-            self.sink({"kind": "event", "rank": self.rank, "t": ev.t, "label": label,
-                       "step": ev.step, "bytes": ev.bytes})
+            self.sink({"type": "event", "rank": self.rank, **ev.plain()})
         return ev
 
-    def mark(self, label: str) -> None:
-        """A point in time with no memory change worth measuring (e.g. 'backward end').
-        'backward begin' inside `saving_activations` starts watching backward's tensors
+    def mark(self, kind: EventKind, *, bucket: int | None = None, block: int | None = None,
+             unit: int | None = None) -> None:
+        """A point in time with no memory change worth measuring (e.g. backward's end).
+        BACKWARD_BEGIN inside `saving_activations` starts watching backward's tensors
         (full timeline); the block's end stops it."""
-        self.marks.append((self.now(), label, self.step))
-        if label == BACKWARD_BEGIN:
+        kind = _kind(kind)
+        self.marks.append(Event(self.now(), kind, self.step, unit=unit, bucket=bucket, block=block))
+        if kind is BACKWARD_BEGIN:
             self._start_watch()
-        elif label == BACKWARD_END:
+        elif kind is BACKWARD_END:
             self._stop_watch()
 
     def begin_step(self, step: int) -> None:
         self.step = step
         if self.wire is not None:
             self._wire_start = self.wire.snapshot()
-        self.mark(f"step {step} begin")
+        self.mark(EventKind.STEP_BEGIN)
 
     def record_model_states(self) -> dict[str, int]:
         """Call at the optimizer step, when param, grad and optimizer state are all alive."""
@@ -559,7 +587,7 @@ class Ledger:
 
     def timeline(self) -> dict[str, Any]:
         return {
-            "events": [{"t": e.t, "label": e.label, "step": e.step, "bytes": e.bytes} for e in self.events],
-            "marks": [{"t": t, "label": lab, "step": s} for t, lab, s in self.marks],
+            "events": [e.plain() for e in self.events],
+            "marks": [m.plain() for m in self.marks],
             "comm": [r.plain() for r in self.comm],
         }

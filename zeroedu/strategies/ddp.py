@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kinds import EventKind as Ev
 from ..runtime import ledger as L
 from .base import AdamState, Strategy
 
@@ -43,7 +44,7 @@ class DDP(Strategy):
             # `.grad` in place, so the storage the ledger tracks is the one actually used.
             p.grad = self.ledger.track(torch.zeros_like(p, dtype=self.grad_dtype), "grad")
         self.optim = AdamState(self.params, self.recipe, self.adam, self.ledger)
-        self.ledger.event("replicas built")
+        self.ledger.event(Ev.BUILT, note="replicas")
 
     def step(self):
         axis = self.dist.inner

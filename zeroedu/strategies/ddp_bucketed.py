@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kinds import EventKind as Ev
 from ..runtime import ledger as L
 from .base import AdamState, Strategy
 
@@ -81,7 +82,7 @@ class DDPBucketed(Strategy):
                 p.register_post_accumulate_grad_hook(self._post_accumulate_hook(i))
         self.optim = AdamState(self.params, self.recipe, self.adam, self.ledger)
         self.next_bucket = 0  # buckets launch strictly in order, the same on every rank
-        self.ledger.event("replicas and buckets built")
+        self.ledger.event(Ev.BUILT, note="replicas and buckets")
 
     def _build_buckets(self, cap: int) -> list[Bucket]:
         """Greedy, in reverse parameter order: close a bucket once it holds >= cap bytes."""
@@ -117,7 +118,7 @@ class DDPBucketed(Strategy):
             b = self.bucket_of[i]
             b.pending -= 1
             if b.pending == 0:
-                self.ledger.mark(f"bucket {b.index} ready")
+                self.ledger.mark(Ev.BUCKET_READY, bucket=b.index)
                 self._launch_ready_buckets()
         return hook
 

@@ -43,11 +43,13 @@ class FlatUnit:
     """One unit's parameters flattened into a padded buffer of `n` equal chunks."""
 
     def __init__(self, name: str, params: list[nn.Parameter], n: int, rank: int, param_dtype, grad_dtype,
-                 ledger: Ledger, *, pad_multiple: int | None = None, shard_params: bool = False):
+                 ledger: Ledger, *, pad_multiple: int | None = None, shard_params: bool = False,
+                 index: int | None = None):
         pad_multiple = n if pad_multiple is None else pad_multiple
         if pad_multiple % n:
             raise ValueError(f"padding multiple {pad_multiple} must be a multiple of the shard count {n}")
         self.name, self.n, self.rank = name, n, rank
+        self.index = index  # the unit's number in its strategy, for the ledger's events
         self.param_dtype, self.grad_dtype, self.ledger = param_dtype, grad_dtype, ledger
         self.shard_params = shard_params
         self.layout = shard.FlatLayout([tuple(p.shape) for p in params], pad_multiple)

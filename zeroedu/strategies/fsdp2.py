@@ -59,6 +59,7 @@ from __future__ import annotations
 import torch
 
 from .. import shard
+from ..kinds import EventKind as Ev
 from .fsdp_units import FSDPStrategy, Unit
 
 
@@ -133,7 +134,7 @@ class Dim0Unit(Unit):
         torch.split_with_sizes_copy(out.view(n, -1), self.padded_sizes, dim=1,
                                     out=[leaf.data.view(n, -1) for leaf in self.leaves])
         # Leaves and the output buffer alive together: the all-gather's largest moment.
-        self.ledger.event(f"unit {self.index} copy-out")
+        self.ledger.event(Ev.COPY_OUT, self.index)
         self._gather_buffer = None  # the ledger's reference is weak: the buffer goes now
 
     # ---------------------------------------------------------------- reduce-scatter
@@ -153,7 +154,7 @@ class Dim0Unit(Unit):
         # The full gradients already have N·c_j rows (the leaves are row-padded), so the chunks
         # are exact; `_chunk_cat` would also pad shorter ones, as torch's does.
         torch._chunk_cat(full_grads, 0, n, out=inp.view(n, S))
-        self.ledger.event(f"unit {self.index} copy-in")  # full gradients + input alive
+        self.ledger.event(Ev.COPY_IN, self.index)  # full gradients + input alive
         full_grads.clear()  # only after the copy-in can the full gradients go
         out = self.ledger.track(torch.empty(S, dtype=self.grad_dtype, device=self.device), "comm_buffer")
         self.comm.reduce_scatter(out, inp, self.axis, self.tag(self.name, "grads"))

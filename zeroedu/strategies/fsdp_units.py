@@ -49,6 +49,7 @@ import enum
 
 import torch
 
+from ..kinds import EventKind as Ev
 from ..runtime import ledger as L
 from .base import AdamState, Strategy
 
@@ -168,7 +169,7 @@ class Unit:
         if self.state == SHARDED:
             self.handles = self._all_gather()
             self.state = UNSHARDING
-            self.ledger.event(f"unit {self.index} unshard")
+            self.ledger.event(Ev.UNSHARD, self.index)
         if not async_op:
             self.wait_unshard()
 
@@ -191,7 +192,7 @@ class Unit:
         for leaf in self.leaves:
             leaf.untyped_storage().resize_(0)
         self.state = SHARDED
-        self.ledger.event(f"unit {self.index} reshard")
+        self.ledger.event(Ev.RESHARD, self.index)
 
     def bind(self) -> None:
         """Point the module's parameter attributes at fresh views of the unsharded leaves.
@@ -209,7 +210,7 @@ class Unit:
                                           else leaf.grad.to(self.grad_dtype), "comm_buffer"))
             leaf.grad = None  # `full` holds the only reference now: the grads go when it does
         # The unit's full gradients are all alive: its largest moment in backward.
-        self.ledger.event(f"unit {self.index} post_backward")
+        self.ledger.event(Ev.POST_BACKWARD, self.index)
         self._reduce_scatter(full, accumulate)
         return self.grad_shards
 
@@ -248,7 +249,7 @@ class FSDPStrategy(Strategy):
         self.optim = self.build_optimizer()
         self._reduced: set[int] = set()  # units whose post_backward ran this micro-batch
         self._shards_hold_sum = False  # True once a micro-batch of this step has been reduced
-        self.ledger.event("units sharded")
+        self.ledger.event(Ev.BUILT, note="sharded units")
 
     # ---------------------------------------------------------------- what subclasses choose
     def shard_axis(self):

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kinds import EventKind as Ev
 from ..runtime import ledger as L
 from .base import AdamState
 from .fsdp1 import FSDP1
@@ -81,7 +82,7 @@ class HSDP(FSDP1):
         for h in self.outer_handles:
             h.wait()
         self.outer_handles = []
-        self.ledger.event("outer grad sync done")
+        self.ledger.event(Ev.OUTER_GRADS_SYNCED)
 
 
 class HFSDP(HSDP):

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kinds import EventKind as Ev
 from .base import AdamState, Strategy
 from .flat import FlatUnit
 
@@ -58,7 +59,7 @@ class MegatronDistOpt(Strategy):
         ax = dist.inner
         self.model.to(dist.device, self.param_dtype)
         self.units = [FlatUnit(f"unit{k}", list(m.parameters()), ax.size, ax.rank, self.param_dtype,
-                               self.grad_dtype, self.ledger) for k, m in enumerate(self.unit_modules())]
+                               self.grad_dtype, self.ledger, index=k) for k, m in enumerate(self.unit_modules())]
         for k, unit in enumerate(self.units):
             # The whole gradient buffer, kept for the run: each parameter's `main_grad` is a
             # view of it, and `param.grad` is not bound to it (autograd's bf16 gradient is
@@ -73,7 +74,7 @@ class MegatronDistOpt(Strategy):
         # The optimizer sees only this rank's chunk of each parameter buffer: with a master in
         # the recipe it keeps an fp32 copy of the chunk; with fp32 it updates the chunk in place.
         self.optim = AdamState([u.param_shard for u in self.units], self.recipe, self.adam, self.ledger)
-        self.ledger.event("buffers built")
+        self.ledger.event(Ev.BUILT, note="buffers")
 
     def before_micro_batch(self):
         if any(h is not None for h in self.handles):
@@ -107,7 +108,7 @@ class MegatronDistOpt(Strategy):
         self.reduced[k] = self.ledger.track(torch.empty_like(unit.grad_shard), "comm_buffer")
         self.handles[k] = self.comm.reduce_scatter(self.reduced[k], unit.grad_buffer, self.dist.inner,
                                                    self.tag(unit.name, "grads"), async_op=True)
-        self.ledger.event(f"unit {k} reduce-scatter started")
+        self.ledger.event(Ev.REDUCE_SCATTER_STARTED, k)
 
     def finish_grad_sync(self):
         for k, unit in enumerate(self.units):
@@ -117,7 +118,7 @@ class MegatronDistOpt(Strategy):
             unit.grad_shard.copy_(self.reduced[k])
             self.handles[k] = self.reduced[k] = None  # drop the output buffer
             self.pending[k] = len(unit.params)
-        self.ledger.event("grads reduce-scattered")
+        self.ledger.event(Ev.GRADS_REDUCE_SCATTERED)
 
     # ------------------------------------------------------------------ optimizer step
     def step(self):
@@ -134,7 +135,7 @@ class MegatronDistOpt(Strategy):
                 self.comm.all_gather(unit.param_buffer, mine, ax, self.tag(unit.name, "params"))
                 del mine
                 unit.zero_grad()
-        self.ledger.event("params all-gathered")
+        self.ledger.event(Ev.PARAMS_GATHERED)
 
     def full_parameters(self):
         # Every rank holds the whole parameter buffer after the all-gather: no collective needed.

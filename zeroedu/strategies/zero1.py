@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kinds import EventKind as Ev
 from ..runtime import ledger as L
 from .base import AdamState, Strategy
 from .flat import FlatUnit
@@ -43,11 +44,11 @@ class ZeRO1(Strategy):
         self.model.to(dist.device, self.param_dtype)
         axis = dist.inner
         self.units = [FlatUnit(f"unit{k}", list(m.parameters()), axis.size, axis.rank, self.param_dtype,
-                               self.grad_dtype, self.ledger) for k, m in enumerate(self.unit_modules())]
+                               self.grad_dtype, self.ledger, index=k) for k, m in enumerate(self.unit_modules())]
         self.init_grads()
         # Optimizer state for the own chunk of each unit only: this is the 1/N of ZeRO-1.
         self.optim = AdamState([u.param_shard for u in self.units], self.recipe, self.adam, self.ledger)
-        self.ledger.event("flat units built")
+        self.ledger.event(Ev.BUILT, note="flat units")
 
     def init_grads(self) -> None:
         """Full gradient buffers for the whole run; the reduced chunk lands in its own slice."""
@@ -82,7 +83,7 @@ class ZeRO1(Strategy):
                    for u in self.units]
         for h in handles:
             h.wait()
-        self.ledger.event("params all-gathered")
+        self.ledger.event(Ev.PARAMS_GATHERED)
 
     def step(self):
         self.finish_grad_sync()

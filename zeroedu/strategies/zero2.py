@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import torch
 
+from ..kinds import EventKind as Ev
 from ..runtime import ledger as L
 from .zero1 import ZeRO1
 
@@ -60,7 +61,7 @@ class ZeRO2(ZeRO1):
                 # Autograd adds into an existing .grad in place, so the gradient goes straight
                 # into the flat buffer that the reduce-scatter reads.
                 u.alloc_grad()
-                self.ledger.event(f"{u.name} grad buffer allocated")
+                self.ledger.event(Ev.GRAD_ALLOC, k)
             return None  # the gradient itself is unchanged
         return hook
 
@@ -76,7 +77,7 @@ class ZeRO2(ZeRO1):
         """Launch unit k's reduce-scatter: into the shard itself on the step's first
         micro-batch, else into a temporary chunk that `free_finished` adds to the shard."""
         u = self.units[k]
-        self.ledger.mark(f"{u.name} grads ready")
+        self.ledger.mark(Ev.GRADS_READY, unit=k)
         extra = None
         if self._shards_hold_sum:  # a later micro-batch: the shard holds a sum already
             extra = self.ledger.track(torch.empty_like(u.grad_shard), "comm_buffer")
@@ -103,7 +104,7 @@ class ZeRO2(ZeRO1):
     def release_full_grad(self, u) -> None:
         """The unit's full gradient buffer has been reduce-scattered: free it (ZeRO-2's saving)."""
         u.free_grad()
-        self.ledger.event(f"{u.name} full grad freed")
+        self.ledger.event(Ev.GRAD_FREED, u.index)
 
     # ------------------------------------------------------------------ micro-batches
     def before_micro_batch(self):

@@ -24,6 +24,7 @@ from ..catalog import get_spec
 from ..models import apply_recompute, local_slice
 from ..recipes import get_recipe
 from ..runtime.comm import Comm
+from ..kinds import EventKind
 from ..runtime.ledger import Ledger
 from ..runtime.rank import JobStopped
 from ..models.custom import resolve as resolve_ref
@@ -93,7 +94,7 @@ def build_run(ctx, cfg: RunConfig, sink: Callable[[dict], None] | None = None, *
     model = cfg.model.build()
     if cfg.recompute != "none":
         apply_recompute(cfg.model.recompute_modules(model, cfg.recompute),
-                        on_rerun=lambda k: ledger.mark(f"recompute {k}"))
+                        on_rerun=lambda k: ledger.mark(EventKind.RECOMPUTE, block=k))
     cls = strategy_cls(cfg)
     strategy = cls(model, dist, get_recipe(cfg.recipe), cfg.adam, clip_grad_norm=cfg.clip_grad_norm, **cfg.options)
     return RankRun(cfg, ctx, ledger, dist, strategy)
@@ -141,7 +142,7 @@ def train_steps(run: RankRun, start: int = 0, stop: int | None = None,
         if not math.isfinite(losses[-1]):
             raise NonFiniteLoss(step, run.ctx.rank, losses[-1], run.cfg)
         if progress:  # a small message per step: the parent shows progress, knows ranks live
-            run.ctx.emit({"kind": "progress", "rank": run.ctx.rank, "step": step, "loss": losses[-1]})
+            run.ctx.emit({"type": "progress", "rank": run.ctx.rank, "step": step, "loss": losses[-1]})
         if after_step is not None:
             after_step(step)
     return losses

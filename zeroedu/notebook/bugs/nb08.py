@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ...kinds import EventKind as Ev
 from ...strategies.fsdp2 import FSDP2, Dim0Unit
 
 
@@ -22,7 +23,7 @@ class _MisalignedUnit(Dim0Unit):
         n, S = self.axis.size, self.shard_numel
         inp = self.ledger.track(torch.empty(n * S, dtype=self.grad_dtype, device=self.device), "comm_buffer")
         torch._chunk_cat(full_grads, 0, n, out=inp.view(n, S))
-        self.ledger.event(f"unit {self.index} copy-in")
+        self.ledger.event(Ev.COPY_IN, self.index)
         full_grads.clear()
         out = self.ledger.track(torch.empty(S, dtype=self.grad_dtype, device=self.device), "comm_buffer")
         self.comm.reduce_scatter(out, inp, self.axis, self.tag(self.name, "grads"))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ...kinds import EventKind as Ev
 from ...strategies.megatron_distopt import MegatronDistOpt
 
 
@@ -27,7 +28,7 @@ class BrokenDistOpt(MegatronDistOpt):
         self._inputs[k] = low  # keep the input alive while the collective is in flight
         self.handles[k] = self.comm.reduce_scatter(self.reduced[k], low, self.dist.inner,
                                                    self.tag(unit.name, "grads"), async_op=True)
-        self.ledger.event(f"unit {k} reduce-scatter started")
+        self.ledger.event(Ev.REDUCE_SCATTER_STARTED, k)
 
     def finish_grad_sync(self):
         super().finish_grad_sync()

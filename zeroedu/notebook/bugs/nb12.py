@@ -8,6 +8,7 @@ still carries ZeRO-2's bytes; the symptom is in the ledger, beside the closed fo
 """
 from __future__ import annotations
 
+from ...kinds import EventKind as Ev
 from ...strategies.zero2 import ZeRO2
 
 
@@ -16,4 +17,4 @@ class ZeRO2ZeroedNotFreed(ZeRO2):
 
     def release_full_grad(self, u) -> None:
         u.grad_buffer.zero_()  # "reuse the buffer next step" (it stays allocated)
-        self.ledger.event(f"{u.name} full grad zeroed")
+        self.ledger.event(Ev.GRAD_ZEROED, u.index)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ...kinds import EventKind as Ev
 from ...strategies.zero2 import ZeRO2
 
 
@@ -24,4 +25,4 @@ class MysteryZeRO2(ZeRO2):
                                                  device=u.grad_shard.device), "comm_buffer")
             self.comm.all_gather(full, u.grad_shard, self.dist.inner, self.tag(u.name, "grads"))
             del full  # "the next forward has the full gradient"; nothing reads it
-        self.ledger.event("grads all-gathered")
+        self.ledger.event(Ev.GRADS_ALL_GATHERED)

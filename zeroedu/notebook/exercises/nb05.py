@@ -4,6 +4,7 @@ forward, and why one big unit does not bring back DDP's memory."""
 from __future__ import annotations
 
 from ... import theory
+from ...kinds import EventKind
 from . import Exercise, Wrong, register
 
 GB = 1e9
@@ -12,7 +13,7 @@ GB = 1e9
 def _forward_end(report: dict, rank: int = 0) -> dict:
     """Bytes by category at the last step's forward/backward boundary ("forward end" event)."""
     evs = report["ranks"][rank]["timeline"]["events"]
-    return [e for e in evs if e["step"] == report["steps"] - 1 and e["label"] == "forward end"][-1]["bytes"]
+    return [e for e in evs if e["step"] == report["steps"] - 1 and e["kind"] == EventKind.FORWARD_END][-1]["bytes"]
 
 
 def _gathered_at_forward_end(report: dict) -> int:
@@ -21,7 +22,7 @@ def _gathered_at_forward_end(report: dict) -> int:
 
 def _example_keep() -> dict:
     # gpt-small, N = 4, mixed-bf16, reshard_after_forward=False: every unit's bf16 params alive
-    ev = {"t": 1.0, "label": "forward end", "step": 1,
+    ev = {"t": 1.0, "kind": EventKind.FORWARD_END.value, "unit": None, "label": "forward end", "step": 1,
           "bytes": {"param": 1_621_042, "gathered": 6_484_168, "activation": 9_811_972}}
     return {"report": {"steps": 2, "ranks": [{"timeline": {"events": [ev]}}]}}
 

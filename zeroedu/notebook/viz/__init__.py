@@ -35,12 +35,12 @@ Figures
 from .common import COLORS, RANK_COLORS, STATE_CATS, TIMELINE_CATS, byte_scale, human_bytes, new_figure, rank_color
 from .layouts import dim0_ownership, flat_ownership, ownership_figure
 from .runs import accumulation_figure, activation_bars, comm_bars, loss_curves, memory_bars
-from .timelines import (lifecycle_kind, memory_timeline, overlap_timeline, timeline_axes, unit_of)
+from .timelines import (lifecycle_kind, memory_timeline, overlap_timeline, timeline_axes)
 from .theory import (axis_bytes_bars, cross_domain_figure, fsdp_lifecycle, ring_scaling, scaling_figure,
                      scaling_results, sharding_diagram, step_times, theory_comm,
                      theory_comm_bars, theory_memory, theory_memory_bars)
 
-__all__ = ["accumulation_figure", "activation_bars", "lifecycle_kind", "unit_of", "axis_bytes_bars", "scaling_figure", "scaling_results", "step_times", "COLORS", "RANK_COLORS", "STATE_CATS", "TIMELINE_CATS", "byte_scale", "human_bytes", "new_figure", "rank_color",
+__all__ = ["accumulation_figure", "activation_bars", "lifecycle_kind", "axis_bytes_bars", "scaling_figure", "scaling_results", "step_times", "COLORS", "RANK_COLORS", "STATE_CATS", "TIMELINE_CATS", "byte_scale", "human_bytes", "new_figure", "rank_color",
            "dim0_ownership", "flat_ownership", "ownership_figure", "comm_bars", "loss_curves",
            "memory_bars", "memory_timeline", "overlap_timeline", "timeline_axes", "cross_domain_figure",
            "fsdp_lifecycle", "ring_scaling", "sharding_diagram", "theory_comm", "theory_comm_bars",

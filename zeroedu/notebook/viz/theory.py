@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from ... import catalog, theory
+from ...kinds import EventKind
 from ...recipes import get_recipe
 from ...theory.hybrid import cross_domain_table
 from .common import COLORS, STATE_CATS, byte_scale, human_bytes, new_figure, rank_color
@@ -322,7 +323,7 @@ def step_times(report: dict) -> list[float]:
     timeline ("step end" events on the rank's own clock); the first step is left out (warm-up)."""
     ends = []
     for r in report["ranks"]:
-        t = {e["step"]: e["t"] for e in r["timeline"]["events"] if e["label"] == "step end"}
+        t = {e["step"]: e["t"] for e in r["timeline"]["events"] if e["kind"] == EventKind.STEP_END}
         ends.append([t[k] - t[k - 1] for k in sorted(t) if k - 1 in t])
     return [max(col) for col in zip(*ends)] if ends else []
 

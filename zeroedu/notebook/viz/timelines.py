@@ -1,11 +1,12 @@
 """Timelines of one run's report: memory per rank at every ledger event, and collectives against backward.
 
 Memory timelines (`memory_timeline`, `timeline_axes`) read a rank's ledger events: every event
-is (time, label, step, bytes by category). Lifecycle moments are recognised from the labels
-(`lifecycle_kind`): "unit 3 unshard" and "unit 3 reshard" are drawn as ▲ / ▼ ticks on the top
-edge, the optimizer step as a dotted line, backward (from the "backward begin" / "backward end"
-marks) as a grey band and activation re-runs ("recompute k" marks) as small ticks inside it. A
-label the figures do not know is drawn as a plain event, so strategies can add events freely.
+is (time, kind, unit, step, bytes by category), its kind a `zeroedu.kinds.EventKind`. Lifecycle
+moments are recognised from the kind (`lifecycle_kind`): a unit's UNSHARD and RESHARD are drawn
+as ▲ / ▼ ticks on the top edge (the unshard's unit number beside it), the optimizer step as a
+dotted line, backward (BACKWARD_BEGIN / BACKWARD_END marks) as a grey band and activation re-runs
+(RECOMPUTE marks) as small ticks inside it. Any other kind is drawn as a plain event, so
+strategies can add events freely.
 The x axis is either the rank's clock (``x="time"``) or the event index (``x="event"``): by
 index every lifecycle step gets the same width, which makes FSDP's saw-tooth one tooth per unit
 whatever the time each unit took. Legends sit outside the data, right of the panels.
@@ -13,7 +14,6 @@ whatever the time each unit took. Legends sit outside the data, right of the pan
 from __future__ import annotations
 
 import bisect
-import re
 from typing import Iterable, Sequence
 
 from matplotlib.figure import Figure
@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
+from ...kinds import EventKind
 from ...runtime import analysis
 from .common import COLORS, TIMELINE_CATS, byte_scale, new_figure, outside_legend, rank_color
 from .runs import _rank
@@ -29,7 +30,6 @@ TIMELINE_X = ("time", "event")
 TIMELINE_LAYOUTS = ("overlay", "panels")
 # Colours for categories a newer ledger may add (the known ones are in COLORS).
 _EXTRA_COLORS = ("#CCB974", "#A6A6A6", "#9EDAE5", "#F7B6D2")
-_UNIT = re.compile(r"unit\s*(\d+)")
 BACKWARD_COLOR = "#EDEDED"
 STEP_COLOR = "#555555"
 RECOMPUTE_COLOR = "#8172B3"
@@ -40,32 +40,21 @@ TICKS = {"unshard": ("^", COLORS["gathered"], "unshard (unit #)"), "reshard": ("
 HEADROOM = 1.2  # the y axis goes this far above the data: the lifecycle ticks sit in the gap
 
 
-def lifecycle_kind(label: str) -> str | None:
-    """What a ledger event or mark label says happened, for the figures: "unshard", "reshard",
+# How the figures draw an event or mark, by its kind (kinds not here are plain events).
+_FIGURE_KIND = {EventKind.UNSHARD: "unshard", EventKind.RESHARD: "reshard", EventKind.GRAD_ALLOC: "grad alloc",
+                EventKind.GRAD_FREED: "grad free", EventKind.RECOMPUTE: "recompute",
+                EventKind.FORWARD_END: "forward end", EventKind.BACKWARD_BEGIN: "backward begin",
+                EventKind.BACKWARD_END: "backward end", EventKind.OPTIMIZER_STEP: "step"}
+
+
+def lifecycle_kind(event: dict) -> str | None:
+    """How the figures draw a ledger event or mark (its ``kind``): "unshard", "reshard",
     "grad alloc", "grad free", "forward end", "step", "backward begin", "backward end",
-    "recompute"; None for any other label (drawn as a plain event)."""
-    s = label.lower().strip()
-    if "unshard" in s:
-        return "unshard"
-    if "reshard" in s:
-        return "reshard"
-    if "grad buffer allocated" in s:
-        return "grad alloc"
-    if "full grad freed" in s:
-        return "grad free"
-    if s.startswith("recompute"):
-        return "recompute"
-    if s in ("forward end", "backward begin", "backward end"):
-        return s
-    if s == "optimizer step":
-        return "step"
-    return None
-
-
-def unit_of(label: str) -> int | None:
-    """The unit a label names ("unit 3 unshard", "unit3 full grad freed" -> 3), or None."""
-    m = _UNIT.search(label)
-    return int(m.group(1)) if m else None
+    "recompute"; None for any other kind (drawn as a plain event)."""
+    try:
+        return _FIGURE_KIND.get(EventKind(event["kind"]))
+    except ValueError:  # a kind a newer ledger wrote: a plain event
+        return None
 
 
 def _step_filter(steps) -> set | None:
@@ -130,7 +119,7 @@ def _decorate(ax, events: list[dict], marks: list[dict], xm: _XMap, annotate: bo
     drawn = set()
     begin = None
     for m in sorted(marks, key=lambda m: m["t"]):
-        kind = lifecycle_kind(m["label"])
+        kind = lifecycle_kind(m)
         if kind == "backward begin":
             begin = m["t"]
         elif kind == "backward end" and begin is not None:
@@ -143,7 +132,7 @@ def _decorate(ax, events: list[dict], marks: list[dict], xm: _XMap, annotate: bo
             drawn.add("recompute")
     xs = xm.events()
     for x, e in zip(xs, events):
-        kind = lifecycle_kind(e["label"])
+        kind = lifecycle_kind(e)
         if kind == "step":
             ax.axvline(x, color=STEP_COLOR, linestyle=":", linewidth=1.0, zorder=1)
             drawn.add("step")
@@ -152,7 +141,7 @@ def _decorate(ax, events: list[dict], marks: list[dict], xm: _XMap, annotate: bo
             ax.plot([x], [0.975], marker=marker, markersize=5, color=color, transform=ax.get_xaxis_transform(),
                     clip_on=False, linestyle="none")
             drawn.add(kind)
-            u = unit_of(e["label"])
+            u = e.get("unit")
             if annotate and marker == "^" and u is not None:
                 ax.annotate(str(u), (x, 0.975), xycoords=ax.get_xaxis_transform(), xytext=(0, -5),
                             textcoords="offset points", ha="center", va="top", fontsize=6, color=color)

@@ -180,7 +180,7 @@ class RunPanel:
 
     def on_event(self, msg: dict) -> None:
         """Called (in this process) for every ledger event a rank streams while the job runs."""
-        if msg.get("kind") != "event":
+        if msg.get("type") != "event":
             return
         r = msg["rank"]
         self.events.setdefault(r, []).append(msg)

@@ -1,0 +1,70 @@
+"""Names the measuring core writes and everything above it reads: one enum per vocabulary.
+
+The bottom layer (it imports nothing from the package), so the ledger that writes a name and the
+figures, checks and quizzes that read it share one definition, as torch's FSDP2 shares its
+`TrainingState` between the code that sets it and the code that tests it. Each member is a `str`
+whose value is what the JSON report holds, so a report read back from a file compares equal to
+the member (``e["kind"] == EventKind.UNSHARD``) and no reader parses text.
+
+`EventKind`: what a ledger event or mark records. Unit lifecycle kinds come with the unit's
+number, `BUCKET_READY` with the bucket's, `RECOMPUTE` with the block's; their `label` (for people:
+legends, the peak's "at ...") is built from kind and number, never read back.
+"""
+from __future__ import annotations
+
+from enum import Enum
+
+
+class EventKind(str, Enum):
+    # one step's frame (`Strategy`, the runner)
+    STEP_BEGIN = "step begin"
+    FORWARD_END = "forward end"           # loss computed, backward not started: the activations
+    BACKWARD_BEGIN = "backward begin"
+    BACKWARD_END = "backward end"
+    RECOMPUTE = "recompute"               # a block's forward re-run in backward (with `block`)
+    GRADS_SYNCED = "grads synced"
+    OPTIMIZER_STEP = "optimizer step"     # model states alive: what the closed forms predict
+    STEP_END = "step end"
+    # a sharded unit's lifecycle (with `unit`)
+    UNSHARD = "unshard"
+    RESHARD = "reshard"
+    COPY_OUT = "copy-out"
+    COPY_IN = "copy-in"
+    POST_BACKWARD = "post_backward"
+    GRAD_ALLOC = "grad buffer allocated"
+    GRADS_READY = "grads ready"
+    GRAD_ZEROED = "full grad zeroed"
+    GRAD_FREED = "full grad freed"
+    REDUCE_SCATTER_STARTED = "reduce-scatter started"
+    # DDP's buckets (with `bucket`)
+    BUCKET_READY = "ready"
+    # whole-model points
+    BUILT = "built"                       # a strategy's state built (its `note` says what)
+    PARAMS_GATHERED = "params all-gathered"
+    PARAMS_NOT_GATHERED = "params not gathered"
+    GRADS_REDUCE_SCATTERED = "grads reduce-scattered"
+    GRADS_ALL_GATHERED = "grads all-gathered"
+    OUTER_GRADS_SYNCED = "outer grad sync done"
+    OTHER = "other"                       # a point of a user's own strategy (its `note` says what)
+
+    def label(self, *, unit: int | None = None, bucket: int | None = None, block: int | None = None,
+              note: str = "") -> str:
+        """The text people read: "unit 3 unshard", "bucket 2 ready", "recompute 1", "replicas built"."""
+        if unit is not None:
+            return f"unit {unit} {self.value}"
+        if bucket is not None:
+            return f"bucket {bucket} {self.value}"
+        if block is not None:
+            return f"{self.value} {block}"
+        if self in (EventKind.BUILT, EventKind.OTHER) and note:
+            return f"{note} built" if self is EventKind.BUILT else note
+        return self.value
+
+    def __str__(self) -> str:  # f-strings and prints show the value, as the JSON does
+        return self.value
+
+
+# Kinds that belong to one unit: an event of these kinds carries the unit's number.
+UNIT_KINDS = frozenset({EventKind.UNSHARD, EventKind.RESHARD, EventKind.COPY_OUT, EventKind.COPY_IN,
+                        EventKind.POST_BACKWARD, EventKind.GRAD_ALLOC, EventKind.GRADS_READY,
+                        EventKind.GRAD_ZEROED, EventKind.GRAD_FREED, EventKind.REDUCE_SCATTER_STARTED})
