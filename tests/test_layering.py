@@ -137,9 +137,15 @@ def test_no_import_cycles():
     assert not cycles, f"import cycles: {cycles}"
 
 
+def _names_tag(node) -> bool:
+    return ((isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value == "tag")
+            or (isinstance(node, ast.Attribute) and node.attr == "tag"))
+
+
 def test_the_vocabulary_is_the_bottom_and_events_are_read_by_kind():
     """`zeroedu.kinds` (the enums the core writes and every layer reads) imports nothing of the
-    package; no module records an event as free text or reads one back by parsing it."""
+    package; no module records an event as free text or reads one back by parsing it, and no
+    module splits a collective's tag (its record carries `unit` and `moves`)."""
     assert imports()["zeroedu.kinds"] == set()
     text_events, parsed = [], []
     for mod, path in MODULES.items():
@@ -150,6 +156,11 @@ def test_the_vocabulary_is_the_bottom_and_events_are_read_by_kind():
                     and node.func.attr in ("event", "mark") and node.args
                     and isinstance(node.args[0], (ast.Constant, ast.JoinedStr))):
                 text_events.append(f"{mod}:{node.lineno}")
+            # c["tag"].split("/") / op.tag.split("/"): the record's unit and moves are fields
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "split" and node.args and isinstance(node.args[0], ast.Constant)
+                    and node.args[0].value == "/" and _names_tag(node.func.value)):
+                parsed.append(f"{mod}:{node.lineno} (a tag split)")
             # e["label"] compared or split: the label is for people, the kind for code
             if (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
                     and node.slice.value == "label" and mod not in ("zeroedu.references.bench",)):

@@ -60,3 +60,30 @@ def test_second_backward_before_step_is_refused(name):
     strat.forward_backward(x, y)
     with pytest.raises(RuntimeError, match="step"):
         strat.forward_backward(x, y)
+
+
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_each_units_collectives_are_its_closed_form(name):
+    """Every collective's record names the unit whose buffer moved (a field, from the tag's
+    `UnitName`, never read back from the text): per unit and kind of collective, the bytes a
+    rank sent in the last step equal `theory.exact_comm`'s ops for that unit."""
+    from fractions import Fraction
+
+    from zeroedu import theory
+    from zeroedu.models import unit_shapes
+
+    hybrid = STRATEGIES[name].hybrid
+    n, m = (4, 2) if hybrid else (3, 1)
+    r = RUNS(RunConfig(name, n, steps=5, recipe="fp32", m=m, return_params=True, model="mlp"))
+    want: dict = {}
+    for op in theory.exact_comm(name, unit_shapes(make_model(MLPConfig())), n // m, m=m, recipe="fp32").ops:
+        want[(op.unit, op.collective)] = want.get((op.unit, op.collective), Fraction(0)) + op.sent
+    for rank in r["ranks"]:
+        got: dict = {}
+        for c in rank["timeline"]["comm"]:
+            if c["step"] == r["steps"] - 1:
+                assert c["moves"] in ("grads", "params", "data"), c
+                got[(c["unit"], c["op"])] = got.get((c["unit"], c["op"]), 0) + Fraction(c["sent"])
+        assert {k: float(v) for k, v in got.items() if v} == {k: float(v) for k, v in want.items() if v}
+        if STRATEGIES[name].layout != "replicated":
+            assert {u for u, _ in got} >= set(range(len(unit_shapes(make_model(MLPConfig())))))

@@ -88,13 +88,6 @@ def config(lab: int, case_params: dict, n: int) -> RunConfig:
 
 
 # ------------------------------------------------------------------ the rank side
-def _unit_of(tag: str) -> int | None:
-    parts = tag.split("/")
-    if len(parts) > 1 and parts[1].startswith("unit") and parts[1][4:].isdigit():
-        return int(parts[1][4:])
-    return None
-
-
 def _run_case(lab: int, mod, ctx, case: dict) -> dict:
     cfg = config(lab, case, ctx.world_size)
     ledger = Ledger(ctx.rank)
@@ -108,7 +101,7 @@ def _run_case(lab: int, mod, ctx, case: dict) -> dict:
     per_unit = [{} for _ in range(cfg.steps)]
     for r in ledger.comm:
         if 0 <= r.step < cfg.steps:
-            key = (_unit_of(r.tag), r.op)
+            key = (r.unit, r.op)
             per_unit[r.step][key] = per_unit[r.step].get(key, Fraction(0)) + r.sent
     timeline = ledger.timeline()
     params = strategy.full_parameters()  # every rank: a collective for FSDP
@@ -222,8 +215,7 @@ def _grade_bytes(res: LabResult, case: Case, cfg: RunConfig, results: list[dict]
     exp_total = {op: b for op, b in exp.by_collective().items() if b}
     exp_unit: dict = {}
     for op in exp.ops:
-        u = int(op.tag.split("/")[0][4:]) if op.tag.startswith("unit") else None
-        exp_unit[(u, op.collective)] = exp_unit.get((u, op.collective), Fraction(0)) + op.sent
+        exp_unit[(op.unit, op.collective)] = exp_unit.get((op.unit, op.collective), Fraction(0)) + op.sent
     how = f"theory.exact_comm({strategy!r}" + "".join(f", {k}={v}" for k, v in opts.items()) + ")"
     diags = []
     for r, out in enumerate(results):

@@ -205,12 +205,12 @@ def zero2_gathers_grads() -> dict:
     records = [c for c in rk["timeline"]["comm"] if c["step"] == last]
     step_t = [e["t"] for e in rk["timeline"]["events"] if e["step"] == last and e["kind"] == OPTIMIZER_STEP][0]
     rec = recipes.get_recipe(z2["recipe"])
-    rows = [{"op": c["op"], "tag": c["tag"], "payload": c["payload"],
+    rows = [{"op": c["op"], "tag": c["tag"], "moves": c["moves"], "payload": c["payload"],
              "after_optimizer_step": c["t_start"] >= step_t} for c in records]
     gathers = [r for r in rows if r["op"] == "all_gather"]
-    holds = any("grad" in r["tag"] for r in gathers)
+    holds = any(r["moves"] == "grads" for r in gathers)
     return {"claim": "ZeRO-2 all-gathers gradients before the next forward", "records": rows,
-            "gather_tags": sorted({r["tag"].split("/")[2] for r in gathers}),
+            "gather_tags": sorted({r["moves"] for r in gathers}),
             "gathers_after_step": all(r["after_optimizer_step"] for r in gathers),
             "gathered_bytes": sum(r["payload"] for r in gathers),
             "param_bytes_full": psi() * rec.param_bytes,

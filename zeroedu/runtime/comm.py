@@ -94,15 +94,56 @@ class Axis:
         return self.ranks[axis_rank] if self.ranks else axis_rank
 
 
-def tag(strategy: str, where: str, payload: str, *detail: str) -> str:
+class UnitName(str):
+    """A unit's name, ``unit3``, that keeps its number: a tag built from it records the unit
+    as a field, so no reader takes the number back out of the text."""
+
+    number: int  # (not `index`: that is str's method)
+
+    def __new__(cls, number: int):
+        self = super().__new__(cls, f"unit{number}")
+        self.number = number
+        return self
+
+    def __reduce__(self):
+        return (UnitName, (self.number,))
+
+
+class Tag(str):
+    """A collective's tag: the text people read (``fsdp2/unit3/params/param1``) with its parts
+    as attributes code reads: `strategy`, `where`, `moves` (grads, params, data), `detail`,
+    and `unit` (the unit's number when `where` is a `UnitName`, else None)."""
+
+    strategy: str
+    where: str
+    moves: str
+    detail: tuple[str, ...]
+    unit: int | None
+
+    def __new__(cls, strategy: str, where: str, moves: str, *detail: str):
+        self = super().__new__(cls, "/".join((strategy, str(where), moves) + detail))
+        self.strategy, self.where, self.moves, self.detail = strategy, str(where), moves, tuple(detail)
+        self.unit = where.number if isinstance(where, UnitName) else None
+        return self
+
+    def __reduce__(self):
+        return (_tag, (self.strategy, self.where, self.moves, self.detail, self.unit))
+
+
+def _tag(strategy, where, moves, detail, unit):  # unpickling: the unit's number kept
+    return Tag(strategy, UnitName(unit) if unit is not None else where, moves, *detail)
+
+
+def tag(strategy: str, where: str, payload: str, *detail: str) -> Tag:
     """The one format of a collective's tag: ``<strategy>/<where>/<payload>[/<detail>...]``.
 
-    `where` names the buffer (``unit3``, ``bucket0``, ``param5``), `payload` what moves
-    (``grads`` or ``params``), `detail` anything finer (``param1`` inside a unit, ``outer``).
-    The mesh axis is recorded separately, so it is not part of the tag."""
+    `where` names the buffer (``unit3``, a `UnitName`; ``bucket0``, ``param5``), `payload` what
+    moves (``grads`` or ``params``), `detail` anything finer (``param1`` inside a unit,
+    ``outer``). The mesh axis is recorded separately, so it is not part of the tag; the
+    collective's record carries `unit` and `moves` as fields (`CommRecord`)."""
     if payload not in PAYLOADS:
         raise ValueError(f"payload must be one of {PAYLOADS}, got {payload!r}")
-    return "/".join((strategy, where, payload) + detail)
+    return Tag(strategy, where, payload, *detail)
 
 
 PAYLOADS = ("grads", "params", "data")
@@ -181,8 +222,9 @@ class Comm:
     # alone); the ledger's per-step total is measured whatever overlaps.
     def _record(self, op, tag, axis: Axis, payload: int, factor: Fraction, numel: int = 0,
                 elem: int = 1) -> CommRecord:
-        rec = CommRecord(op, tag, axis.name, axis.size, payload, factor * payload,
-                         self.ledger.step, self.ledger.now())
+        rec = CommRecord(op, str(tag), axis.name, axis.size, payload, factor * payload,
+                         self.ledger.step, self.ledger.now(),
+                         unit=getattr(tag, "unit", None), moves=getattr(tag, "moves", None))
         rec.implementation = self.implementation if op in ("reduce_scatter", "all_gather") else "backend"
         rec.messages = wire.messages(op, numel, elem, axis.size, rec.implementation)
         if self.meter is not None and self.ledger.per_collective_wire:

@@ -138,6 +138,9 @@ class CommRecord:
     # Issued synchronously: the caller waited for it, so no computation ran beside it (an FSDP
     # reduce-scatter inside a backward hook stalls backward rather than hiding behind it).
     blocking: bool = False
+    # From the tag's parts (`zeroedu.runtime.comm.Tag`), so readers never split the tag text:
+    unit: int | None = None  # the unit whose buffer moved, when the tag names one
+    moves: str | None = None  # "grads", "params" or "data"; None for a plain-text tag
 
     def plain(self) -> dict:
         d = asdict(self)

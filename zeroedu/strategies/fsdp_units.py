@@ -51,6 +51,7 @@ import torch
 
 from ..kinds import EventKind as Ev
 from ..runtime import ledger as L
+from ..runtime.comm import UnitName
 from .base import AdamState, Strategy
 
 
@@ -78,7 +79,7 @@ class Unit:
 
     def __init__(self, index, module, axis, comm, ledger, param_dtype, grad_dtype, tag):
         self.index, self.module, self.axis = index, module, axis
-        self.name = f"unit{index}"
+        self.name = UnitName(index)
         self.comm, self.ledger = comm, ledger
         self.tag = tag  # the strategy's tag builder: tag(where, payload, *detail)
         self.param_dtype, self.grad_dtype = param_dtype, grad_dtype

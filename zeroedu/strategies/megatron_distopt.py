@@ -45,6 +45,7 @@ from __future__ import annotations
 import torch
 
 from ..kinds import EventKind as Ev
+from ..runtime.comm import UnitName
 from .base import AdamState, Strategy
 from .flat import FlatUnit
 
@@ -58,7 +59,7 @@ class MegatronDistOpt(Strategy):
         self.overlap_grad_reduce = bool(self.options["overlap_grad_reduce"])
         ax = dist.inner
         self.model.to(dist.device, self.param_dtype)
-        self.units = [FlatUnit(f"unit{k}", list(m.parameters()), ax.size, ax.rank, self.param_dtype,
+        self.units = [FlatUnit(UnitName(k), list(m.parameters()), ax.size, ax.rank, self.param_dtype,
                                self.grad_dtype, self.ledger, index=k) for k, m in enumerate(self.unit_modules())]
         for k, unit in enumerate(self.units):
             # The whole gradient buffer, kept for the run: each parameter's `main_grad` is a

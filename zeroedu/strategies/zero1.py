@@ -31,6 +31,7 @@ import torch
 
 from ..kinds import EventKind as Ev
 from ..runtime import ledger as L
+from ..runtime.comm import UnitName
 from .base import AdamState, Strategy
 from .flat import FlatUnit
 
@@ -43,7 +44,7 @@ class ZeRO1(Strategy):
         super().__init__(model, dist, recipe, adam, **options)
         self.model.to(dist.device, self.param_dtype)
         axis = dist.inner
-        self.units = [FlatUnit(f"unit{k}", list(m.parameters()), axis.size, axis.rank, self.param_dtype,
+        self.units = [FlatUnit(UnitName(k), list(m.parameters()), axis.size, axis.rank, self.param_dtype,
                                self.grad_dtype, self.ledger, index=k) for k, m in enumerate(self.unit_modules())]
         self.init_grads()
         # Optimizer state for the own chunk of each unit only: this is the 1/N of ZeRO-1.

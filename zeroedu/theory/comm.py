@@ -72,6 +72,7 @@ class CommOp:
     tag: str
     nbytes: object  # full-buffer size in bytes (S)
     group: int
+    unit: int | None = None  # the unit whose buffer moves (the tag's "unitK", as a field)
 
     @property
     def sent(self) -> Fraction:
@@ -102,7 +103,7 @@ class CommBytes(dict):
         return sum((self.axis_total(a) for a in self), Fraction(0))
 
 
-def _ops(spec, rec, full, chunk, n, m, reshard_after_forward, tag="", micro_batches=1) -> list[CommOp]:
+def _ops(spec, rec, full, chunk, n, m, reshard_after_forward, tag="", micro_batches=1, unit=None) -> list[CommOp]:
     """Collectives for one buffer of `full` elements whose inner-axis shard has `chunk` elements,
     per optimizer step of `micro_batches` micro-batches."""
     P, G, K = rec.param_bytes, rec.grad_bytes, micro_batches
@@ -113,26 +114,26 @@ def _ops(spec, rec, full, chunk, n, m, reshard_after_forward, tag="", micro_batc
         # backward gathers them again. Keeping them skips the second gather at a memory cost.
         # Every micro-batch runs the whole lifecycle.
         for _ in range(K):
-            ops.append(CommOp(INNER, "all_gather", tag + "params/forward", full * P, n))
+            ops.append(CommOp(INNER, "all_gather", tag + "params/forward", full * P, n, unit))
             if reshard_after_forward:
-                ops.append(CommOp(INNER, "all_gather", tag + "params/backward", full * P, n))
-            ops.append(CommOp(INNER, "reduce_scatter", tag + "grads", full * G, n))
+                ops.append(CommOp(INNER, "all_gather", tag + "params/backward", full * P, n, unit))
+            ops.append(CommOp(INNER, "reduce_scatter", tag + "grads", full * G, n, unit))
     elif spec.inner == "no_shard":
-        ops.append(CommOp(INNER, "all_reduce", tag + "grads", full * G, n))
+        ops.append(CommOp(INNER, "all_reduce", tag + "grads", full * G, n, unit))
     else:
         # ZeRO-1/2: each rank updates its shard only, so the updated params are all-gathered.
         # ZeRO-2 frees the full gradient after each backward, so it reduces every micro-batch.
         for _ in range(K if inner["grad"] else 1):
-            ops.append(CommOp(INNER, spec.grad_sync, tag + "grads", full * G, n))
-        ops.append(CommOp(INNER, "all_gather", tag + "params/after_step", full * P, n))
+            ops.append(CommOp(INNER, spec.grad_sync, tag + "grads", full * G, n, unit))
+        ops.append(CommOp(INNER, "all_gather", tag + "params/after_step", full * P, n, unit))
     if spec.hybrid:
         if spec.outer == "no_shard":
             # HSDP: the outer axis is plain DDP on this rank's grad shard
-            ops.append(CommOp(OUTER, "all_reduce", tag + "outer/grads", chunk * G, m))
+            ops.append(CommOp(OUTER, "all_reduce", tag + "outer/grads", chunk * G, m, unit))
         else:
             # HFSDP: ZeRO-1 across domains; the updated param shard goes back out
-            ops.append(CommOp(OUTER, "reduce_scatter", tag + "outer/grads", chunk * G, m))
-            ops.append(CommOp(OUTER, "all_gather", tag + "outer/params", chunk * P, m))
+            ops.append(CommOp(OUTER, "reduce_scatter", tag + "outer/grads", chunk * G, m, unit))
+            ops.append(CommOp(OUTER, "all_gather", tag + "outer/params", chunk * P, m, unit))
     return ops
 
 
@@ -203,7 +204,7 @@ def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True,
         if spec.layout == "flat":
             padded = shard.padded_numel(sum(shard.numel(s) for s in unit), n * m)
             ops += _ops(spec, rec, padded, shard.shard_numel(padded, n), n, m,
-                        reshard_after_forward, tag=f"unit{i}/", micro_batches=k)
+                        reshard_after_forward, tag=f"unit{i}/", micro_batches=k, unit=i)
         elif spec.layout == "dim0":
             if spec.hybrid:
                 raise NotImplementedError("dim-0 layout on a hybrid mesh is not modelled")
@@ -214,7 +215,7 @@ def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True,
                 padded = shard.dim0_padded_numel(s, n)
                 ops += [op for op in _ops(spec, rec, padded, Fraction(padded, n), n, m,
                                           reshard_after_forward and reached, tag=f"unit{i}/param{j}/",
-                                          micro_batches=k)
+                                          micro_batches=k, unit=i)
                         if t or op.collective != "reduce_scatter"]
         elif spec.layout != "replicated":
             raise ValueError(f"unknown layout {spec.layout!r}")
