@@ -4,6 +4,7 @@ import json
 import pytest
 
 from zeroedu import theory
+from zeroedu.kinds import EventKind
 from zeroedu.models import MLPConfig, make_model
 from zeroedu.train import RunConfig, run
 
@@ -63,6 +64,23 @@ def test_cli_run_json():
         assert rk["measured"]["comm"] == rk["predicted"]["comm"]
     for a, b in zip(rep["losses"], rep["reference_losses"]):
         assert abs(a - b) <= 1e-6 * abs(b)
+
+
+def test_cli_record_says_what_ranks_keep_and_json_timelines_what_is_printed():
+    """--record (what the ranks record) and --json-timelines (what --json prints) are separate."""
+    base = ("run", "--strategy", "fsdp2", "--world-size", "2", "--model", "mlp", "--steps", "2", "--json")
+    plain_json = json.loads(zeroedu(*base).stdout)
+    assert all("timeline" not in rk for rk in plain_json["ranks"])  # recorded, not printed
+    full = json.loads(zeroedu(*base, "--json-timelines").stdout)
+    minimal = json.loads(zeroedu(*base, "--json-timelines", "--record", "minimal").stdout)
+    for rk_full, rk_min in zip(full["ranks"], minimal["ranks"]):
+        kinds = {e["kind"] for e in rk_full["timeline"]["events"]}
+        assert EventKind.UNSHARD in kinds and EventKind.RESHARD in kinds
+        # minimal: only the events the report's figures are read at
+        assert {e["kind"] for e in rk_min["timeline"]["events"]} == {EventKind.FORWARD_END, EventKind.OPTIMIZER_STEP}
+        assert rk_min["measured"] == rk_full["measured"]
+    out = zeroedu(*base[:-1], "--json-timelines")
+    assert out.returncode == 2 and "add --json" in out.stderr
 
 
 @pytest.mark.parametrize("argv,msg", [

@@ -91,6 +91,8 @@ def check_world(world_size: int) -> None:
 
 
 def cmd_run(args) -> int:
+    if args.json_timelines and not args.json:
+        raise ValueError("--json-timelines prints timelines in the --json output: add --json")
     if cluster.under_torchrun():
         return _run_torchrun(args)
     check_world(args.world_size)
@@ -113,7 +115,7 @@ def _run_torchrun(args) -> int:
 
 def _emit(report, args):
     if args.json:
-        print(json.dumps(plain(report, timeline=args.timeline), indent=1, allow_nan=False))
+        print(json.dumps(plain(report, timeline=args.json_timelines), indent=1, allow_nan=False))
     else:
         print(summary(report))
 
@@ -162,7 +164,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--timeout", type=float, default=cluster.DEFAULT_TIMEOUT,
                    help="seconds before a silent rank counts as hung (default 60)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--timeline", action="store_true", help="include per-rank timelines in the JSON")
+    # Two flags, two questions: --record says what the ranks record (`RunConfig.timeline`),
+    # --json-timelines what --json prints of it.
+    p.add_argument("--json-timelines", action="store_true",
+                   help="with --json: print each rank's recorded timeline too (events, marks, collectives)")
     p.add_argument("--quiet", action="store_true", help="no progress line on stderr")
     add_common(p)
     p.set_defaults(func=cmd_run)

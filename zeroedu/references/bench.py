@@ -36,6 +36,7 @@ import json
 import os
 import statistics
 import time
+from dataclasses import replace
 
 import torch
 
@@ -54,7 +55,7 @@ class _Arm:
         self.cfg = config_from_dict(spec["cfg"]).resolved()
         self.spec = spec
         if self.impl == "zeroedu":
-            self.run = build_run(ctx, self.cfg, timeline=spec.get("timeline", "minimal"))
+            self.run = build_run(ctx, replace(self.cfg, timeline=spec.get("timeline", "minimal")))
             self.run.ledger.watch = spec.get("watch", self.run.ledger.watch)
         elif self.impl == "torch":
             kind = spec.get("torch", "fully_shard")

@@ -18,6 +18,7 @@ category, to set beside `FSDPMemTracker`'s peak of torch's `fully_shard`
 from __future__ import annotations
 
 import collections
+from dataclasses import replace
 
 from ..runtime.ledger import CATEGORIES
 from ..train.config import config_from_dict
@@ -66,10 +67,10 @@ def _tracker_class():
 
 def memtracker_job(ctx, cfg: dict, timeline: str = "full") -> dict:
     """One training step of `cfg` (build included) inside torch's MemTracker, on every rank."""
-    cfg = config_from_dict(cfg).resolved()
+    cfg = replace(config_from_dict(cfg), timeline=timeline).resolved()
     mt = _tracker_class()()
     with mt:
-        run = build_run(ctx, cfg, timeline=timeline)
+        run = build_run(ctx, cfg)
         mt.ledger = run.ledger
         train_step(run, 0)
     live, ledger_at_peak, tracked, op = mt.at_peak
@@ -87,7 +88,7 @@ def memtracker_job(ctx, cfg: dict, timeline: str = "full") -> dict:
 
 def peak_job(ctx, cfg: dict, timeline: str = "full") -> dict:
     """cfg.steps of training, no tracker: the ledger's peak, its label and bytes by category."""
-    run = build_run(ctx, config_from_dict(cfg).resolved(), timeline=timeline)
+    run = build_run(ctx, replace(config_from_dict(cfg), timeline=timeline).resolved())
     train_steps(run, progress=False)
     led = run.ledger
     return {"rank": ctx.rank, "peak": led.peak, "peak_label": led.peak_label, "peak_bytes": dict(led.peak_bytes),

@@ -64,7 +64,7 @@ def theory_comm_options(cfg: RunConfig) -> dict:
 def train_job(ctx, cfg: dict) -> dict:
     """Runs on every rank. `cfg` is a RunConfig as a dict (plain data crosses the process boundary)."""
     cfg = config_from_dict(cfg)
-    run_ = build_run(ctx, cfg, sink=ctx.emit if cfg.stream else None, timeline=cfg.timeline)
+    run_ = build_run(ctx, cfg, sink=ctx.emit if cfg.stream else None)
     ledger, strategy = run_.ledger, run_.strategy
     losses = train_steps(run_)
     ledger.step = cfg.steps - 1

@@ -81,15 +81,17 @@ def strategy_cls(cfg: RunConfig) -> type[Strategy]:
 
 
 def build_run(ctx, cfg: RunConfig, sink: Callable[[dict], None] | None = None, *,
-              timeline: str = "full", check_ledger: bool = False) -> RankRun:
+              check_ledger: bool = False) -> RankRun:
     """Ledger, distributed state, model (same seed on every rank) and strategy for `cfg`.
 
-    `timeline`: "full" records every lifecycle event and reads the wire around every
-    collective; "minimal" keeps only what the report's figures are read from (model states at
-    the optimizer step, activations at forward end, the peak, the wire per step: `Ledger`).
+    What the ledger records is the configuration's `timeline`, and only that (one place says
+    it, so a training or checkpoint job records what its config asks): "full" records every
+    lifecycle event and reads the wire around every collective; "minimal" keeps only what the
+    report's figures are read from (model states at the optimizer step, activations at forward
+    end, the peak, the wire per step: `Ledger`).
     `check_ledger`: the ledger verifies its running byte count at every event (tests)."""
     cfg = cfg.resolved()
-    ledger = Ledger(ctx.rank, sink=sink, wire=ctx.wire, timeline_mode=timeline, check=check_ledger)
+    ledger = Ledger(ctx.rank, sink=sink, wire=ctx.wire, timeline_mode=cfg.timeline, check=check_ledger)
     dist = dist_state(ctx, cfg, ledger)
     model = cfg.model.build()
     if cfg.recompute != "none":
