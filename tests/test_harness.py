@@ -141,7 +141,7 @@ def test_torchrun_environment_detection(monkeypatch):
 def test_events_stream_to_the_parent_while_the_job_runs():
     """Ledger events reach the parent during the run (what a live plot draws), from every rank,
     and end with the same bytes the final report measures."""
-    from zeroedu.kinds import EventKind
+    from zeroedu.kinds import MODEL_STATE, EventKind
     from zeroedu.train import RunConfig, run
 
     msgs = []
@@ -152,7 +152,7 @@ def test_events_stream_to_the_parent_while_the_job_runs():
     assert {e["rank"] for e in seen} == {0, 1}
     assert any(e["kind"] == EventKind.OPTIMIZER_STEP for e in seen)
     last = [e for e in seen if e["rank"] == 0 and e["kind"] == EventKind.OPTIMIZER_STEP][-1]
-    model_states = sum(last["bytes"][c] for c in ("param", "grad", "master", "main_grad", "m", "v"))
+    model_states = sum(last["bytes"][c] for c in MODEL_STATE)
     assert model_states == report["ranks"][0]["measured"]["total"]
 
 

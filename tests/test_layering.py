@@ -167,6 +167,12 @@ def test_the_vocabulary_is_the_bottom_and_events_are_read_by_kind():
                 parsed.append(f"{mod}:{node.lineno}")
     assert not text_events, f"events recorded as text (use zeroedu.kinds.EventKind): {text_events}"
     assert not parsed, f"event labels read back (read the kind and unit): {parsed}"
+    # the vocabularies are spelled once: memory categories, timeline, collective and recompute modes
+    spelled = {'"main_grad", "m", "v"', '("full", "minimal")', '("auto", "ring", "backend")',
+               '("none", "selective", "full")'}
+    again = sorted(f"{mod}: {t}" for mod, path in MODULES.items() if mod != "zeroedu.kinds"
+                   for t in spelled if t in path.read_text())
+    assert not again, f"a vocabulary of zeroedu.kinds spelled again: {again}"
     for mod in ("zeroedu.notebook.viz.timelines", "zeroedu.quiz.factcheck"):
         assert "re" not in {a.name for n in ast.walk(ast.parse(MODULES[mod].read_text()))
                             if isinstance(n, ast.Import) for a in n.names}, mod

@@ -6,6 +6,12 @@ figures, checks and quizzes that read it share one definition, as torch's FSDP2 
 whose value is what the JSON report holds, so a report read back from a file compares equal to
 the member (``e["kind"] == EventKind.UNSHARD``) and no reader parses text.
 
+`Category` (what the ledger charges a storage to), `TimelineMode` (what the ranks record),
+`Implementation` (whose reduce-scatter and all-gather run), `RecomputeMode` (which activations
+are re-run): the tuples of their values (`CATEGORIES`, `TIMELINE_MODES`, `IMPLEMENTATIONS`,
+`RECOMPUTE_MODES`) are what the dicts of a report are keyed by and what the CLI offers, so a
+report's keys stay plain strings.
+
 `EventKind`: what a ledger event or mark records. Unit lifecycle kinds come with the unit's
 number, `BUCKET_READY` with the bucket's, `RECOMPUTE` with the block's; their `label` (for people:
 legends, the peak's "at ...") is built from kind and number, never read back.
@@ -13,6 +19,62 @@ legends, the peak's "at ...") is built from kind and number, never read back.
 from __future__ import annotations
 
 from enum import Enum
+
+
+class Category(str, Enum):
+    """The ledger's memory categories: model states first (their order is the charging
+    precedence: a storage reached from two is charged to the first), then transient ones."""
+    PARAM = "param"
+    GRAD = "grad"
+    MASTER = "master"
+    MAIN_GRAD = "main_grad"
+    M = "m"
+    V = "v"
+    GATHERED = "gathered"
+    COMM_BUFFER = "comm_buffer"
+    ACTIVATION = "activation"
+    BACKWARD_TEMP = "backward_temp"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+MODEL_STATE = tuple(c.value for c in (Category.PARAM, Category.GRAD, Category.MASTER, Category.MAIN_GRAD,
+                                      Category.M, Category.V))
+OPTIM_PARTS = MODEL_STATE[2:]  # master, main_grad, m, v: what the optimizer holds
+TRANSIENT = tuple(c.value for c in Category if c.value not in MODEL_STATE)
+CATEGORIES = MODEL_STATE + TRANSIENT
+
+
+class TimelineMode(str, Enum):
+    FULL = "full"        # every lifecycle event, the wire around every collective
+    MINIMAL = "minimal"  # only what the report's figures are read at
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Implementation(str, Enum):
+    AUTO = "auto"        # ring on gloo, the backend's on NCCL
+    RING = "ring"        # zeroedu's ring reduce-scatter / all-gather
+    BACKEND = "backend"  # torch's (gloo's reduce-scatter is an all-reduce)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class RecomputeMode(str, Enum):
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL = "full"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TIMELINE_MODES = tuple(m.value for m in TimelineMode)
+IMPLEMENTATIONS = tuple(m.value for m in Implementation)
+RECOMPUTE_MODES = tuple(m.value for m in RecomputeMode)
 
 
 class EventKind(str, Enum):

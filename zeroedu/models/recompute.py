@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-RECOMPUTE_MODES = ("none", "selective", "full")
+from ..kinds import RECOMPUTE_MODES  # noqa: F401  (re-exported: `zeroedu.kinds.RecomputeMode`)
 
 
 class _Kept(torch.autograd.Function):

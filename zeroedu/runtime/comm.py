@@ -56,10 +56,9 @@ import threading
 import torch
 import torch.distributed as dist
 
+from ..kinds import IMPLEMENTATIONS  # noqa: F401  (re-exported: `zeroedu.kinds.Implementation`)
 from . import ring, wire
 from .ledger import CommRecord, Ledger
-
-IMPLEMENTATIONS = ("auto", "ring", "backend")
 
 # One compatibility point for the renamed collectives (torch >= 2.13 has the *_single names).
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

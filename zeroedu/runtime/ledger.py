@@ -104,7 +104,7 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..kinds import EventKind
+from ..kinds import CATEGORIES, MODEL_STATE, OPTIM_PARTS, TIMELINE_MODES, TRANSIENT, EventKind  # noqa: F401
 
 # The step's frame under the names strategies (and the notebooks' code) already use.
 BACKWARD_BEGIN = EventKind.BACKWARD_BEGIN
@@ -114,11 +114,8 @@ FORWARD_END = EventKind.FORWARD_END
 OPTIMIZER_STEP = EventKind.OPTIMIZER_STEP
 STEP_END = EventKind.STEP_END
 
-# Model-state categories first (their order is the charging precedence), then transient ones.
-MODEL_STATE = ("param", "grad", "master", "main_grad", "m", "v")
-OPTIM_PARTS = ("master", "main_grad", "m", "v")
-TRANSIENT = ("gathered", "comm_buffer", "activation", "backward_temp")
-CATEGORIES = MODEL_STATE + TRANSIENT
+# The memory categories (MODEL_STATE, then TRANSIENT: the charging precedence) and the timeline
+# modes are `zeroedu.kinds`'s, re-exported here for the code that reads them from the ledger.
 
 
 @dataclass
@@ -246,7 +243,6 @@ class _BackwardWatch(TorchDispatchMode):
         if grew:
             led._probe(func)
         return out
-TIMELINE_MODES = ("full", "minimal")
 # The events a minimal timeline keeps: the ones the report's figures are read at.
 REPORT_EVENTS = (FORWARD_END, OPTIMIZER_STEP)
 

@@ -37,8 +37,10 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..kinds import RECOMPUTE_MODES
+
 INT64, FP32 = 8, 4
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = RECOMPUTE_MODES  # `zeroedu.kinds.RecomputeMode`
 
 
 @dataclass(frozen=True)

@@ -45,11 +45,12 @@ from fractions import Fraction
 from numbers import Number
 
 from .. import shard
+from ..kinds import OPTIM_PARTS as LEDGER_OPTIM_PARTS
 from ..catalog import shards
 from .inputs import check_count, check_counts, check_psi, check_units, resolve
 
 # The four optimizer-state parts a recipe may have (recipes.Recipe.optim_parts keys).
-OPTIM_PARTS = ("master", "main_grad", "m", "v")
+OPTIM_PARTS = LEDGER_OPTIM_PARTS  # the ledger's optimizer categories (`zeroedu.kinds`)
 
 
 def _plain(x):

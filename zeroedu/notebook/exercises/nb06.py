@@ -4,6 +4,7 @@ pay for gradient accumulation on the wire, and a DDP that syncs every micro-batc
 from __future__ import annotations
 
 from ... import theory
+from ...kinds import RECOMPUTE_MODES
 from ...models import PRESETS
 from ...theory.activations import korthikanti_layer_bytes
 from . import Exercise, Wrong, register
@@ -47,7 +48,7 @@ def _example_reports() -> dict:
     # gpt-small, N = 4 (2 sequences per rank), mixed-bf16: the closed forms' figures
     cfg = PRESETS["gpt-small"]
     return {"reports": {mode: {"ranks": [{"measured": {"activations": cfg.activation_bytes(2, 2, mode)}}]}
-                        for mode in ("none", "selective", "full")}}
+                        for mode in RECOMPUTE_MODES}}
 
 
 register(

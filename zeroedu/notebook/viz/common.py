@@ -4,6 +4,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from ...fmt import byte_scale, human_bytes
+from ...kinds import CATEGORIES
 
 COLORS = {
     "param": "#4C72B0", "grad": "#DD8452", "optim": "#55A868",
@@ -15,8 +16,7 @@ COLORS = {
 # One colour per rank (cycled), for figures that colour by owner.
 RANK_COLORS = ("#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C")
 STATE_CATS = ("param", "grad", "optim")
-TIMELINE_CATS = ("param", "grad", "master", "main_grad", "m", "v", "gathered", "comm_buffer",
-                 "activation", "backward_temp")
+TIMELINE_CATS = CATEGORIES  # the ledger's categories, in its order (`zeroedu.kinds.Category`)
 
 
 def rank_color(r: int) -> str:
