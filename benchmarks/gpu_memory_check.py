@@ -36,11 +36,11 @@ def main(argv=None) -> int:
     for name, spec in catalog.STRATEGIES.items():
         m = 2 if spec.hybrid and n % 2 == 0 and n > 1 else 1
         r = run(RunConfig(name, n, steps=3, m=m, model=model, global_batch=8 * n), warm=False)
-        ok &= r["match"]["model_states"] and r["match"]["comm"]
-        for rk in r["ranks"]:
+        ok &= r.match.model_states and r.match.comm
+        for rk in r.ranks:
             cuda = rk.get("cuda_max_memory_allocated", 0)
-            print(f"{name:18s} {rk['rank']:4d} {rk['measured']['total']:12,d} {rk['predicted']['total']:12,d} "
-                  f"{rk['peak']:12,d} {cuda:15,d} {cuda / rk['peak']:6.3f}")
+            print(f"{name:18s} {rk.rank:4d} {rk.measured.total:12,d} {rk.predicted.total:12,d} "
+                  f"{rk.peak:12,d} {cuda:15,d} {cuda / rk.peak:6.3f}")
     print(f"model states predicted vs measured on CUDA — match: {ok}")
     return 0 if ok else 1
 

@@ -21,9 +21,9 @@ def rel(a, b):
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_fp32_equals_single_process(n):
     r = RUNS(RunConfig("ddp", n, steps=5, recipe="fp32", return_params=True, model="mlp"))
-    for a, b in zip(r["losses"], r["reference_losses"]):
+    for a, b in zip(r.losses, r.reference_losses):
         assert abs(a - b) <= 1e-6 * abs(b)
-    for a, b in zip(r["params"], r["reference_params"]):
+    for a, b in zip(r.params, r.reference_params):
         assert rel(a, b) <= 1e-6
 
 
@@ -32,9 +32,9 @@ def test_bf16_recipe_tolerance():
     distance Adam can move them (lr per step) — documented in README, 'Precision'."""
     cfg = RunConfig("ddp", 2, steps=5, recipe="mixed-bf16", return_params=True, model="mlp")
     r = run(cfg)
-    for a, b in zip(r["losses"], r["reference_losses"]):
+    for a, b in zip(r.losses, r.reference_losses):
         assert abs(a - b) <= 1e-2 * abs(b)
-    for a, b in zip(r["params"], r["reference_params"]):
+    for a, b in zip(r.params, r.reference_params):
         assert (a - b).abs().max().item() <= 2 * cfg.resolved().adam.lr * cfg.steps
 
 
@@ -44,13 +44,13 @@ def test_bytes_equal_closed_forms(n):
     # independent of the exact-mode code path: replicated DDP is just 16 bytes x Ψ and 2(N-1)/N
     asym = theory.model_states("ddp", PSI, n)
     ring = theory.comm_per_rank("ddp", PSI, n).by_collective()
-    for rk in r["ranks"]:
-        me = rk["measured"]
-        assert me["total"] == 16 * PSI == asym.total
-        assert (me["param"], me["grad"], me["optim"]) == (2 * PSI, 2 * PSI, 12 * PSI)
-        assert me["comm"] == ({"all_reduce": float(ring["all_reduce"])} if n > 1 else {})
-        assert me == {**me, **{k: rk["predicted"][k] for k in ("param", "grad", "optim", "total", "comm")}}
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
+    for rk in r.ranks:
+        me = rk.measured
+        assert me.total == 16 * PSI == asym.total
+        assert (me.param, me.grad, me.optim) == (2 * PSI, 2 * PSI, 12 * PSI)
+        assert me.comm == ({"all_reduce": float(ring["all_reduce"])} if n > 1 else {})
+        assert all(getattr(me, k) == getattr(rk.predicted, k) for k in ("param", "grad", "optim", "total", "comm"))
+    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
 
 
 def test_cli_run_json():

@@ -48,39 +48,39 @@ def _local_strategy(recipe="fp32", **opts):
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_fp32_equals_single_process(n):
     r = _run(n, "fp32")
-    assert len(r["losses"]) >= 5
-    assert max(_rel(a, b) for a, b in zip(r["losses"], r["reference_losses"])) <= FP32_TOL
-    assert _param_rel(r["params"], r["reference_params"]) <= FP32_TOL
-    assert len(r["ranks"][0]["extra"]["buckets"]) >= 2  # the default 1 KiB makes several buckets
+    assert len(r.losses) >= 5
+    assert max(_rel(a, b) for a, b in zip(r.losses, r.reference_losses)) <= FP32_TOL
+    assert _param_rel(r.params, r.reference_params) <= FP32_TOL
+    assert len(r.ranks[0].extra["buckets"]) >= 2  # the default 1 KiB makes several buckets
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
 def test_bytes_equal_theory_mixed_bf16(n):
     r = _run(n, "mixed-bf16")
     shapes = unit_shapes(make_model(MLPConfig()))
-    for rank in r["ranks"]:
-        me, pr = rank["measured"], rank["predicted"]
+    for rank in r.ranks:
+        me, pr = rank.measured, rank.predicted
         for k in ("param", "grad", "optim", "total"):
             assert me[k] == pr[k], k
-        assert me["comm"] == pr["comm"]
+        assert me.comm == pr.comm
     # Buckets do not change the total: Σ_b 2(N-1)/N·bytes_b = 2(N-1)/N·Ψ·G, computed here directly.
     psi = sum(p.numel() for u in make_model(MLPConfig()).children() for p in u.parameters())
     exact = theory.exact_comm("ddp_bucketed", shapes, n, recipe="mixed-bf16").by_collective()
     assert exact["all_reduce"] == theory.sent_bytes("all_reduce", psi * 2, n)
-    assert sum(b["bytes"] for b in r["ranks"][0]["extra"]["buckets"]) == psi * 2
+    assert sum(b["bytes"] for b in r.ranks[0].extra["buckets"]) == psi * 2
 
 
 def test_bf16_within_documented_tolerance():
     r = _run(4, "mixed-bf16")
-    assert max(_rel(a, b) for a, b in zip(r["losses"], r["reference_losses"])) <= BF16_LOSS_TOL
-    assert _param_rel(r["params"], r["reference_params"]) <= BF16_PARAM_TOL
+    assert max(_rel(a, b) for a, b in zip(r.losses, r.reference_losses)) <= BF16_LOSS_TOL
+    assert _param_rel(r.params, r.reference_params) <= BF16_PARAM_TOL
 
 
 def test_overlap_is_measured_and_comm_starts_inside_backward():
     r = _run(4, "mixed-bf16")
-    for rank in r["ranks"]:
+    for rank in r.ranks:
         assert 0.0 <= rank["overlap"] <= 1.0
-        tl = rank["timeline"]
+        tl = rank.timeline
         # every bucket's all-reduce is launched by a hook while backward is still running, in
         # every step: the deterministic part of the overlap (its fraction is a noisy timing)
         n_buckets = len(rank["extra"]["buckets"])
@@ -95,16 +95,16 @@ def test_overlap_is_measured_and_comm_starts_inside_backward():
 @pytest.mark.parametrize("n,k", [(1, 4), (2, 3), (3, 2), (4, 2)])
 def test_no_sync_accumulation_equals_one_big_batch(n, k):
     r = run(RunConfig("ddp_bucketed", n, recipe="fp32", model="mlp", micro_batches=k, return_params=True))
-    assert max(_rel(a, b) for a, b in zip(r["losses"], r["reference_losses"])) <= FP32_TOL
-    assert _param_rel(r["params"], r["reference_params"]) <= FP32_TOL
+    assert max(_rel(a, b) for a, b in zip(r.losses, r.reference_losses)) <= FP32_TOL
+    assert _param_rel(r.params, r.reference_params) <= FP32_TOL
     # K backward passes, one all-reduce of the accumulated gradient: the bytes of one step,
     # independent of K (the closed form with K = 1).
     exact = theory.exact_comm("ddp_bucketed", unit_shapes(make_model(MLPConfig())), n,
                               recipe="fp32").by_collective()
-    for rk in r["ranks"]:
-        assert rk["measured"]["comm"] == {k2: float(v) for k2, v in exact.items() if v}
+    for rk in r.ranks:
+        assert rk.measured.comm == {k2: float(v) for k2, v in exact.items() if v}
         # every micro-batch's backward is on the timeline, K per step
-        assert len(analysis.backward_windows(rk["timeline"], step=0)) == k
+        assert len(analysis.backward_windows(rk.timeline, step=0)) == k
 
 
 @pytest.mark.fast

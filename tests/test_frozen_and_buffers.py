@@ -143,11 +143,11 @@ def test_theory_of_fsdp2_with_frozen_parameters_by_hand():
 def _trains_like_torch_adam(r):
     """Equal to single-process torch.optim.Adam (which skips parameters without a gradient):
     the frozen ones unchanged bit for bit, the others trained and equal to the reference."""
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": None, "losses": True}
-    assert max(abs(a - b) / b for a, b in zip(r["losses"], r["reference_losses"])) <= 1e-6
+    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": None, "losses": True}
+    assert max(abs(a - b) / b for a, b in zip(r.losses, r.reference_losses)) <= 1e-6
     init = list(FROZEN.build().parameters())
     names = [n for n, _ in FROZEN.build().named_parameters()]
-    for name, got, ref, start in zip(names, r["params"], r["reference_params"], init):
+    for name, got, ref, start in zip(names, r.params, r.reference_params, init):
         if name in ("tok.weight", "scale.weight"):
             assert torch.equal(got, start.detach()) and torch.equal(ref, start.detach())
         else:
@@ -163,10 +163,10 @@ def test_fsdp2_trains_frozen_parameters_like_torch_adam_over_the_trainable_ones(
     r = run(RunConfig("fsdp2", 4, steps=3, recipe="fp32", model=FROZEN, return_params=True, options=options))
     _trains_like_torch_adam(r)
     for rank, (held, trained) in FSDP2_RANK_ELEMS.items():
-        me = r["ranks"][rank]["measured"]
-        assert (me["param"], me["grad"], me["optim"]) == (4 * held, 4 * trained, 8 * trained)
+        me = r.ranks[rank].measured
+        assert (me.param, me.grad, me.optim) == (4 * held, 4 * trained, 8 * trained)
     want = FSDP2_COMM_KEPT if options.get("reshard_after_forward") is False else FSDP2_COMM
-    assert all(rk["measured"]["comm"] == want for rk in r["ranks"])
+    assert all(rk.measured.comm == want for rk in r.ranks)
 
 
 def test_ddp_bucketed_leaves_frozen_parameters_out_of_its_buckets():
@@ -174,10 +174,10 @@ def test_ddp_bucketed_leaves_frozen_parameters_out_of_its_buckets():
     r = run(RunConfig("ddp_bucketed", 2, steps=3, recipe="fp32", model=FROZEN, return_params=True,
                       options={"bucket_bytes": 64}))
     _trains_like_torch_adam(r)
-    for rk in r["ranks"]:
-        me = rk["measured"]
-        assert (me["param"], me["grad"], me["optim"]) == (4 * PSI, 4 * PSI_T, 8 * PSI_T)
-        assert me["comm"] == {"all_reduce": 2 * 1 / 2 * 4 * PSI_T}
+    for rk in r.ranks:
+        me = rk.measured
+        assert (me.param, me.grad, me.optim) == (4 * PSI, 4 * PSI_T, 8 * PSI_T)
+        assert me.comm == {"all_reduce": 2 * 1 / 2 * 4 * PSI_T}
 
 
 @pytest.mark.parametrize("n", [1, 2, 4])
@@ -186,10 +186,10 @@ def test_ddp_trains_frozen_parameters_like_torch_adam_over_the_trainable_ones(n)
     the frozen ones unchanged bit for bit, the bytes those of the trainable count."""
     r = run(RunConfig("ddp", n, steps=3, recipe="fp32", model=FROZEN, return_params=True))
     _trains_like_torch_adam(r)
-    for rk in r["ranks"]:
-        me = rk["measured"]
-        assert (me["param"], me["grad"], me["optim"]) == (4 * PSI, 4 * PSI_T, 8 * PSI_T)
-        assert me["comm"] == ({"all_reduce": 2 * (n - 1) / n * 4 * PSI_T} if n > 1 else {})
+    for rk in r.ranks:
+        me = rk.measured
+        assert (me.param, me.grad, me.optim) == (4 * PSI, 4 * PSI_T, 8 * PSI_T)
+        assert me.comm == ({"all_reduce": 2 * (n - 1) / n * 4 * PSI_T} if n > 1 else {})
 
 
 def test_a_checkpoint_with_frozen_parameters_resumes_into_another_strategy_and_world(tmp_path):

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from zeroedu import shard, theory
+from zeroedu.reports import Timeline
 from zeroedu.runtime import analysis, cluster
 from zeroedu.models import MLPConfig, make_model, unit_shapes
 from zeroedu.recipes import get_recipe
@@ -50,8 +51,8 @@ def test_fp32_equals_single_process_reference(strategy, n):
     for raf in (True, False):
         r = run(RunConfig(strategy, n, steps=5, recipe="fp32", return_params=True,
                           options={"reshard_after_forward": raf}, model="mlp"))
-        assert_losses_close(r["losses"], r["reference_losses"])
-        assert_params_close(r["params"], r["reference_params"])
+        assert_losses_close(r.losses, r.reference_losses)
+        assert_params_close(r.params, r.reference_params)
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 8])
@@ -61,21 +62,21 @@ def test_bytes_and_comm_equal_closed_forms(strategy, n):
         r = run(RunConfig(strategy, n, steps=2, recipe="mixed-bf16", options={"reshard_after_forward": raf}, model="mlp"))
         comm = theory.exact_comm(strategy, SHAPES, n, recipe="mixed-bf16", reshard_after_forward=raf)
         want_comm = {k: float(v) for k, v in comm.by_collective().items() if v}
-        for rk in r["ranks"]:
-            want = theory.exact_model_states(strategy, SHAPES, n, rank=rk["rank"], recipe="mixed-bf16")
-            me = rk["measured"]
-            assert (me["param"], me["grad"], me["optim"], me["total"]) == \
+        for rk in r.ranks:
+            want = theory.exact_model_states(strategy, SHAPES, n, rank=rk.rank, recipe="mixed-bf16")
+            me = rk.measured
+            assert (me.param, me.grad, me.optim, me.total) == \
                 (want.param, want.grad, want.optim, want.total)
-            assert me["comm"] == want_comm
+            assert me.comm == want_comm
         if n > 1:
             # 3Ψ ring (2 all-gathers + 1 reduce-scatter, same dtype width) or 2Ψ without the
             # backward re-gather: all-gather bytes are 2x (or 1x) the reduce-scatter bytes.
-            sent = r["ranks"][0]["measured"]["comm"]
+            sent = r.ranks[0].measured.comm
             assert sent["all_gather"] == (2 if raf else 1) * sent["reduce_scatter"]
 
 
 def _events(rank_report, step):
-    return [e for e in rank_report["timeline"]["events"] if e["step"] == step]
+    return [e for e in rank_report.timeline.events if e["step"] == step]
 
 
 def test_timeline_saw_tooth_and_transient_peak():
@@ -83,7 +84,7 @@ def test_timeline_saw_tooth_and_transient_peak():
     # one unit unsharded = its whole padded flat buffer
     unit_bytes = [shard.padded_numel(sum(shard.numel(s) for s in u), n) * P for u in SHAPES]
     for opts, most in [({"limit_all_gathers": 1}, 1), ({"forward_prefetch": True}, 2), ({}, 2)]:
-        rk = run(RunConfig("fsdp1", n, steps=2, options=opts, model="mlp"))["ranks"][0]
+        rk = run(RunConfig("fsdp1", n, steps=2, options=opts, model="mlp")).ranks[0]
         ev = _events(rk, 1)
         seen = [(e["kind"], e["unit"]) for e in ev if e["unit"] is not None]
         # Each unit is gathered and freed twice per step (forward, backward): 3Ψ's two all-gathers.
@@ -99,7 +100,7 @@ def test_timeline_saw_tooth_and_transient_peak():
         step = next(e for e in ev if e["kind"] == EventKind.OPTIMIZER_STEP)
         assert step["bytes"]["gathered"] == 0 and step["bytes"]["comm_buffer"] == 0
     # Without resharding after forward every unit is alive at the forward/backward boundary.
-    rk = run(RunConfig("fsdp1", n, steps=2, options={"reshard_after_forward": False}, model="mlp"))["ranks"][0]
+    rk = run(RunConfig("fsdp1", n, steps=2, options={"reshard_after_forward": False}, model="mlp")).ranks[0]
     fwd_end = next(e for e in _events(rk, 1) if e["kind"] == EventKind.FORWARD_END)
     assert fwd_end["bytes"]["gathered"] == sum(unit_bytes)
 
@@ -109,13 +110,13 @@ def test_synchronous_reduce_scatter_is_not_counted_as_hidden():
     backward window but stalls backward, so the overlap fraction counts none of it as hidden,
     while DDP's bucketed all-reduce (asynchronous) is recorded as not blocking."""
     fsdp = run(RunConfig("fsdp2", 2, steps=2, model="mlp"))
-    for rk in fsdp["ranks"]:
-        rs = [c for c in rk["timeline"]["comm"] if c["op"] == "reduce_scatter"]
+    for rk in fsdp.ranks:
+        rs = [c for c in rk.timeline.comm if c["op"] == "reduce_scatter"]
         assert rs and all(c["blocking"] for c in rs)
-        assert rk["overlap"] == 0.0
+        assert rk.overlap == 0.0
     ddp = run(RunConfig("ddp_bucketed", 2, steps=2, model="mlp"))
-    for rk in ddp["ranks"]:
-        ar = [c for c in rk["timeline"]["comm"] if c["op"] == "all_reduce" and "bucket" in c["tag"]]
+    for rk in ddp.ranks:
+        ar = [c for c in rk.timeline.comm if c["op"] == "all_reduce" and "bucket" in c["tag"]]
         assert ar and not any(c["blocking"] for c in ar)
 
 
@@ -126,7 +127,7 @@ def test_overlap_fraction_counts_only_asynchronous_time_inside_backward():
             {"op": "reduce_scatter", "step": 0, "t_start": 6.0, "t_end": 8.0, "blocking": True},
             {"op": "all_reduce", "step": 0, "t_start": 9.0, "t_end": 13.0, "blocking": False}]
     # hidden: 4 (first) + 0 (blocking) + 1 (the part of the last before backward ends) of 10
-    assert analysis.overlap_fraction({"marks": marks, "comm": comm}) == pytest.approx(0.5)
+    assert analysis.overlap_fraction(Timeline(marks=marks, comm=comm)) == pytest.approx(0.5)
 
 
 @pytest.mark.parametrize("batched", [True, False])
@@ -143,7 +144,7 @@ def test_matches_torch_fully_shard(n, batched):
     assert_losses_close(ours["losses"], torch_losses)
     assert_params_close(ours["params"], ref[0]["params"])
     padded_chunks = sum(shard.dim0_padded_numel(s, n) // n for u in SHAPES for s in u) * 4
-    for mine, theirs in zip(ours["ranks"], ref):
+    for mine, theirs in zip(ours.ranks, ref):
         assert theirs["peak_by_category"]["_FSDPRefType.SHARDED_PARAM"] == padded_chunks
         want = theory.exact_model_states("fsdp2", SHAPES, n, rank=mine["rank"], recipe="fp32")
         assert want.param <= padded_chunks
@@ -193,9 +194,9 @@ def test_options_and_freeing(strategy):
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_mixed_bf16_close_to_reference(strategy):
     r = run(RunConfig(strategy, 4, steps=5, recipe="mixed-bf16", return_params=True, model="mlp"))
-    for a, b in zip(r["losses"], r["reference_losses"]):
+    for a, b in zip(r.losses, r.reference_losses):
         assert abs(a - b) <= 2e-3 * abs(b)
-    for p, q in zip(r["params"], r["reference_params"]):
+    for p, q in zip(r.params, r.reference_params):
         assert float((p - q).abs().max()) <= 0.1 * float(q.abs().max())
 
 
@@ -258,12 +259,12 @@ def test_batched_equals_per_parameter(n, recipe, model, kw):
     batched, per_param = _pair(n, recipe, model, **kw)
     assert batched["losses"] == per_param["losses"]
     assert all(torch.equal(a, b) for a, b in zip(batched["params"], per_param["params"]))
-    assert batched["match"] == per_param["match"] == {
+    assert batched.match.plain() == per_param.match.plain() == {
         "model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
-    for b, p in zip(batched["ranks"], per_param["ranks"]):
-        assert b["measured"]["comm"] == p["measured"]["comm"]
-        assert b["measured"]["comm_by_axis"] == p["measured"]["comm_by_axis"]
-        assert b["measured"]["total"] == p["measured"]["total"]
+    for b, p in zip(batched.ranks, per_param.ranks):
+        assert b.measured.comm == p.measured.comm
+        assert b.measured.comm_by_axis == p.measured.comm_by_axis
+        assert b.measured.total == p.measured.total
         wb, wp = b["wire"], p["wire"]
         assert wb["messages"] < wp["messages"]
         # the payload: measured bytes less gloo's framing of every message the step sent
@@ -277,17 +278,17 @@ def test_batched_issues_one_collective_per_unit():
     n, k = 4, 2
     shapes = unit_shapes(make_model("gpt-tiny"))
     batched, per_param = _pair(n, micro_batches=k)
-    for rk in batched["ranks"]:
-        last = [c for c in rk["timeline"]["comm"] if c["step"] == 2]
+    for rk in batched.ranks:
+        last = [c for c in rk.timeline.comm if c["step"] == 2]
         for i in range(len(shapes)):
             tags = [c["op"] for c in last if c["tag"] == f"fsdp2/unit{i}/params"]
             assert tags == ["all_gather"] * (2 * k)
             assert [c["op"] for c in last if c["tag"] == f"fsdp2/unit{i}/grads"] == ["reduce_scatter"] * k
-            unshards = [e for e in rk["timeline"]["events"] if e["step"] == 2 and (e["kind"], e["unit"]) == (EventKind.UNSHARD, i)]
+            unshards = [e for e in rk.timeline.events if e["step"] == 2 and (e["kind"], e["unit"]) == (EventKind.UNSHARD, i)]
             assert len(unshards) == 2 * k
         assert not any("/param" in c["tag"].split("/")[-1] for c in last if c["op"] != "all_reduce")
-    for rk in per_param["ranks"]:
-        last = [c for c in rk["timeline"]["comm"] if c["step"] == 2]
+    for rk in per_param.ranks:
+        last = [c for c in rk.timeline.comm if c["step"] == 2]
         for i, unit in enumerate(shapes):
             for j in range(len(unit)):
                 assert len([c for c in last if c["tag"] == f"fsdp2/unit{i}/params/param{j}"]) == 2 * k
@@ -301,8 +302,8 @@ def test_batched_buffers_on_the_timeline():
     of either at the optimizer step."""
     n = 4
     shapes = unit_shapes(make_model("gpt-tiny"))
-    rk = run(RunConfig("fsdp2", n, steps=2, recipe="fp32", model="gpt-tiny"))["ranks"][0]
-    ev = [e for e in rk["timeline"]["events"] if e["step"] == 1]
+    rk = run(RunConfig("fsdp2", n, steps=2, recipe="fp32", model="gpt-tiny")).ranks[0]
+    ev = [e for e in rk.timeline.events if e["step"] == 1]
     for i, unit in enumerate(shapes):
         g = sum(shard.dim0_padded_numel(s, n) for s in unit) * 4
         outs = [e for e in ev if (e["kind"], e["unit"]) == (EventKind.COPY_OUT, i)]

@@ -153,7 +153,7 @@ def test_events_stream_to_the_parent_while_the_job_runs():
     assert any(e["kind"] == EventKind.OPTIMIZER_STEP for e in seen)
     last = [e for e in seen if e["rank"] == 0 and e["kind"] == EventKind.OPTIMIZER_STEP][-1]
     model_states = sum(last["bytes"][c] for c in MODEL_STATE)
-    assert model_states == report["ranks"][0]["measured"]["total"]
+    assert model_states == report.ranks[0].measured.total
 
 
 def _listening_sockets(pids) -> list[tuple[str, int]]:

@@ -34,18 +34,18 @@ def _param_rel(params, ref):
 @pytest.mark.parametrize("m, n", [(2, 2), (2, 4), (2, 3)])
 def test_fp32_equals_single_process_and_theory(strategy, m, n):
     r = RUNS(RunConfig(strategy, m * n, m=m, steps=5, recipe="fp32", return_params=True, model="mlp"))
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
-    assert _rel(r["losses"], r["reference_losses"]) <= 1e-6
-    assert _param_rel(r["params"], r["reference_params"]) <= 1e-6
+    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
+    assert _rel(r.losses, r.reference_losses) <= 1e-6
+    assert _param_rel(r.params, r.reference_params) <= 1e-6
     comm = theory.exact_comm(strategy, SHAPES, n, m, recipe="fp32")
     expect = {a: {k: float(v) for k, v in c.items() if v} for a, c in comm.items()}
-    for rk in r["ranks"]:
+    for rk in r.ranks:
         # The ledger splits traffic by mesh axis: dp_shard and dp_outer each equal theory.
-        assert rk["measured"]["comm_by_axis"] == expect
+        assert rk.measured.comm_by_axis == expect
     # By hand (fp32: P = G = 4, K = m + v = 8), padding to a multiple of N·M:
     c = sum(PADDED(n * m)) // n  # this rank's inner chunk, all units
     k_elems = c if strategy == "hsdp" else c // m
-    assert r["ranks"][0]["measured"]["total"] == 8 * c + 8 * k_elems
+    assert r.ranks[0].measured.total == 8 * c + 8 * k_elems
 
 
 @pytest.mark.parametrize("m, n", [(2, 2), (2, 4)])
@@ -53,9 +53,9 @@ def test_default_recipe_bytes_exact(m, n):
     c = sum(PADDED(n * m)) // n
     for strategy, total in [("hsdp", 16 * c), ("hfsdp", 4 * c + 12 * (c // m))]:
         r = run(RunConfig(strategy, m * n, m=m, steps=2, model="mlp"))
-        assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
-        assert all(rk["measured"]["total"] == total for rk in r["ranks"])
-        assert _rel(r["losses"], r["reference_losses"]) <= 2e-3  # bf16 weights: see test_megatron
+        assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
+        assert all(rk.measured.total == total for rk in r.ranks)
+        assert _rel(r.losses, r.reference_losses) <= 2e-3  # bf16 weights: see test_megatron
 
 
 def test_one_domain_is_flat_fsdp1():
@@ -63,7 +63,7 @@ def test_one_domain_is_flat_fsdp1():
     b = run(RunConfig("fsdp1", 3, steps=3, recipe="fp32", return_params=True, model="mlp"))
     assert a["losses"] == b["losses"]
     assert all((p == q).all() for p, q in zip(a["params"], b["params"]))
-    assert a["ranks"][0]["measured"]["total"] == b["ranks"][0]["measured"]["total"]
+    assert a.ranks[0].measured.total == b.ranks[0].measured.total
 
 
 # ------------------------------------------------------------------ theory: cross-domain table

@@ -32,14 +32,14 @@ def _rel(a, b):
 
 def _param_rel(r):
     return max(((p - q).abs().max() / q.abs().max()).item()
-               for p, q in zip(r["params"], r["reference_params"]))
+               for p, q in zip(r.params, r.reference_params))
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_fp32_equals_single_process_and_theory(n):
     r = RUNS(RunConfig("megatron_distopt", n, steps=5, recipe="fp32", return_params=True, model="mlp"))
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
-    assert _rel(r["losses"], r["reference_losses"]) <= 1e-6
+    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
+    assert _rel(r.losses, r.reference_losses) <= 1e-6
     assert _param_rel(r) <= 1e-6
 
 
@@ -47,31 +47,31 @@ def test_fp32_equals_single_process_and_theory(n):
 def test_megatron_bf16_bytes_and_comm_exact(n):
     cfg = RunConfig("megatron_distopt", n, steps=5, return_params=True, model="mlp")
     r = run(cfg)
-    for rk in r["ranks"]:
-        me = rk["measured"]
-        pred = theory.exact_model_states("megatron_distopt", SHAPES, n, rank=rk["rank"])
-        assert (me["param"], me["grad"], me["optim"], me["total"]) == \
+    for rk in r.ranks:
+        me = rk.measured
+        pred = theory.exact_model_states("megatron_distopt", SHAPES, n, rank=rk.rank)
+        assert (me.param, me.grad, me.optim, me.total) == \
             (pred.param, pred.grad, pred.optim, pred.total)
         comm = theory.exact_comm("megatron_distopt", SHAPES, n)
-        assert me["comm"] == {k: float(v) for k, v in comm.by_collective().items() if v}
-        assert me["comm_by_axis"] == rk["predicted"]["comm_by_axis"]
+        assert me.comm == {k: float(v) for k, v in comm.by_collective().items() if v}
+        assert me.comm_by_axis == rk.predicted.comm_by_axis
     # The flat layout by hand: param 2 B + grad 4 B on the padded buffer, 12 B on the chunk.
     padded = [shard.padded_numel(sum(shard.numel(s) for s in u), n) for u in SHAPES]
-    assert r["ranks"][0]["measured"]["total"] == sum(6 * p + 12 * (p // n) for p in padded)
+    assert r.ranks[0].measured.total == sum(6 * p + 12 * (p // n) for p in padded)
     if n > 1:  # fp32 grads on the wire: reduce-scatter moves twice the all-gather's bytes
-        c = r["ranks"][0]["measured"]["comm"]
+        c = r.ranks[0].measured.comm
         assert c["reduce_scatter"] == 2 * c["all_gather"] == 2 * float(
             Fraction(n - 1, n) * 2 * sum(padded))
-    assert _rel(r["losses"], r["reference_losses"]) <= 2e-3
+    assert _rel(r.losses, r.reference_losses) <= 2e-3
     steps_lr = cfg.steps * cfg.resolved().adam.lr
-    assert max((p - q).abs().max().item() for p, q in zip(r["params"], r["reference_params"])) <= steps_lr
+    assert max((p - q).abs().max().item() for p, q in zip(r.params, r.reference_params)) <= steps_lr
 
 
 @pytest.mark.parametrize("recipe, n", [("fp16", 3), ("mixed-bf16", 4), ("fp32", 8)])
 def test_other_recipes_match_theory(recipe, n):
     r = run(RunConfig("megatron_distopt", n, steps=5, recipe=recipe, model="mlp"))
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
-    assert _rel(r["losses"], r["reference_losses"]) <= 2e-3
+    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
+    assert _rel(r.losses, r.reference_losses) <= 2e-3
 
 
 @pytest.mark.fast

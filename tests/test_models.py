@@ -150,20 +150,20 @@ def test_custom_model_trains_like_single_process_under_every_strategy(strategy):
     hybrid = catalog.get_spec(strategy).hybrid
     rep = run(RunConfig(strategy, 4, m=2 if hybrid else 1, steps=2, recipe="fp32", model=model,
                         return_params=True))
-    assert rep["match"]["model_states"] and rep["match"]["comm"] and rep["match"]["wire"] is not False
-    assert rep["match"]["activations"] is None  # no closed form for a user's model: measured only
-    assert all(r["measured"]["activations"] > 0 for r in rep["ranks"])
-    assert max(abs(a - b) / abs(b) for a, b in zip(rep["losses"], rep["reference_losses"])) <= 1e-5
+    assert rep.match.model_states and rep.match.comm and rep.match.wire is not False
+    assert rep.match.activations is None  # no closed form for a user's model: measured only
+    assert all(r.measured.activations > 0 for r in rep.ranks)
+    assert max(abs(a - b) / abs(b) for a, b in zip(rep.losses, rep.reference_losses)) <= 1e-5
     # fp32 sums in another order: parameters within 1e-5 of single-process (relative norm, per
     # tensor), except the attention's key bias (in_proj_bias[D:2D]). Its true gradient is 0 (a
     # bias on the keys adds q·b to every score of a query row, which softmax ignores), so what it
     # receives is rounding noise, and Adam turns noise of any size into steps of about lr: there
     # the runs may differ by up to lr per step, and nowhere else.
     names = [n for n, _ in ex.build().named_parameters()]
-    for name, p, q in zip(names, rep["params"], rep["reference_params"]):
+    for name, p, q in zip(names, rep.params, rep.reference_params):
         if name.endswith("attn.in_proj_bias"):
             key = slice(ex.D, 2 * ex.D)
             assert (p[key] - q[key]).abs().max() <= 2 * 3e-3 * 1.01, name
             p, q = torch.cat([p[:ex.D], p[2 * ex.D:]]), torch.cat([q[:ex.D], q[2 * ex.D:]])
         assert ((p - q).norm() / q.norm()).item() <= 1e-5, name
-    assert rep["replica_max_diff"] == 0.0
+    assert rep.replica_max_diff == 0.0

@@ -49,9 +49,9 @@ def _param_rel(a, b):
 
 
 def _check(r):
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}, r["match"]
-    assert _rel(r["losses"], r["reference_losses"]) <= TOL
-    assert _param_rel(r["params"], r["reference_params"]) <= PARAM_TOL
+    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}, r["match"]
+    assert _rel(r.losses, r.reference_losses) <= TOL
+    assert _param_rel(r.params, r.reference_params) <= PARAM_TOL
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -65,10 +65,10 @@ def test_accumulation_and_clipping(strategy):
     _check(r)
     # the clip was active: the trajectory differs from the unclipped one
     free = _run(strategy, micro_batches=2)
-    assert max(abs(a - b) for a, b in zip(r["losses"], free["losses"])) > 1e-4
+    assert max(abs(a - b) for a, b in zip(r.losses, free["losses"])) > 1e-4
     # K micro-batches: two backward windows per step on every rank
-    for rk in r["ranks"]:
-        assert len(analysis.backward_windows(rk["timeline"], step=1)) == 2
+    for rk in r.ranks:
+        assert len(analysis.backward_windows(rk.timeline, step=1)) == 2
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero1", "zero2", "fsdp1", "fsdp2", "megatron_distopt", "hsdp", "hfsdp"])
@@ -76,7 +76,7 @@ def test_accumulation_bytes_follow_the_real_semantics(strategy):
     """Per optimizer step with K = 2: DDP, ZeRO-1 and Megatron reduce once; ZeRO-2 reduces every
     micro-batch; ZeRO-3/FSDP gathers and reduces every micro-batch; hybrids' outer axis once."""
     one, two = _run(strategy), _run(strategy, micro_batches=2)
-    c1, c2 = one["ranks"][0]["measured"]["comm_by_axis"], two["ranks"][0]["measured"]["comm_by_axis"]
+    c1, c2 = one.ranks[0].measured.comm_by_axis, two.ranks[0].measured.comm_by_axis
     spec = catalog.get_spec(strategy)
     inner1, inner2 = c1["dp_shard"], c2["dp_shard"]
     level = catalog.shards(spec.inner)
@@ -97,14 +97,14 @@ def test_recompute(strategy, recompute):
     r = _run(strategy, recompute=recompute)
     _check(r)
     base = _run(strategy)
-    for rk, bk in zip(r["ranks"], base["ranks"]):
-        assert rk["measured"]["activations"] < bk["measured"]["activations"]
+    for rk, bk in zip(r.ranks, base.ranks):
+        assert rk.measured.activations < bk.measured.activations
         # recompute moves no extra bytes: the re-run happens inside the unit's own backward,
         # after its (already counted) backward all-gather
-        assert rk["measured"]["comm"] == bk["measured"]["comm"]
+        assert rk.measured.comm == bk.measured.comm
         # the extra forward is on the timeline, inside backward, once per block (or core)
-        marks = [m for m in rk["timeline"]["marks"] if m["kind"] == EventKind.RECOMPUTE and m["step"] == 2]
-        windows = analysis.backward_windows(rk["timeline"], step=2)
+        marks = [m for m in rk.timeline.marks if m["kind"] == EventKind.RECOMPUTE and m["step"] == 2]
+        windows = analysis.backward_windows(rk.timeline, step=2)
         assert sorted(m["block"] for m in marks) == list(range(TINY.n_layers))
         assert all(any(b <= m["t"] <= e for b, e in windows) for m in marks)
 
@@ -119,9 +119,9 @@ def test_clip_norm_allreduce_is_in_the_closed_form():
 
 def test_mixed_bf16_gpt_matches_theory_and_is_close():
     r = run(RunConfig("fsdp2", 2, steps=2, model="gpt-tiny"))
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
-    assert _rel(r["losses"], r["reference_losses"]) < 1e-2
-    assert r["ranks"][0]["measured"]["activations"] == TINY.activation_bytes(4, 2)
+    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
+    assert _rel(r.losses, r.reference_losses) < 1e-2
+    assert r.ranks[0].measured.activations == TINY.activation_bytes(4, 2)
     assert torch.bfloat16.itemsize == 2
 
 
@@ -132,9 +132,9 @@ def test_minimal_record_keeps_the_reports_figures():
         RunConfig("fsdp2", 2, timeline="some").resolved()
     full = run(RunConfig("zero2", 2, steps=2, model="gpt-tiny"))
     mini = run(RunConfig("zero2", 2, steps=2, model="gpt-tiny", timeline="minimal"))
-    assert mini["timeline_mode"] == "minimal" and all(mini["match"].values())
-    for a, b in zip(full["ranks"], mini["ranks"]):
-        assert a["measured"] == b["measured"] and a["wire"]["messages"] == b["wire"]["messages"]
+    assert mini["timeline_mode"] == "minimal" and all(mini.match.plain().values())
+    for a, b in zip(full.ranks, mini.ranks):
+        assert a.measured == b.measured and a.wire.messages == b.wire.messages
         assert b["wire"]["by_collective"] == {} and a["wire"]["by_collective"]
-        assert len(b["timeline"]["events"]) < len(a["timeline"]["events"])
+        assert len(b.timeline.events) < len(a.timeline.events)
     assert mini["losses"] == full["losses"]

@@ -20,8 +20,8 @@ def test_every_rank_ends_with_the_same_parameters(name):
     # The run the equivalence tests of each strategy make (N = 3, or 2 x 2): shared, not repeated.
     r = RUNS(RunConfig(name, 4 if hybrid else 3, steps=5, recipe="fp32", m=2 if hybrid else 1,
                        return_params=True, model="mlp"))
-    assert r["replica_max_diff"] == 0.0
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
+    assert r.replica_max_diff == 0.0
+    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
 
 
 def _local(name, recipe="fp32"):
@@ -78,9 +78,9 @@ def test_each_units_collectives_are_its_closed_form(name):
     want: dict = {}
     for op in theory.exact_comm(name, unit_shapes(make_model(MLPConfig())), n // m, m=m, recipe="fp32").ops:
         want[(op.unit, op.collective)] = want.get((op.unit, op.collective), Fraction(0)) + op.sent
-    for rank in r["ranks"]:
+    for rank in r.ranks:
         got: dict = {}
-        for c in rank["timeline"]["comm"]:
+        for c in rank.timeline.comm:
             if c["step"] == r["steps"] - 1:
                 assert c["moves"] in ("grads", "params", "data"), c
                 got[(c["unit"], c["op"])] = got.get((c["unit"], c["op"]), 0) + Fraction(c["sent"])

@@ -25,7 +25,7 @@ def test_bucketed_ddp_equals_torch_ddp(n):
                          {"cfg": config_to_dict(RunConfig("ddp", n, steps=5, recipe="fp32", model="mlp")),
                           "bucket_bytes": bucket})
     for r in range(n):  # per rank: same local batch, same local loss
-        a, b = ours["ranks"][r]["losses"], theirs[r]["losses"]
+        a, b = ours.ranks[r].losses, theirs[r]["losses"]
         assert max(abs(x - y) / abs(y) for x, y in zip(a, b)) <= TOL
     assert _param_rel(ours["params"], theirs[0]["params"]) <= TOL
     # torch DDP itself matches single-process training (the common reference)
@@ -33,6 +33,6 @@ def test_bucketed_ddp_equals_torch_ddp(n):
     # and its replicas agree with each other, as ours do by construction
     # torch re-buckets after its first iteration in gradient-arrival order, capped by
     # bucket_cap_mb: the same buckets as zeroedu's reverse-order greedy packing
-    assert theirs[0]["bucket_bytes"] == [b["bytes"] for b in ours["ranks"][0]["extra"]["buckets"]]
+    assert theirs[0]["bucket_bytes"] == [b["bytes"] for b in ours.ranks[0].extra["buckets"]]
     for r in range(1, n):
         assert _param_rel(theirs[r]["params"], theirs[0]["params"]) <= TOL

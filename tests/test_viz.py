@@ -8,6 +8,8 @@ from fractions import Fraction
 from functools import lru_cache
 
 import matplotlib.colors
+from dataclasses import replace
+
 import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
@@ -96,15 +98,15 @@ def test_report_figures_show_the_report():
     fig = viz.memory_bars(rep, rank=1)
     bars = fig.axes[0].patches
     keys = ["param", "grad", "optim", "total"]
-    div, _ = viz.byte_scale([rep["ranks"][1]["measured"][k] for k in keys])
-    assert [b.get_height() * div for b in bars[:4]] == pytest.approx([rep["ranks"][1]["predicted"][k] for k in keys])
-    assert [b.get_height() * div for b in bars[4:]] == pytest.approx([rep["ranks"][1]["measured"][k] for k in keys])
+    div, _ = viz.byte_scale([rep.ranks[1].measured[k] for k in keys])
+    assert [b.get_height() * div for b in bars[:4]] == pytest.approx([rep.ranks[1].predicted[k] for k in keys])
+    assert [b.get_height() * div for b in bars[4:]] == pytest.approx([rep.ranks[1].measured[k] for k in keys])
     fig = viz.comm_bars(rep)
-    r0 = rep["ranks"][0]
-    wire = r0["wire"]["by_collective"]["all_reduce"]  # DDP runs one kind of collective: measured alone
-    div, _ = viz.byte_scale([r0["predicted"]["comm"]["all_reduce"], r0["measured"]["comm"]["all_reduce"], wire])
+    r0 = rep.ranks[0]
+    wire = r0.wire.by_collective["all_reduce"]  # DDP runs one kind of collective: measured alone
+    div, _ = viz.byte_scale([r0.predicted.comm["all_reduce"], r0.measured.comm["all_reduce"], wire])
     assert [b.get_height() * div for b in fig.axes[0].patches] == pytest.approx(
-        [r0["predicted"]["comm"]["all_reduce"], r0["measured"]["comm"]["all_reduce"], wire])
+        [r0.predicted.comm["all_reduce"], r0.measured.comm["all_reduce"], wire])
     _png(fig)
 
     fig = viz.memory_timeline(rep)
@@ -112,11 +114,11 @@ def test_report_figures_show_the_report():
     lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("rank")]
     assert len(lines) == 2
     for r, ln in enumerate(lines):
-        assert len(ln.get_xdata()) == len(rep["ranks"][r]["timeline"]["events"])
-    evs = rep["ranks"][0]["timeline"]["events"]
-    div, _ = viz.byte_scale([sum(e["bytes"].values()) for e in evs] + [rep["ranks"][0]["predicted"]["total"]])
+        assert len(ln.get_xdata()) == len(rep.ranks[r].timeline.events)
+    evs = rep.ranks[0].timeline.events
+    div, _ = viz.byte_scale([sum(e["bytes"].values()) for e in evs] + [rep.ranks[0].predicted.total])
     dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and len(ln.get_ydata()) == 2]
-    assert any(ln.get_ydata()[0] * div == pytest.approx(rep["ranks"][0]["predicted"]["total"]) for ln in dashed)
+    assert any(ln.get_ydata()[0] * div == pytest.approx(rep.ranks[0].predicted.total) for ln in dashed)
     assert len(fig.axes) == 2 and fig.axes[1].collections  # the stacked per-category panel
     _png(fig)
     _png(viz.loss_curves(rep))
@@ -127,8 +129,8 @@ def test_report_figures_show_the_report():
 def test_overlap_timeline_draws_every_collective_of_the_step():
     rep = _report("ddp_bucketed", 2)
     fig = viz.overlap_timeline(rep, rank=0)
-    step = rep["steps"] - 1
-    comm = [c for c in rep["ranks"][0]["timeline"]["comm"] if c["step"] == step]
+    step = rep.steps - 1
+    comm = [c for c in rep.ranks[0].timeline.comm if c["step"] == step]
     bars = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
     assert len(bars) == len(comm) > 1  # one bar per bucket all-reduce
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [c["tag"] for c in comm]
@@ -153,7 +155,7 @@ def test_assert_match_and_table():
     nbtools.assert_match(rep)  # raises when they disagree
     rows = nbtools.match_rows(rep)
     assert all(r[4] for r in rows) and len(rows) == 2 * 7  # 4 states + activations + 1 collective + the wire
-    bad = dict(rep, match={"model_states": False, "comm": True})
+    bad = replace(rep, match=replace(rep.match, model_states=False))
     with pytest.raises(AssertionError):
         nbtools.assert_match(bad)
 
@@ -192,8 +194,8 @@ def test_lifecycle_kinds_are_read_from_the_event_kind_and_unknown_kinds_are_plai
 
 def test_memory_timeline_by_event_index_marks_every_unshard_and_the_step():
     rep = _gpt_report("fsdp1", prefetch=False)
-    last = rep["steps"] - 1
-    events = [e for e in rep["ranks"][0]["timeline"]["events"] if e["step"] == last]
+    last = rep.steps - 1
+    events = [e for e in rep.ranks[0].timeline.events if e["step"] == last]
     fig = viz.memory_timeline(rep, x="event", steps=last)
     top, stacked = fig.axes[:2]
     lines = [ln for ln in top.get_lines() if ln.get_label().startswith("rank")]
@@ -223,15 +225,15 @@ def test_memory_timeline_small_multiples_one_panel_per_rank_and_new_categories()
     panels = [ax for ax in fig.axes if ax.get_visible()]
     assert len(panels) == 2 and all(ax.collections for ax in panels)
     assert panels[0].get_ylim() == panels[1].get_ylim()  # one y scale: a rank that differs stands out
-    top = max(sum(e["bytes"].values()) for r in rep["ranks"] for e in r["timeline"]["events"])
-    div, _ = viz.byte_scale([top, rep["ranks"][0]["predicted"]["total"]])
+    top = max(sum(e["bytes"].values()) for r in rep.ranks for e in r.timeline.events)
+    div, _ = viz.byte_scale([top, rep.ranks[0].predicted.total])
     assert panels[0].get_ylim()[1] >= top / div
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "predicted model states" in labels and "full grad allocated (unit #)" in labels
     # a category the figures have no colour for is still drawn, and labelled
-    doctored = dict(rep, ranks=[dict(r, timeline=dict(r["timeline"], events=[
-        dict(e, bytes={**e["bytes"], "something_new": 1000}) for e in r["timeline"]["events"]]))
-        for r in rep["ranks"]])
+    doctored = replace(rep, ranks=[replace(r, timeline=replace(r.timeline, events=[
+        dict(e, bytes={**e["bytes"], "something_new": 1000}) for e in r.timeline.events]))
+        for r in rep.ranks])
     fig = viz.memory_timeline(doctored, layout="panels", ranks=[1])
     assert "something_new" in [t.get_text() for t in fig.legends[0].get_texts()]
     _png(fig)
@@ -247,7 +249,7 @@ def test_recompute_marks_sit_inside_backward():
     rep = _gpt_report("zero2", recompute="full")
     fig = viz.memory_timeline(rep, x="time", steps=1, layout="panels", ranks=[0])
     ax = fig.axes[0]
-    marks = [m for m in rep["ranks"][0]["timeline"]["marks"] if m["step"] == 1]
+    marks = [m for m in rep.ranks[0].timeline.marks if m["step"] == 1]
     reruns = [m["t"] for m in marks if m["kind"] == EventKind.RECOMPUTE]
     ticks = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_marker() == "|"]
     assert sorted(ticks) == sorted(reruns) and len(reruns) == 2  # gpt-tiny: 2 blocks
@@ -264,20 +266,20 @@ def test_accumulation_and_activation_figures_show_the_reports():
     fig = accumulation_figure(reps)
     ax = fig.axes[0]
     allv = [v for runs in reps.values() for r in runs.values()
-            for v in (sum(r["ranks"][0]["predicted"]["comm"].values()), r["ranks"][0]["wire"]["sent"])]
+            for v in (sum(r.ranks[0].predicted.comm.values()), r.ranks[0].wire.sent)]
     div, _ = viz.byte_scale(allv)
     for s in reps:
         line = next(ln for ln in ax.get_lines() if ln.get_label() == s)
         assert [y * div for y in line.get_ydata()] == pytest.approx(
-            [sum(reps[s][k]["ranks"][0]["predicted"]["comm"].values()) for k in (1, 2)])
+            [sum(reps[s][k].ranks[0].predicted.comm.values()) for k in (1, 2)])
     zero2 = next(ln for ln in ax.get_lines() if ln.get_label() == "zero2").get_ydata()
     assert zero2[1] > zero2[0]  # ZeRO-2 reduce-scatters every micro-batch
     _png(fig)
     recs = [_gpt_report("zero2"), _gpt_report("zero2", recompute="full")]
     fig = activation_bars(recs)
     bars = fig.axes[0].patches
-    div, _ = viz.byte_scale([r["ranks"][0]["measured"]["activations"] for r in recs])
-    assert [b.get_height() * div for b in bars[2:]] == pytest.approx([r["ranks"][0]["measured"]["activations"] for r in recs])
+    div, _ = viz.byte_scale([r.ranks[0].measured.activations for r in recs])
+    assert [b.get_height() * div for b in bars[2:]] == pytest.approx([r.ranks[0].measured.activations for r in recs])
     _png(fig)
     with pytest.raises(ValueError):
         accumulation_figure({})

@@ -2,6 +2,8 @@
 visible message (never an exception), and the run panel drives a real run whose events reach
 its live plot. Expected numbers come from `zeroedu.theory` and from the run's own report.
 """
+from dataclasses import replace
+
 import pytest
 
 from zeroedu import catalog, theory
@@ -74,10 +76,10 @@ def test_run_panel_runs_and_streams(panel_run):
     p = panel_run
     rep = p.report
     assert rep is not None and p.message.value == ""
-    assert rep["strategy"] == "ddp" and rep["world_size"] == 2 and rep["steps"] == 3
-    assert rep["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
+    assert rep.strategy == "ddp" and rep.world_size == 2 and rep.steps == 3
+    assert rep.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
     # every ledger event of every rank reached the live plot's callback while the job ran
-    assert p.events_received == sum(len(r["timeline"]["events"]) for r in rep["ranks"]) > 0
+    assert p.events_received == sum(len(r.timeline.events) for r in rep.ranks) > 0
     assert p.live_redraws >= 1 and p.image.value[:4] == b"\x89PNG"
     assert p.progress.value == p.progress.max == 3
     assert "match" in p.status.value and "True" in p.status.value
@@ -134,12 +136,12 @@ def test_run_panel_table_collapses_agreeing_ranks_and_calls_out_the_one_that_dif
     rows = summary_rows(rep)
     assert [r["what"] for r in rows][:4] == ["param", "grad", "optim", "total"]
     assert all(r["ranks"] == "all 2 ranks" and not r["differs"] for r in rows)
-    assert rows[0]["measured"] == rep["ranks"][0]["measured"]["param"]
+    assert rows[0]["measured"] == rep.ranks[0].measured.param
     wire = next(r for r in rows if r["what"].startswith("on the wire"))
-    assert wire["measured"] == rep["ranks"][0]["wire"]["sent"] and wire["match"] is True
+    assert wire["measured"] == rep.ranks[0].wire.sent and wire["match"] is True
     # rank 1 measures another gradient size: its own row, flagged, the others unchanged
-    ranks = [rep["ranks"][0], dict(rep["ranks"][1], measured=dict(rep["ranks"][1]["measured"], grad=1))]
-    rows = summary_rows(dict(rep, ranks=ranks))
+    ranks = [rep.ranks[0], replace(rep.ranks[1], measured=replace(rep.ranks[1].measured, grad=1))]
+    rows = summary_rows(replace(rep, ranks=ranks))
     grad = [r for r in rows if r["what"] == "grad"]
     assert [(g["ranks"], g["differs"], g["match"]) for g in grad] == [("rank 0", False, True), ("rank 1", True, False)]
     assert len([r for r in rows if r["what"] == "param"]) == 1

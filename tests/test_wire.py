@@ -45,13 +45,13 @@ def test_ring_collectives_put_the_closed_forms_on_the_wire(strategy, n):
                       collectives="ring"))
     assert r["collectives"] == "ring" and r["match"]["wire"] is True
     want = float(_closed_form(strategy, n // m, m))
-    for rk in r["ranks"]:
-        sent = rk["wire"]["sent"]
+    for rk in r.ranks:
+        sent = rk.wire.sent
         assert want <= sent <= (1 + MARGIN) * want, (sent, want)
         if spec.hybrid:  # both mesh axes, each against its own closed form
             c = theory.exact_comm(strategy, unit_shapes(WIDE.build()), n // m, m, recipe="fp32")
             for axis in ("dp_shard", "dp_outer"):
-                got, exp = rk["wire"]["by_axis"][axis], float(c.axis_total(axis))
+                got, exp = rk.wire.by_axis[axis], float(c.axis_total(axis))
                 assert exp <= got <= (1 + MARGIN) * exp, (axis, got, exp)
 
 
@@ -62,14 +62,14 @@ def test_gloo_reduce_scatter_sends_an_all_reduce(strategy):
     bound. Measured per kind of collective (ZeRO-1/2 reduce, then gather, in separate windows)."""
     r = run(RunConfig(strategy, 4, steps=2, recipe="fp32", model=WIDE, global_batch=12, collectives="backend"))
     assert r["match"]["wire"] is True  # against the model of gloo's algorithm
-    for rk in r["ranks"]:
-        ring = rk["measured"]["comm"]
-        wire = rk["wire"]["by_collective"]
+    for rk in r.ranks:
+        ring = rk.measured.comm
+        wire = rk.wire.by_collective
         assert 2 * ring["reduce_scatter"] <= wire["reduce_scatter"] <= 2 * (1 + MARGIN) * ring["reduce_scatter"]
         assert ring["all_gather"] <= wire["all_gather"] <= (1 + MARGIN) * ring["all_gather"]
     # ...so ZeRO-1's 2Ψ becomes 3Ψ on gloo's own collectives, and stays 2Ψ on the ring ones
     ring_run = run(RunConfig(strategy, 4, steps=2, recipe="fp32", model=WIDE, global_batch=12, collectives="ring"))
-    ratio = r["ranks"][0]["wire"]["sent"] / ring_run["ranks"][0]["wire"]["sent"]
+    ratio = r.ranks[0].wire.sent / ring_run.ranks[0].wire.sent
     assert 1.45 <= ratio <= 1.55
 
 

@@ -38,21 +38,21 @@ def _param_rel(ps, qs):
 
 def _check_bytes(r, strategy, n, recipe):
     comm = theory.exact_comm(strategy, SHAPES, n, recipe=recipe)
-    for rank, rep in enumerate(r["ranks"]):
+    for rank, rep in enumerate(r.ranks):
         ms = theory.exact_model_states(strategy, SHAPES, n, rank=rank, recipe=recipe)
-        me = rep["measured"]
-        assert (me["param"], me["grad"], me["optim"], me["total"]) == \
+        me = rep.measured
+        assert (me.param, me.grad, me.optim, me.total) == \
                (ms.param, ms.grad, ms.optim, ms.total)
-        assert me["optim_detail"] == {k: getattr(ms, k) for k in me["optim_detail"]}
-        assert me["comm"] == {k: float(v) for k, v in comm.by_collective().items() if v}
+        assert me.optim_detail == {k: getattr(ms, k) for k in me.optim_detail}
+        assert me.comm == {k: float(v) for k, v in comm.by_collective().items() if v}
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 def test_fp32_equals_single_process_and_bytes(strategy, n):
     r = _run(strategy, n, "fp32")
-    assert max(_rel(a, b) for a, b in zip(r["losses"], r["reference_losses"])) <= FP32_TOL
-    assert _param_rel(r["params"], r["reference_params"]) <= FP32_TOL
+    assert max(_rel(a, b) for a, b in zip(r.losses, r.reference_losses)) <= FP32_TOL
+    assert _param_rel(r.params, r.reference_params) <= FP32_TOL
     _check_bytes(r, strategy, n, "fp32")
 
 
@@ -61,9 +61,9 @@ def test_fp32_equals_single_process_and_bytes(strategy, n):
 def test_mixed_bf16_bytes_equal_theory(strategy, n):
     r = _run(strategy, n, "mixed-bf16")
     _check_bytes(r, strategy, n, "mixed-bf16")
-    assert r["match"] == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
-    assert max(_rel(a, b) for a, b in zip(r["losses"], r["reference_losses"])) <= BF16_LOSS_TOL
-    assert _param_rel(r["params"], r["reference_params"]) <= BF16_PARAM_TOL
+    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
+    assert max(_rel(a, b) for a, b in zip(r.losses, r.reference_losses)) <= BF16_LOSS_TOL
+    assert _param_rel(r.params, r.reference_params) <= BF16_PARAM_TOL
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -73,7 +73,7 @@ def test_fp16_recipe_bytes(strategy):  # fp32 main-grad copy on the shard only
 
 def test_zero2_frees_full_gradients():
     r = _run("zero2", 4, "mixed-bf16")
-    ev = r["ranks"][0]["timeline"]["events"]
+    ev = r.ranks[0].timeline.events
     last = [e for e in ev if e["step"] == 4]
     kinds = [(e["kind"], e["unit"]) for e in last]
     # each unit's full buffer appears in backward and is gone before the optimizer step
@@ -83,7 +83,7 @@ def test_zero2_frees_full_gradients():
     shard_bytes = theory.exact_model_states("zero2", SHAPES, 4, recipe="mixed-bf16").grad
     assert at_step["bytes"]["grad"] == shard_bytes
     assert max(e["bytes"]["grad"] for e in last) > shard_bytes  # the full buffers did exist
-    z1 = _run("zero1", 4, "mixed-bf16")["ranks"][0]["measured"]["grad"]
+    z1 = _run("zero1", 4, "mixed-bf16").ranks[0].measured.grad
     assert shard_bytes < z1
 
 
@@ -91,12 +91,12 @@ def test_zero2_reduce_scatter_overlaps_backward():
     from zeroedu.runtime import analysis
 
     r = _run("zero2", 4, "mixed-bf16")
-    for rank in r["ranks"]:
+    for rank in r.ranks:
         assert 0.0 <= rank["overlap"] <= 1.0
         # Deterministic part of the overlap: every unit's reduce-scatter is launched by a hook
         # while backward is still running, in every step (none waits for the optimizer step).
         for s in range(r["steps"]):
-            assert analysis.launched_in_backward(rank["timeline"], step=s) == len(SHAPES)
+            assert analysis.launched_in_backward(rank.timeline, step=s) == len(SHAPES)
 
 
 def _local(strategy, recipe, **opts):

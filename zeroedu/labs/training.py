@@ -255,7 +255,7 @@ def _violations(results: list[dict], tests: tuple[str, ...]) -> dict[str, list]:
 
 
 def _events(timeline: dict, kind) -> list[dict]:
-    return [e for e in timeline["events"] if e["kind"] == kind and e["step"] >= 0]
+    return [e for e in timeline.events if e["kind"] == kind and e["step"] >= 0]
 
 
 def grade_zero2(res: LabResult, case: Case, results: list[dict]) -> None:

@@ -14,6 +14,7 @@ import inspect
 from ..fmt import number as _fmt
 from ..recipes import TOLERANCE
 from .report import all_match, match_rows, max_rel_diff, rel_diff_text  # noqa: F401 (re-exported)
+from ..reports import RunReport
 
 
 class _Rich:
@@ -64,7 +65,7 @@ def show_diff(a, b, context: int = 3) -> _Rich:
     return _Rich(diff, f"```diff\n{diff}```\n")
 
 
-def match_table(report: dict, ranks: list[int] | None = None) -> _Rich:
+def match_table(report: RunReport, ranks: list[int] | None = None) -> _Rich:
     """Predicted (closed form) vs measured (ledger) bytes, per rank: a table with a match column."""
     rows = [row for row in match_rows(report) if ranks is None or row[0] in ranks]
     head = ("rank", "bytes", "predicted", "measured", "match")
@@ -78,26 +79,26 @@ def match_table(report: dict, ranks: list[int] | None = None) -> _Rich:
     return _Rich(text, None, htm)
 
 
-def loss_rel_diff(report: dict) -> float:
+def loss_rel_diff(report: RunReport) -> float:
     """Largest relative difference between the run's losses and the single-process reference."""
-    return max_rel_diff(report["losses"], report["reference_losses"])
+    return max_rel_diff(report.losses, report.reference_losses)
 
 
 LOSS_TOLERANCE = TOLERANCE  # relative, per recipe (zeroedu.recipes.TOLERANCE)
 
 
-def assert_match(report: dict) -> None:
+def assert_match(report: RunReport) -> None:
     """Print "predicted vs measured — match: True" and assert it: every rank's model-state bytes,
     activations and bytes sent equal the closed forms, and the losses equal single-process
     training within the recipe's tolerance."""
-    m = report["match"]
+    m = report.match
     diff = loss_rel_diff(report)
-    tol = LOSS_TOLERANCE.get(report["recipe"], 1e-2)
+    tol = LOSS_TOLERANCE.get(report.recipe, 1e-2)
     ok_loss = diff <= tol
     ok = bool(all_match(report) and ok_loss)
-    parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in m.items() if v is not None and k != "losses")
-    print(f"{report['strategy']} on N={report['n']}" + (f", M={report['m']}" if report.get("m", 1) > 1 else "")
-          + f", {report['recipe']}: {parts}, losses vs single process {ok_loss} (rel. diff < {tol:g})")
+    parts = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in m.plain().items() if v is not None and k != "losses")
+    print(f"{report.strategy} on N={report.n}" + (f", M={report.m}" if report.m > 1 else "")
+          + f", {report.recipe}: {parts}, losses vs single process {ok_loss} (rel. diff < {tol:g})")
     print(f"predicted vs measured — match: {ok}")
     if not ok:
         raise AssertionError(f"prediction and measurement disagree:\n{match_table(report).text}\n"

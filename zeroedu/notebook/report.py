@@ -6,44 +6,45 @@ import math
 from typing import Any
 
 from ..fmt import number as _fmt
+from ..reports import RunReport, States
 from ..train.launch import rank_wire_ok
 
 CATS = ("param", "grad", "optim", "total")
 
 
-def comm_total(block: dict) -> float:
-    return sum(block.get("comm", {}).values())
+def comm_total(block: States) -> float:
+    return block.comm_total
 
 
-def match_rows(report: dict[str, Any]) -> list[tuple[int, str, Any, Any, bool]]:
+def match_rows(report: RunReport) -> list[tuple[int, str, Any, Any, bool]]:
     """(rank, quantity, predicted, measured, equal) for model states, activations, the ring
     model of every collective (the closed form vs the payloads the strategy really handed to
     comm) and the wire (the payload predicted vs the bytes the kernel counted, gloo's framing
     allowed for), every rank."""
     rows = []
-    for r in report["ranks"]:
-        pr, me = r["predicted"], r["measured"]
+    for r in report.ranks:
+        pr, me = r.predicted.model_states(), r.measured.model_states()
         for k in CATS:
-            rows.append((r["rank"], k, pr[k], me[k], pr[k] == me[k]))
-        if pr.get("activations") is not None:
-            rows.append((r["rank"], "activations", pr["activations"], me["activations"],
-                         pr["activations"] == me["activations"]))
-        for c in sorted(set(pr["comm"]) | set(me["comm"])):
-            rows.append((r["rank"], f"ring model: {c}", pr["comm"].get(c, 0), me["comm"].get(c, 0),
-                         pr["comm"].get(c, 0) == me["comm"].get(c, 0)))
-        ok = rank_wire_ok(r) if "wire" in r else None
+            rows.append((r.rank, k, pr[k], me[k], pr[k] == me[k]))
+        pr, me = r.predicted, r.measured
+        if pr.activations is not None:
+            rows.append((r.rank, "activations", pr.activations, me.activations, pr.activations == me.activations))
+        for c in sorted(set(pr.comm) | set(me.comm)):
+            rows.append((r.rank, f"ring model: {c}", pr.comm.get(c, 0), me.comm.get(c, 0),
+                         pr.comm.get(c, 0) == me.comm.get(c, 0)))
+        ok = rank_wire_ok(r)
         if ok is not None:
-            rows.append((r["rank"], "on the wire (kernel)", pr["wire"], r["wire"]["sent"], ok))
+            rows.append((r.rank, "on the wire (kernel)", pr.wire, r.wire.sent, ok))
     return rows
 
 
-def rank_rows(report: dict[str, Any]) -> list[list[str]]:
+def rank_rows(report: RunReport) -> list[list[str]]:
     """`match_rows` as text cells (measured first), each rank followed by its peak."""
     rows, compared = [], match_rows(report)
-    for r in report["ranks"]:
+    for r in report.ranks:
         rows += [[str(rank), what, _fmt(meas), _fmt(pred), "yes" if equal else "NO"]
-                 for rank, what, pred, meas, equal in compared if rank == r["rank"]]
-        rows.append([str(r["rank"]), "peak", _fmt(r["peak"]), "", f"at '{r.get('peak_label', '')}'"])
+                 for rank, what, pred, meas, equal in compared if rank == r.rank]
+        rows.append([str(r.rank), "peak", _fmt(r.peak), "", f"at '{r.peak_label}'"])
     return rows
 
 
@@ -75,70 +76,72 @@ def _curve(xs: list[float], most: int = 10) -> str:
     return "  ".join(f"[{i}] {xs[i]:.4f}" for i in idx)
 
 
-def summary(report: dict[str, Any]) -> str:
-    head = (f"strategy {report['strategy']}  world size {report['world_size']} "
-            f"(N = {report['n']}, M = {report['m']})  recipe {report['recipe']}  "
-            f"model {report.get('model', '?')} (Ψ = {_fmt(report['psi'])})  steps {report['steps']}")
-    extras = [f"{k.replace('_', ' ')} {report[k]}" for k in ("micro_batches", "recompute", "clip_grad_norm")
-              if report.get(k) not in (None, 1, "none")]
+def summary(report: RunReport) -> str:
+    head = (f"strategy {report.strategy}  world size {report.world_size} "
+            f"(N = {report.n}, M = {report.m})  recipe {report.recipe}  "
+            f"model {report.model} (Ψ = {_fmt(report.psi)})  steps {report.steps}")
+    extras = [f"{k.replace('_', ' ')} {v}" for k, v in (("micro_batches", report.micro_batches),
+                                                         ("recompute", report.recompute),
+                                                         ("clip_grad_norm", report.clip_grad_norm))
+              if v not in (None, 1, "none")]
     if extras:
         head += "  " + "  ".join(extras)
     out = [head, "bytes per rank: model states at the optimizer step, activations at the forward/backward "
                  "boundary of one micro-batch, sent per optimizer step; measured vs zeroedu.theory (exact mode)",
            table(rank_rows(report), ["rank", "what", "measured", "predicted", "match"])]
-    out += [f"losses            {_curve(report['losses'])}",
-            f"reference losses  {_curve(report['reference_losses'])}",
-            f"max relative loss difference vs single process: {max_rel_diff(report['losses'], report['reference_losses']):.2e}"]
+    out += [f"losses            {_curve(report.losses)}",
+            f"reference losses  {_curve(report.reference_losses)}",
+            f"max relative loss difference vs single process: {max_rel_diff(report.losses, report.reference_losses):.2e}"]
     out += wire_lines(report)
-    if "overlap" in report["ranks"][0]:
+    if report.rank0.overlap is not None:
         out.append("overlap (comm hidden behind backward): "
-                   + "  ".join(f"rank {r['rank']} {r['overlap']:.0%}" for r in report["ranks"]))
+                   + "  ".join(f"rank {r.rank} {r.overlap:.0%}" for r in report.ranks if r.overlap is not None))
     out.append(f"predicted vs measured — match: {all_match(report)}")
     return "\n".join(out)
 
 
-def wire_lines(report: dict[str, Any]) -> list[str]:
+def wire_lines(report: RunReport) -> list[str]:
     """Ring model vs the wire, per rank: what the closed forms say each collective sends, and
     what the kernel counted on the rank's sockets (per collective where it ran alone)."""
-    r0 = report["ranks"][0]
-    w = r0.get("wire") or {}
-    if w.get("sent") is None:
-        return [f"on the wire: not measured ({w.get('reason', 'no meter')})"]
-    impl = report.get("collectives", "?")
+    r0 = report.rank0
+    w = r0.wire
+    if w.sent is None:
+        return [f"on the wire: not measured ({w.reason or 'no meter'})"]
+    impl = report.collectives
     rows = []
-    for r in report["ranks"]:
-        wr, ring = r["wire"], r["measured"]["comm"]
-        for op in sorted(set(ring) | set(wr.get("by_collective", {}))):
-            got = wr.get("by_collective", {}).get(op)
-            rows.append([str(r["rank"]), op, _fmt(ring.get(op, 0)), "—" if got is None else _fmt(got)])
-        rows.append([str(r["rank"]), "total", _fmt(sum(ring.values())), _fmt(wr["sent"])])
-    dash = ("not read per collective with a minimal record" if report.get("timeline_mode") == "minimal"
+    for r in report.ranks:
+        wr, ring = r.wire, r.measured.comm
+        for op in sorted(set(ring) | set(wr.by_collective)):
+            got = wr.by_collective.get(op)
+            rows.append([str(r.rank), op, _fmt(ring.get(op, 0)), "—" if got is None else _fmt(got)])
+        rows.append([str(r.rank), "total", _fmt(sum(ring.values())), _fmt(wr.sent)])
+    dash = ("not read per collective with a minimal record" if report.timeline_mode == "minimal"
             else "overlapped with other collectives")
     out = [f"bytes sent per step: ring model vs the wire (collectives: {impl}; kernel byte counters; "
            f"'—': {dash}, in the total only)",
            table(rows, ["rank", "collective", "ring model", "wire"])]
-    exp = r0["predicted"]["wire"]
-    out.append(f"rank 0: wire {_fmt(w['sent'])} B = expected {_fmt(exp)} B of payload + gloo framing "
-               f"{w['messages']} messages x 144 B ({_fmt(w['sent'] - exp)} B over the payload, "
-               f"{100 * (w['sent'] / exp - 1):.2f} %)" if exp else f"rank 0: wire {_fmt(w['sent'])} B")
-    if impl == "backend" and any("reduce_scatter" in r["measured"]["comm"] for r in report["ranks"]):
+    exp = r0.predicted.wire
+    out.append(f"rank 0: wire {_fmt(w.sent)} B = expected {_fmt(exp)} B of payload + gloo framing "
+               f"{w.messages} messages x 144 B ({_fmt(w.sent - exp)} B over the payload, "
+               f"{100 * (w.sent / exp - 1):.2f} %)" if exp else f"rank 0: wire {_fmt(w.sent)} B")
+    if impl == "backend" and any("reduce_scatter" in r.measured.comm for r in report.ranks):
         out.append("note: gloo's reduce_scatter_single is an all-reduce with one chunk kept, so it sends "
                    "2(g-1)/g of its input, twice the ring model; --collectives ring sends the ring bound")
     return out
 
 
-def all_match(report: dict[str, Any]) -> bool:
+def all_match(report: RunReport) -> bool:
     """Every figure that has a prediction equals its measurement (activations of a model
     without a closed form are measured only)."""
-    return all(v for v in report["match"].values() if v is not None)
+    return report.match.all()
 
 
-def tour_row(report: dict[str, Any]) -> list[str]:
-    r0 = report["ranks"][0]
-    me, pr = r0["measured"], r0["predicted"]
-    return [report["strategy"], report["recipe"], _fmt(me["total"]), _fmt(pr["total"]),
-            _fmt(comm_total(me)), _fmt(comm_total(pr)), _fmt(r0["peak"]),
-            f"{max_rel_diff(report['losses'], report['reference_losses']):.1e}",
+def tour_row(report: RunReport) -> list[str]:
+    r0 = report.rank0
+    me, pr = r0.measured, r0.predicted
+    return [report.strategy, report.recipe, _fmt(me.total), _fmt(pr.total),
+            _fmt(me.comm_total), _fmt(pr.comm_total), _fmt(r0.peak),
+            f"{max_rel_diff(report.losses, report.reference_losses):.1e}",
             str(all_match(report))]
 
 
@@ -146,14 +149,11 @@ TOUR_HEADER = ["strategy", "recipe", "bytes/rank", "predicted", "sent/step", "pr
                "peak", "loss vs ref", "match"]
 
 
-def plain(report: dict[str, Any], timeline: bool = False) -> dict[str, Any]:
-    """The JSON-able part of a report (tensors dropped; timelines only on request), strict JSON:
-    a float that is not finite (NaN has no JSON spelling) becomes null. A run whose loss is
-    not finite never gets here: it stops (`train.runner.NonFiniteLoss`)."""
-    out = {k: v for k, v in report.items() if k not in ("params", "reference_params", "ranks")}
-    out["ranks"] = [{k: v for k, v in r.items() if k != "params" and (timeline or k != "timeline")}
-                    for r in report["ranks"]]
-    return _finite(out)
+def plain(report: RunReport, timeline: bool = False) -> dict[str, Any]:
+    """The JSON-able part of a report (`RunReport.plain`: tensors dropped, timelines only on
+    request), strict JSON: a float that is not finite (NaN has no JSON spelling) becomes null.
+    A run whose loss is not finite never gets here: it stops (`train.runner.NonFiniteLoss`)."""
+    return _finite(report.plain(timeline) if isinstance(report, RunReport) else report)
 
 
 def _finite(x):

@@ -20,7 +20,7 @@ Two measurement set-ups:
   second. Its messages are a few hundred bytes, so on the wire gloo's framing (144 B per message)
   would dominate: for bytes on the wire,
 * `WIRE_MODEL` = gpt-small (Ψ = 3,242,081) on `WIRE_N` = 4 ranks: messages of megabytes, framing
-  under 1 %, read from the kernel's byte counters of each rank's sockets (`report["ranks"][r]["wire"]`).
+  under 1 %, read from the kernel's byte counters of each rank's sockets (`report.ranks[r].wire`).
 """
 from __future__ import annotations
 
@@ -117,12 +117,12 @@ def psi() -> int:
 
 def _ring(report: dict, rank: int = 0) -> float:
     """Bytes one rank sends per step under the ring model (the ledger's payloads)."""
-    return sum(report["ranks"][rank]["measured"]["comm"].values())
+    return sum(report.ranks[rank].measured.comm.values())
 
 
 def _wire(report: dict, rank: int = 0) -> int:
     """Bytes one rank wrote to its sockets in one step (kernel counters; gloo framing included)."""
-    return report["ranks"][rank]["wire"]["sent"]
+    return report.ranks[rank].wire.sent
 
 
 def _verdict(holds: bool, half: bool = False) -> str:
@@ -137,12 +137,12 @@ def zero3_doubles_comm() -> dict:
     wddp, wz3 = wire_run("ddp"), wire_run("fsdp1")
     asym = theory.comm_per_rank("fsdp1", 7e9, 8).total() / theory.comm_per_rank("ddp", 7e9, 8).total()
     return {"claim": "ZeRO-3 doubles communication", "ddp_sent": _ring(ddp), "zero3_sent": _ring(z3),
-            "zero3_by_collective": z3["ranks"][0]["measured"]["comm"],
+            "zero3_by_collective": z3.ranks[0].measured.comm,
             "ring_ratio": ring_ratio, "theory_ratio": asym,
             "wire": {"ddp": _wire(wddp), "zero3": _wire(wz3),
-                     "zero3_by_collective": wz3["ranks"][0]["wire"]["by_collective"]},
+                     "zero3_by_collective": wz3.ranks[0].wire.by_collective},
             "wire_ratio": _wire(wz3) / _wire(wddp),
-            "match": ddp["match"]["comm"] and z3["match"]["comm"] and wddp["match"]["wire"] and wz3["match"]["wire"],
+            "match": ddp.match.comm and z3.match.comm and wddp.match.wire and wz3.match.wire,
             "holds": ring_ratio == 2, "verdict": _verdict(ring_ratio == 2),
             "correct": "1.5x: all-gather (forward) + all-gather (backward) + reduce-scatter = 3Ψ vs 2Ψ"}
 
@@ -150,14 +150,14 @@ def zero3_doubles_comm() -> dict:
 def dp_needs_7x() -> dict:
     """Claim 2: "standard data parallelism needs about 7x the model size"."""
     ddp = measure("ddp")
-    me = ddp["ranks"][0]["measured"]
-    per_param = Fraction(me["total"], psi())
-    weights = Fraction(me["param"], psi())  # bf16 weights: the "model size"
+    me = ddp.ranks[0].measured
+    per_param = Fraction(me.total, psi())
+    weights = Fraction(me.param, psi())  # bf16 weights: the "model size"
     holds = per_param / weights == 7
     return {"claim": "standard DP needs ~7x model size", "bytes_per_param": per_param,
             "weight_bytes_per_param": weights, "times_model_size": per_param / weights,
             "theory_bytes_per_param": recipes.get_recipe("mixed-bf16").total_bytes,
-            "match": ddp["match"]["model_states"], "holds": holds, "verdict": _verdict(holds),
+            "match": ddp.match.model_states, "holds": holds, "verdict": _verdict(holds),
             "correct": "16 bytes/param = 8x the bf16 weights, before activations"}
 
 
@@ -183,15 +183,15 @@ def adam_state_2x() -> dict:
     keeps bf16 moments, exactly 2x; mixed-precision accounting (ZeRO §3.1, K = 12) counts an fp32
     master and fp32 moments, 12 bytes per parameter = 6x the bf16 weights."""
     ddp = measure("ddp")
-    me = ddp["ranks"][0]["measured"]
-    detail = {k: Fraction(v, psi()) for k, v in me["optim_detail"].items() if v}
-    per_param = Fraction(me["optim"], psi())
+    me = ddp.ranks[0].measured
+    detail = {k: Fraction(v, psi()) for k, v in me.optim_detail.items() if v}
+    per_param = Fraction(me.optim, psi())
     rec = recipes.get_recipe("mixed-bf16")
     t = torch_adam_bf16()
     return {"claim": "Adam state is 2x parameters", "torch": t, "torch_source": TORCH_ADAM_SOURCE,
             "optim_bytes_per_param": per_param, "detail_bytes_per_param": detail,
             "theory": rec.optim_bytes, "times_bf16_weights": per_param / rec.param_bytes,
-            "match": ddp["match"]["model_states"],
+            "match": ddp.match.model_states,
             "holds": False, "verdict": _verdict(False, half=t["moments_over_params"] == 2),
             "correct": "torch.optim.Adam on bf16 params: m and v in bf16, exactly 2x; mixed precision "
                        "(ZeRO's K = 12): fp32 master 4 + m 4 + v 4 = 12 bytes/param, 6x the bf16 weights"}
@@ -200,11 +200,11 @@ def adam_state_2x() -> dict:
 def zero2_gathers_grads() -> dict:
     """Claim 4: "ZeRO-2 all-gathers the gradients before the next forward"."""
     z2 = measure("zero2")
-    rk = z2["ranks"][0]
-    last = z2["steps"] - 1
-    records = [c for c in rk["timeline"]["comm"] if c["step"] == last]
-    step_t = [e["t"] for e in rk["timeline"]["events"] if e["step"] == last and e["kind"] == OPTIMIZER_STEP][0]
-    rec = recipes.get_recipe(z2["recipe"])
+    rk = z2.ranks[0]
+    last = z2.steps - 1
+    records = [c for c in rk.timeline.comm if c["step"] == last]
+    step_t = [e["t"] for e in rk.timeline.events if e["step"] == last and e["kind"] == OPTIMIZER_STEP][0]
+    rec = recipes.get_recipe(z2.recipe)
     rows = [{"op": c["op"], "tag": c["tag"], "moves": c["moves"], "payload": c["payload"],
              "after_optimizer_step": c["t_start"] >= step_t} for c in records]
     gathers = [r for r in rows if r["op"] == "all_gather"]
@@ -214,8 +214,8 @@ def zero2_gathers_grads() -> dict:
             "gathers_after_step": all(r["after_optimizer_step"] for r in gathers),
             "gathered_bytes": sum(r["payload"] for r in gathers),
             "param_bytes_full": psi() * rec.param_bytes,
-            "grad_bytes_per_rank": rk["measured"]["grad"], "grad_bytes_theory": rec.grad_bytes * psi() // z2["n"],
-            "match": z2["match"]["comm"] and z2["match"]["model_states"],
+            "grad_bytes_per_rank": rk.measured.grad, "grad_bytes_theory": rec.grad_bytes * psi() // z2.n,
+            "match": z2.match.comm and z2.match.model_states,
             "holds": holds, "verdict": _verdict(holds),
             "correct": "it all-gathers the UPDATED PARAMETERS after the step; gradients stay sharded"}
 
@@ -271,11 +271,11 @@ def zero1_4x_at_8() -> dict:
     at8 = theory.model_states("ddp", 7e9, 8).total / theory.model_states("zero1", 7e9, 8).total
     limit = Fraction(rec.total_bytes, rec.param_bytes + rec.grad_bytes)
     ddp8, z18 = measure("ddp", 8), measure("zero1", 8)
-    measured8 = Fraction(ddp8["ranks"][0]["measured"]["total"], z18["ranks"][0]["measured"]["total"])
-    exact8 = Fraction(ddp8["ranks"][0]["predicted"]["total"], z18["ranks"][0]["predicted"]["total"])
+    measured8 = Fraction(ddp8.ranks[0].measured.total, z18.ranks[0].measured.total)
+    exact8 = Fraction(ddp8.ranks[0].predicted.total, z18.ranks[0].predicted.total)
     return {"claim": "ZeRO-1 cuts memory 4x at N = 8", "ratio_7b_n8": at8, "limit": limit,
             "measured_ratio_n8": measured8, "exact_theory_n8": exact8,
-            "match": ddp8["match"]["model_states"] and z18["match"]["model_states"],
+            "match": ddp8.match.model_states and z18.match.model_states,
             "holds": at8 == 4, "verdict": _verdict(at8 == 4),
             "correct": "16/(4 + 12/8) = 2.9x at N = 8; 4x only as N -> infinity"}
 
@@ -288,15 +288,15 @@ def zero1_sends_like_ddp() -> dict:
     (deepspeed/runtime/zero/stage_1_and_2.py, average_tensor; use_multi_rank_bucket_allreduce=True)."""
     ddp, ring, gloo = wire_run("ddp"), wire_run("zero1", "ring"), wire_run("zero1", "backend")
     w = {"ddp": _wire(ddp), "zero1_ring": _wire(ring), "zero1_gloo": _wire(gloo)}
-    by = {k: r["ranks"][0]["wire"]["by_collective"] for k, r in
+    by = {k: r.ranks[0].wire.by_collective for k, r in
           (("ddp", ddp), ("zero1_ring", ring), ("zero1_gloo", gloo))}
     model = {"ddp": _ring(ddp), "zero1_ring": _ring(ring), "zero1_gloo": _ring(gloo)}
     ratio_ring, ratio_gloo = w["zero1_ring"] / w["ddp"], w["zero1_gloo"] / w["ddp"]
-    return {"claim": "ZeRO-1 sends 2Ψ, like DDP", "psi": ddp["psi"], "n": WIRE_N, "wire": w,
+    return {"claim": "ZeRO-1 sends 2Ψ, like DDP", "psi": ddp.psi, "n": WIRE_N, "wire": w,
             "wire_by_collective": by, "ring_model": model,
             "ratio_ring": ratio_ring, "ratio_gloo": ratio_gloo,
             "gloo_rs_over_ring_rs": by["zero1_gloo"]["reduce_scatter"] / by["zero1_ring"]["reduce_scatter"],
-            "match": all(r["match"]["wire"] and r["match"]["comm"] for r in (ddp, ring, gloo)),
+            "match": all(r.match.wire and r.match.comm for r in (ddp, ring, gloo)),
             "holds": False, "verdict": _verdict(False, half=abs(ratio_ring - 1) < 0.02),
             "correct": "2Ψ only if the gradients are reduce-scattered on the ring bound; gloo's reduce-scatter "
                        "(and DeepSpeed's default all-reduce + keep own slice) make it 3Ψ, 1.5x DDP"}
@@ -308,11 +308,11 @@ def zero2_8x_at_8() -> dict:
     rec = recipes.get_recipe("mixed-bf16")
     limit = Fraction(rec.total_bytes, rec.param_bytes)
     ddp8, z28 = measure("ddp", 8), measure("zero2", 8)
-    measured8 = Fraction(ddp8["ranks"][0]["measured"]["total"], z28["ranks"][0]["measured"]["total"])
-    exact8 = Fraction(ddp8["ranks"][0]["predicted"]["total"], z28["ranks"][0]["predicted"]["total"])
+    measured8 = Fraction(ddp8.ranks[0].measured.total, z28.ranks[0].measured.total)
+    exact8 = Fraction(ddp8.ranks[0].predicted.total, z28.ranks[0].predicted.total)
     return {"claim": "ZeRO-2 cuts memory ~8x at N = 8", "ratio_7b_n8": at8, "limit": limit,
             "measured_ratio_n8": measured8, "exact_theory_n8": exact8,
-            "match": ddp8["match"]["model_states"] and z28["match"]["model_states"],
+            "match": ddp8.match.model_states and z28.match.model_states,
             "holds": abs(at8 - 8) < 1, "verdict": _verdict(abs(at8 - 8) < 1),
             "correct": "16/(2 + 14/8) = 4.27x at N = 8; 8x only as N -> infinity"}
 
@@ -320,14 +320,14 @@ def zero2_8x_at_8() -> dict:
 def allreduce_volume_is_psi() -> dict:
     """Claim 10: "a gradient all-reduce moves as many elements as there are parameters"."""
     ddp = wire_run("ddp")
-    rec = recipes.get_recipe(ddp["recipe"])
-    psi_, n = ddp["psi"], ddp["n"]
+    rec = recipes.get_recipe(ddp.recipe)
+    psi_, n = ddp.psi, ddp.n
     per_param = Fraction(_wire(ddp), psi_ * rec.grad_bytes)  # elements sent per rank, per parameter
     ring = Fraction(2 * (n - 1), n)
     return {"claim": "all-reduce volume = parameter count", "psi": psi_, "n": n, "wire": _wire(ddp),
             "ring_model": _ring(ddp), "elements_per_param": per_param, "ring_factor": ring,
             "factor_by_n": {k: Fraction(2 * (k - 1), k) for k in (2, 4, 8, 64, 1024)},
-            "match": ddp["match"]["wire"], "holds": False, "verdict": _verdict(False),
+            "match": ddp.match.wire, "holds": False, "verdict": _verdict(False),
             "correct": "each rank sends 2(N-1)/N·Ψ elements (and receives as many): 1.5Ψ at N = 4, "
                        "-> 2Ψ for large N (ZeRO §7.1)"}
 
@@ -347,15 +347,15 @@ def zero1_gather_optional() -> dict:
     (whose losses equal single-process training to 1e-6 when the algorithm is right)."""
     ok = measure("zero1", recipe="fp32")
     broken = measure("zero1", recipe="fp32", strategy_class=f"{__name__}:ZeRO1WithoutGather")
-    rel = lambda r: max(abs(a - b) / abs(b) for a, b in zip(r["losses"], r["reference_losses"]))
-    gathers = [c for c in ok["ranks"][0]["timeline"]["comm"] if c["op"] == "all_gather" and c["step"] == 0]
+    rel = lambda r: max(abs(a - b) / abs(b) for a, b in zip(r.losses, r.reference_losses))
+    gathers = [c for c in ok.ranks[0].timeline.comm if c["op"] == "all_gather" and c["step"] == 0]
     return {"claim": "ZeRO-1's parameter all-gather is optional",
-            "optim_per_rank": ok["ranks"][0]["measured"]["optim"],
+            "optim_per_rank": ok.ranks[0].measured.optim,
             "optim_full": recipes.get_recipe("fp32").optim_bytes * psi(),  # m, v: fp32 is its own master
             "gathered_bytes": sum(c["payload"] for c in gathers),
             "loss_rel_diff": {"zero1": rel(ok), "without_gather": rel(broken)},
             "losses": {"reference": ok["reference_losses"], "zero1": ok["losses"], "without_gather": broken["losses"]},
-            "match": ok["match"]["model_states"] and ok["match"]["comm"],
+            "match": ok.match.model_states and ok.match.comm,
             "holds": rel(broken) <= 1e-6, "verdict": _verdict(rel(broken) <= 1e-6),
             "correct": "required: each rank updates only its own 1/N; the all-gather brings the other "
                        "N-1 updated chunks, or the replicas drift apart"}
@@ -366,21 +366,21 @@ def zero3_fetches_neighbours() -> dict:
     it needs them" (that is tensor parallelism). ZeRO-3 all-gathers a unit's full parameters
     before the unit computes, and frees them after: read from the timeline of an fsdp1 run."""
     z3 = measure("fsdp1")
-    rk = z3["ranks"][0]
-    rec = recipes.get_recipe(z3["recipe"])
-    last = z3["steps"] - 1
-    events = [e for e in rk["timeline"]["events"] if e["step"] == last]
+    rk = z3.ranks[0]
+    rec = recipes.get_recipe(z3.recipe)
+    last = z3.steps - 1
+    events = [e for e in rk.timeline.events if e["step"] == last]
     fwd_end = next(i for i, e in enumerate(events) if e["kind"] == Ev.FORWARD_END)
     units = [{"unit": e["unit"], "gathered_bytes": e["bytes"]["gathered"]}
              for e in events[:fwd_end] if e["kind"] == Ev.UNSHARD]
     unit_params = [sum(p.numel() for p in m.parameters()) for m in _fact_units()]
     for u in units:
         u["full_unit_bytes"] = unit_params[u["unit"]] * rec.param_bytes
-        u["shard_bytes"] = unit_params[u["unit"]] * rec.param_bytes // z3["n"]
+        u["shard_bytes"] = unit_params[u["unit"]] * rec.param_bytes // z3.n
     full = all(u["gathered_bytes"] == u["full_unit_bytes"] for u in units)
     return {"claim": "ZeRO-3 computes on shards, fetching neighbours' params", "units": units,
-            "param_bytes_per_rank": rk["measured"]["param"], "model_param_bytes": psi() * rec.param_bytes,
-            "match": z3["match"]["model_states"] and z3["match"]["comm"],
+            "param_bytes_per_rank": rk.measured.param, "model_param_bytes": psi() * rec.param_bytes,
+            "match": z3.match.model_states and z3.match.comm,
             "holds": not full, "verdict": _verdict(not full),
             "correct": "ZeRO-3 all-gathers each unit's FULL parameters before its forward (and again before "
                        "its backward) and computes as DDP would; computing on shards is tensor parallelism"}
@@ -395,15 +395,15 @@ def _fact_units():
 def zero3_model_size_over_n() -> dict:
     """Claim 13: "ZeRO-3 needs about model size / N per GPU" (plus activations)."""
     z3 = measure("fsdp1")
-    me = z3["ranks"][0]["measured"]
-    rec = recipes.get_recipe(z3["recipe"])
-    model_over_n = Fraction(rec.param_bytes * psi(), z3["n"])
-    ratio = Fraction(me["total"]) / model_over_n
-    return {"claim": "ZeRO-3 needs ~ model size / N per GPU", "total_per_rank": me["total"],
-            "predicted": z3["ranks"][0]["predicted"]["total"], "model_size_over_n": model_over_n,
+    me = z3.ranks[0].measured
+    rec = recipes.get_recipe(z3.recipe)
+    model_over_n = Fraction(rec.param_bytes * psi(), z3.n)
+    ratio = Fraction(me.total) / model_over_n
+    return {"claim": "ZeRO-3 needs ~ model size / N per GPU", "total_per_rank": me.total,
+            "predicted": z3.ranks[0].predicted.total, "model_size_over_n": model_over_n,
             "times": ratio, "gb_7b_n8": {"model_over_n": Fraction(2 * 7 * 10**9, 8),
                                          "zero3": theory.model_states("fsdp1", 7e9, 8).total},
-            "match": z3["match"]["model_states"], "holds": ratio == 1, "verdict": _verdict(ratio == 1),
+            "match": z3.match.model_states, "holds": ratio == 1, "verdict": _verdict(ratio == 1),
             "correct": "16Ψ/N of model states (8x 'model size / N' with bf16 weights), plus activations "
                        "and the unit being gathered"}
 

@@ -19,15 +19,16 @@ It is a measurement, noisy like any wall-clock time; the byte counts are the exa
 """
 from __future__ import annotations
 
+from ..reports import Timeline
 from .ledger import BACKWARD_BEGIN, BACKWARD_END
 
 GRAD_OPS = ("all_reduce", "reduce_scatter")
 
 
-def backward_windows(timeline: dict, step: int | None = None) -> list[tuple[float, float]]:
+def backward_windows(timeline: Timeline, step: int | None = None) -> list[tuple[float, float]]:
     """(begin, end) of every backward pass in `step` (all steps when None)."""
     out, begin = [], None
-    for m in sorted(timeline["marks"], key=lambda m: m["t"]):
+    for m in sorted(timeline.marks, key=lambda m: m["t"]):
         if step is not None and m["step"] != step:
             continue
         if m["kind"] == BACKWARD_BEGIN:
@@ -38,9 +39,9 @@ def backward_windows(timeline: dict, step: int | None = None) -> list[tuple[floa
     return out
 
 
-def grad_comm(timeline: dict, step: int | None = None, ops=GRAD_OPS) -> list[dict]:
+def grad_comm(timeline: Timeline, step: int | None = None, ops=GRAD_OPS) -> list[dict]:
     """The step's gradient-reduction records that finished (all steps when None)."""
-    return [c for c in timeline["comm"] if c["op"] in ops and c.get("t_end") is not None
+    return [c for c in timeline.comm if c["op"] in ops and c.get("t_end") is not None
             and (step is None or c["step"] == step)]
 
 
@@ -48,7 +49,7 @@ def _inside(a: float, b: float, windows) -> float:
     return sum(max(0.0, min(b, e) - max(a, s)) for s, e in windows)
 
 
-def overlap_fraction(timeline: dict, step: int | None = None, ops=GRAD_OPS) -> float | None:
+def overlap_fraction(timeline: Timeline, step: int | None = None, ops=GRAD_OPS) -> float | None:
     """Fraction of gradient-reduction time hidden behind backward (asynchronous collectives
     inside a backward window); None if no such time was spent
     (one rank: collectives of a group of one take no time)."""
@@ -63,7 +64,7 @@ def overlap_fraction(timeline: dict, step: int | None = None, ops=GRAD_OPS) -> f
     return inside / total if total > 0 else None
 
 
-def launched_in_backward(timeline: dict, step: int | None = None, ops=GRAD_OPS) -> int:
+def launched_in_backward(timeline: Timeline, step: int | None = None, ops=GRAD_OPS) -> int:
     """How many gradient reductions started before their backward pass ended."""
     n = 0
     for s in sorted({c["step"] for c in grad_comm(timeline, step, ops)}):

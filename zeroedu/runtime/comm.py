@@ -223,7 +223,8 @@ class Comm:
                 elem: int = 1) -> CommRecord:
         rec = CommRecord(op, str(tag), axis.name, axis.size, payload, factor * payload,
                          self.ledger.step, self.ledger.now(),
-                         unit=getattr(tag, "unit", None), moves=getattr(tag, "moves", None))
+                         unit=getattr(tag, "unit", None), moves=getattr(tag, "moves", None),
+                         detail=list(getattr(tag, "detail", ())))
         rec.implementation = self.implementation if op in ("reduce_scatter", "all_gather") else "backend"
         rec.messages = wire.messages(op, numel, elem, axis.size, rec.implementation)
         if self.meter is not None and self.ledger.per_collective_wire:

@@ -105,6 +105,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..kinds import CATEGORIES, MODEL_STATE, OPTIM_PARTS, TIMELINE_MODES, TRANSIENT, EventKind  # noqa: F401
+from ..reports import Measured, Timeline, WireReport
 
 # The step's frame under the names strategies (and the notebooks' code) already use.
 BACKWARD_BEGIN = EventKind.BACKWARD_BEGIN
@@ -138,6 +139,7 @@ class CommRecord:
     # From the tag's parts (`zeroedu.runtime.comm.Tag`), so readers never split the tag text:
     unit: int | None = None  # the unit whose buffer moved, when the tag names one
     moves: str | None = None  # "grads", "params" or "data"; None for a plain-text tag
+    detail: list[str] = field(default_factory=list)  # the tag's finer parts: ["param8"] in a unit
 
     def plain(self) -> dict:
         d = asdict(self)
@@ -537,25 +539,22 @@ class Ledger:
         return out
 
     # ------------------------------------------------------------------ report
-    def measured(self) -> dict[str, Any]:
+    def measured(self) -> Measured:
         """The report's `measured` block: model states at the last optimizer step + comm of that step."""
         b = self.model_state_bytes
         optim = sum(b.get(c, 0) for c in OPTIM_PARTS)
-        return {
-            "param": b.get("param", 0),
-            "grad": b.get("grad", 0),
-            "optim": optim,
-            "total": b.get("param", 0) + b.get("grad", 0) + optim,
-            "optim_detail": {c: b.get(c, 0) for c in OPTIM_PARTS},
+        return Measured(
+            param=b.get("param", 0), grad=b.get("grad", 0), optim=optim,
+            total=b.get("param", 0) + b.get("grad", 0) + optim,
+            optim_detail={c: b.get(c, 0) for c in OPTIM_PARTS},
             # What autograd saved for backward at the last forward/backward boundary.
-            "activations": self.activation_bytes,
+            activations=self.activation_bytes,
             # Zero-byte entries (a group of one) are dropped, as in the prediction.
-            "comm": {k: float(v) for k, v in sorted(self.comm_by_collective().items()) if v},
-            "comm_by_axis": {a: {k: float(v) for k, v in sorted(d.items()) if v}
-                             for a, d in sorted(self.comm_by_axis().items()) if any(d.values())},
-        }
+            comm={k: float(v) for k, v in sorted(self.comm_by_collective().items()) if v},
+            comm_by_axis={a: {k: float(v) for k, v in sorted(d.items()) if v}
+                          for a, d in sorted(self.comm_by_axis().items()) if any(d.values())})
 
-    def wire_report(self) -> dict[str, Any]:
+    def wire_report(self) -> WireReport:
         """Bytes this rank wrote to its sockets since the current step began (the last step,
         when called after training): per step, per mesh axis, and per collective where each
         collective of that kind ran alone."""
@@ -564,7 +563,7 @@ class Ledger:
                   "store's socket excluded; gloo's framing included, TCP/IP headers not")
         if self.wire is None or not getattr(self.wire, "available", False):
             reason = getattr(self.wire, "reason", "") or "no wire meter on this rank"
-            return {"sent": None, "method": method, "reason": reason}
+            return WireReport(sent=None, method=method, reason=reason)
         d = self.wire.sent_since(self._wire_start)
         by_axis: dict[str, int] = {}
         for label, b in d.per_label.items():
@@ -579,14 +578,10 @@ class Ledger:
             for op in kinds:
                 prev = by_op.get(op, 0)
                 by_op[op] = prev + sent if prev is not None and len(kinds) == 1 else None
-        return {"sent": d.sent, "method": method, "by_axis": dict(sorted(by_axis.items())),
-                "by_collective": {k: v for k, v in sorted(by_op.items()) if v is not None},
-                "messages": sum(r.messages for r in recs), "complete": d.complete,
-                "retransmitted": d.retrans}
+        return WireReport(sent=d.sent, method=method, by_axis=dict(sorted(by_axis.items())),
+                          by_collective={k: v for k, v in sorted(by_op.items()) if v is not None},
+                          messages=sum(r.messages for r in recs), complete=d.complete, retransmitted=d.retrans)
 
-    def timeline(self) -> dict[str, Any]:
-        return {
-            "events": [e.plain() for e in self.events],
-            "marks": [m.plain() for m in self.marks],
-            "comm": [r.plain() for r in self.comm],
-        }
+    def timeline(self) -> Timeline:
+        return Timeline(events=[e.plain() for e in self.events], marks=[m.plain() for m in self.marks],
+                        comm=[r.plain() for r in self.comm])

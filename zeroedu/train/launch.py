@@ -15,6 +15,7 @@ from .. import theory
 from ..models import check_trainable, unit_shapes
 from ..models import units as model_units
 from ..recipes import TOLERANCE, get_recipe
+from ..reports import Match, Predicted, RankReport, RunReport
 from ..runtime import analysis, cluster
 from ..runtime.comm import resolve_implementation
 from ..runtime.wire import FRAMING_PER_MESSAGE
@@ -24,7 +25,7 @@ from .reference import reference
 from .runner import build_run, strategy_cls, train_steps
 
 
-def predicted(cfg: RunConfig, rank: int, cuda: bool = False) -> dict[str, Any]:
+def predicted(cfg: RunConfig, rank: int, cuda: bool = False) -> Predicted:
     """The closed forms, exact mode, for this model and this rank."""
     cfg = cfg.resolved()
     model = cfg.model.build()
@@ -38,7 +39,7 @@ def predicted(cfg: RunConfig, rank: int, cuda: bool = False) -> dict[str, Any]:
                                    trainable=trainable)
     comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe, trainable=trainable,
                              **theory_comm_options(cfg))
-    d = ms.as_dict()
+    d = ms.as_dict()  # param, grad, optim, total, optim_detail
     # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
     # when the backend's collectives run (`theory.comm.on_the_wire`).
     transport = "nccl" if cuda else "gloo"
@@ -51,7 +52,7 @@ def predicted(cfg: RunConfig, rank: int, cuda: bool = False) -> dict[str, Any]:
     d["comm"] = {k: float(v) for k, v in sorted(comm.by_collective().items()) if v}
     d["comm_by_axis"] = {a: {k: float(v) for k, v in sorted(c.items()) if v}
                          for a, c in sorted(comm.items()) if any(c.values())}
-    return d
+    return Predicted(**d)
 
 
 def theory_comm_options(cfg: RunConfig) -> dict:
@@ -70,6 +71,7 @@ def train_job(ctx, cfg: dict) -> dict:
     ledger.step = cfg.steps - 1
     out = {
         "rank": ctx.rank,
+        "backend": ctx.backend,
         "measured": ledger.measured(),
         "predicted": predicted(cfg, ctx.rank, cuda=ctx.device.startswith("cuda")),
         "peak": ledger.peak,
@@ -94,7 +96,7 @@ def train_job(ctx, cfg: dict) -> dict:
 
 
 def run(cfg: RunConfig, *, pool: cluster.Pool | None = None, on_event: Callable | None = None,
-        warm: bool = True, timeout: float | None = None) -> dict[str, Any]:
+        warm: bool = True, timeout: float | None = None) -> RunReport:
     """Train on `cfg.world_size` real ranks; return the report (see README, "JSON report")."""
     cfg = cfg.resolved()
     check_trainable(cfg.model.build(), strategy_cls(cfg).TRAINS_FROZEN)  # before any rank starts
@@ -108,58 +110,50 @@ def run(cfg: RunConfig, *, pool: cluster.Pool | None = None, on_event: Callable 
     return assemble(cfg, ranks)
 
 
-def assemble(cfg: RunConfig, ranks: list[dict]) -> dict[str, Any]:
+def assemble(cfg: RunConfig, ranks: list[dict]) -> RunReport:
+    """The ranks' plain results (`train_job`) typed once, beside single-process training."""
     cfg = cfg.resolved()
     ref_losses, ref_params = reference(cfg)
-    n = len(ranks)
-    for r in ranks:  # share of gradient communication hidden behind backward (a measurement)
-        r["overlap"] = analysis.overlap_fraction(r["timeline"])
-    losses = [sum(r["losses"][k] for r in ranks) / n for k in range(cfg.steps)]
-    report = {
-        "strategy": cfg.strategy,
-        "world_size": cfg.world_size,
-        "n": cfg.n,
-        "m": cfg.m,
-        "recipe": cfg.recipe,
-        "steps": cfg.steps,
-        "model": cfg.model.name,
-        "global_batch": cfg.global_batch,
-        "micro_batches": cfg.micro_batches,
-        "recompute": cfg.recompute,
-        "clip_grad_norm": cfg.clip_grad_norm,
-        "collectives": resolve_implementation(
-            cfg.collectives, "nccl" if any("cuda_max_memory_allocated" in r for r in ranks) else "gloo"),
-        "options": dict(cfg.options),
-        "timeline_mode": cfg.timeline,
-        "psi": sum(p.numel() for p in ref_params),
-        "ranks": ranks,
-        "losses": losses,
-        "reference_losses": ref_losses,
-        "match": {
-            "model_states": all(_states_match(r) for r in ranks),
-            "comm": all(r["measured"]["comm"] == r["predicted"]["comm"]
-                        and r["measured"]["comm_by_axis"] == r["predicted"]["comm_by_axis"] for r in ranks),
+    backends = {r.pop("backend") for r in ranks}
+    if len(backends) != 1:
+        raise RuntimeError(f"the ranks ran on different backends: {sorted(backends)}")
+    backend = backends.pop()
+    reports = [RankReport.from_plain(r) for r in ranks]
+    n = len(reports)
+    for r in reports:  # share of gradient communication hidden behind backward (a measurement)
+        r.overlap = analysis.overlap_fraction(r.timeline)
+    losses = [sum(r.losses[k] for r in reports) / n for k in range(cfg.steps)]
+    report = RunReport(
+        strategy=cfg.strategy, world_size=cfg.world_size, n=cfg.n, m=cfg.m, recipe=cfg.recipe,
+        steps=cfg.steps, model=cfg.model.name, global_batch=cfg.global_batch,
+        micro_batches=cfg.micro_batches, recompute=cfg.recompute, clip_grad_norm=cfg.clip_grad_norm,
+        collectives=resolve_implementation(cfg.collectives, backend), backend=backend,
+        options=dict(cfg.options), timeline_mode=cfg.timeline,
+        psi=sum(p.numel() for p in ref_params), ranks=reports, losses=losses, reference_losses=ref_losses,
+        match=Match(
+            model_states=all(r.measured.model_states() == r.predicted.model_states() for r in reports),
+            comm=all(r.measured.comm == r.predicted.comm and r.measured.comm_by_axis == r.predicted.comm_by_axis
+                     for r in reports),
             # The bytes measured on the wire against the ring model (gloo's framing allowed for,
             # see `wire_match`); None where nothing could be measured (NCCL).
-            "wire": wire_match(ranks),
+            wire=wire_match(reports),
             # None where the model has no closed form (a custom model): measured only.
-            "activations": (None if any(r["predicted"]["activations"] is None for r in ranks) else
-                            all(r["measured"]["activations"] == r["predicted"]["activations"] for r in ranks)),
+            activations=(None if any(r.predicted.activations is None for r in reports) else
+                         all(r.measured.activations == r.predicted.activations for r in reports)),
             # Training itself: every step's loss against single-process training, within the
             # recipe's relative tolerance. (Parameters are compared by the tests, per tensor and
             # per model: a GPT's attention key bias has an exactly zero gradient, so Adam turns
             # round-off there into lr-sized steps of either sign, and no single tolerance fits.)
-            "losses": losses_match(losses, ref_losses, cfg.recipe),
-        },
-    }
-    if ranks and "params" in ranks[0]:
-        report["params"] = ranks[0]["params"]
-        report["reference_params"] = ref_params
+            losses=losses_match(losses, ref_losses, cfg.recipe)))
+    if reports and reports[0].params is not None:
+        report.params, report.reference_params = reports[0].params, ref_params
         # Every rank ends with the same full parameters (replicas stay identical; sharded
         # strategies gather the same shards): the largest difference from rank 0's.
-        report["replica_max_diff"] = max(
-            (float((a - b).abs().max()) for r in ranks[1:] for a, b in zip(r.pop("params"), report["params"])),
+        report.replica_max_diff = max(
+            (float((a - b).abs().max()) for r in reports[1:] for a, b in zip(r.params, report.params)),
             default=0.0)
+        for r in reports[1:]:
+            r.params = None  # rank 0's are the report's
     return report
 
 
@@ -171,7 +165,7 @@ def losses_match(losses: list[float], ref: list[float], recipe: str) -> bool:
 WIRE_MARGIN = 0.01  # relative, around the payload the ring model (of this implementation) predicts
 
 
-def wire_match(ranks: list[dict]) -> bool | None:
+def wire_match(ranks: list[RankReport]) -> bool | None:
     """Every rank's measured wire bytes within 1 % of the predicted payload, plus at most gloo's
     framing: 144 B per point-to-point message (`zeroedu.runtime.wire`), for the messages this
     rank's collectives send at most (`wire.messages`; gloo skips the empty segments of buffers
@@ -181,15 +175,10 @@ def wire_match(ranks: list[dict]) -> bool | None:
     return None if None in oks else all(oks)
 
 
-def rank_wire_ok(r: dict) -> bool | None:
+def rank_wire_ok(r: RankReport) -> bool | None:
     """One rank's wire bytes within the margin of `wire_match` (None: not measured)."""
-    if r["wire"]["sent"] is None:
+    if r.wire.sent is None:
         return None
-    payload, sent = r["predicted"]["wire"], r["wire"]["sent"]
-    framing = FRAMING_PER_MESSAGE * r["wire"]["messages"]
+    payload, sent = r.predicted.wire, r.wire.sent
+    framing = FRAMING_PER_MESSAGE * r.wire.messages
     return bool((1 - WIRE_MARGIN) * payload - 64 <= sent <= (1 + WIRE_MARGIN) * payload + framing + 64)
-
-
-def _states_match(r: dict) -> bool:
-    me, pr = r["measured"], r["predicted"]
-    return all(me[k] == pr[k] for k in ("param", "grad", "optim", "total"))

@@ -30,6 +30,7 @@ from numbers import Number
 from typing import Any, Callable
 
 from ...fmt import number
+from ...reports import Match, Measured, Predicted, RankReport, RunReport, Timeline, WireReport
 
 KINDS = ("number", "choice", "set", "name")
 STYLES = ("formula", "predict", "measure", "find-the-bug")
@@ -88,6 +89,24 @@ class Exercise:
         if self.kind in ("choice", "set"):
             return f"options are {', '.join(sorted(self.options))}"
         return "not the expected answer"
+
+
+def example_report(*ranks: dict, **fields) -> RunReport:
+    """A report holding only what an exercise reads, for its `example` context (the tests check
+    each exercise against it); every other field empty. Each rank is a dict of the `RankReport`
+    fields it needs, its blocks as dicts of their fields: ``{"wire": {"sent": 42}}``."""
+    def rank(i: int, d: dict) -> RankReport:
+        d = dict(d)
+        return RankReport(rank=d.pop("rank", i), measured=Measured(**d.pop("measured", {})),
+                          predicted=Predicted(**d.pop("predicted", {})), wire=WireReport(**d.pop("wire", {})),
+                          timeline=Timeline(**d.pop("timeline", {})), **d)
+
+    run = dict(strategy="", world_size=len(ranks), n=len(ranks), m=1, recipe="", steps=1, model="",
+               global_batch=0, micro_batches=1, recompute="none", clip_grad_norm=None, collectives="ring",
+               backend="gloo", options={}, timeline_mode="full", psi=0, losses=[], reference_losses=[],
+               match=Match(model_states=True, comm=True, wire=None, activations=None, losses=True))
+    run.update(fields)
+    return RunReport(ranks=[rank(i, d) for i, d in enumerate(ranks)], **run)
 
 
 REGISTRY: dict[str, Exercise] = {}

@@ -2,14 +2,14 @@
 accumulation costs on the wire, and DDP's closed forms.
 
 Context the measure exercise reads: `base` and `acc`, the reports of bucketed DDP with one
-micro-batch per step and with K = 4 (report["ranks"][r]["wire"]["sent"]: bytes the kernel
+micro-batch per step and with K = 4 (report.ranks[r].wire.sent: bytes the kernel
 counted on rank r's sockets in the last optimizer step).
 """
 from __future__ import annotations
 
 from ... import theory
 from ...models import get_model, make_model, unit_shapes
-from . import Exercise, Wrong, register
+from . import Exercise, Wrong, example_report, register
 
 _CATEGORY_OPTIONS = {"a": "parameters (bf16)", "b": "gradients (bf16)",
                      "c": "optimizer state (fp32 master, Adam m and v)",
@@ -25,11 +25,11 @@ def _largest_category(model="gpt-small", n=4, micro_batch=2, recipe="mixed-bf16"
 
 
 def _wire(report, rank=0):
-    return report["ranks"][rank]["wire"]["sent"]
+    return report.ranks[rank].wire.sent
 
 
 def _accumulation_example():
-    sent = {"ranks": [{"wire": {"sent": 9_738_346}}]}
+    sent = example_report({"wire": {"sent": 9_738_346}})
     return {"base": sent, "acc": sent}
 
 
@@ -65,7 +65,7 @@ register(
                "per optimizer step on rank 0, divided by those of the run with K = 1?",
         expected=lambda base, acc, **_: _wire(acc) / _wire(base),
         example=_accumulation_example,
-        hint="divide report['ranks'][0]['wire']['sent'] of the two runs",
+        hint="divide report.ranks[0].wire.sent of the two runs",
         wrong=(Wrong(4, "one all-reduce per micro-batch would send 4×; inside no_sync the hooks stay quiet "
                         "and only the last backward of the step launches the buckets"),
                Wrong(0.25, "the bytes do not shrink either: the gradient is as large as the model, whatever "

@@ -1,14 +1,14 @@
 """Notebook 03 (ZeRO-1): 2Ψ vs 3Ψ on the wire, a broken ZeRO-1 to diagnose, and the closed forms.
 
 Context the measure exercise reads: `runs`, notebook 03's reports keyed by
-(strategy, collectives), e.g. runs["zero1", "ring"]; report["ranks"][r]["wire"]["sent"] is what
+(strategy, collectives), e.g. runs["zero1", "ring"]; report.ranks[r].wire.sent is what
 the kernel counted on rank r's sockets in the last optimizer step.
 """
 from __future__ import annotations
 
 from ... import theory
 from ...models import get_model, make_model, unit_shapes
-from . import Exercise, Wrong, register
+from . import Exercise, Wrong, example_report, register
 
 
 def _on_the_wire(strategy: str, implementation: str, model="gpt-small", n=4):
@@ -23,16 +23,16 @@ def _backend_prediction() -> str:
 
 
 def _wire(report, rank=0):
-    return report["ranks"][rank]["wire"]["sent"]
+    return report.ranks[rank].wire.sent
 
 
 def _predicted_comm(report, rank=0):
-    return sum(report["ranks"][rank]["predicted"]["comm"].values())
+    return sum(report.ranks[rank].predicted.comm.values())
 
 
 def _runs_example():
     def rep(wire, comm):
-        return {"ranks": [{"wire": {"sent": wire}, "predicted": {"comm": comm}}]}
+        return example_report({"wire": {"sent": wire}, "predicted": {"comm": comm}})
 
     return {"runs": {("zero1", "ring"): rep(9_731_436, {"all_gather": 4_863_126.0, "reduce_scatter": 4_863_126.0}),
                      ("zero1_allreduce", "ring"): rep(14_602_342, {"all_gather": 4_863_126.0,
@@ -58,7 +58,7 @@ register(
                "all-reduce's wasted all-gather half, i.e. zero1_allreduce's wire bytes minus zero1's?",
         expected=lambda runs, **_: _wire(runs["zero1_allreduce", "ring"]) - _wire(runs["zero1", "ring"]),
         rel=1e-4, example=_runs_example,
-        hint="subtract report['ranks'][0]['wire']['sent'] of the two ring runs",
+        hint="subtract report.ranks[0].wire.sent of the two ring runs",
         wrong=(Wrong(lambda runs, **_: (_predicted_comm(runs["zero1_allreduce", "ring"])
                                         - _predicted_comm(runs["zero1", "ring"])),
                      "that is the ring model's difference, (N-1)/N · ΨG; the wire also carries gloo's framing, "

@@ -3,15 +3,15 @@ accumulation's price, and a ZeRO-2 that loses micro-batches."""
 from __future__ import annotations
 
 from ... import theory
-from . import Exercise, Wrong, register
+from . import Exercise, Wrong, example_report, register
 
 
-def _r0(report: dict, key: str):
-    return report["ranks"][0]["measured"][key]
+def _r0(report, key: str):
+    return getattr(report.ranks[0].measured, key)
 
 
-def _fake(total: int, grad: int, comm: dict, wire: int) -> dict:
-    return {"ranks": [{"measured": {"total": total, "grad": grad, "comm": comm}, "wire": {"sent": wire}}]}
+def _fake(total: int, grad: int, comm: dict, wire: int):
+    return example_report({"measured": {"total": total, "grad": grad, "comm": comm}, "wire": {"sent": wire}})
 
 
 def _example_pair() -> dict:
@@ -69,7 +69,7 @@ register(
         prompt="From the two reports (`zero1`, `zero2`): how many bytes does rank 0 of ZeRO-2 save at the "
                "optimizer step against ZeRO-1 (the measured totals)?",
         expected=lambda zero1, zero2: _r0(zero1, "total") - _r0(zero2, "total"),
-        hint="report['ranks'][0]['measured']['total'] is what the ledger counted at the optimizer step.",
+        hint="report.ranks[0].measured.total is what the ledger counted at the optimizer step.",
         wrong=(Wrong(lambda zero1, zero2: _r0(zero1, "grad"),
                      "that is ZeRO-1's whole gradient; ZeRO-2 still keeps its own 1/N slice of it"),
                Wrong(0, "the totals differ: look at the grad category"),
@@ -98,12 +98,12 @@ register(
         id="04.5", kind="number", style="measure",
         prompt="From the ZeRO-2 run with K = 4 (`report`): how many bytes did rank 0 write to its sockets in "
                "the last optimizer step (the wire, kernel counters)?",
-        expected=lambda report: report["ranks"][0]["wire"]["sent"],
+        expected=lambda report: report.ranks[0].wire.sent,
         rel=1e-7,  # an exact count: the ring model is within 0.1 % of it and must not pass
-        hint="report['ranks'][0]['wire'] holds what the kernel counted; measured['comm'] is the ring model.",
-        wrong=(Wrong(lambda report: sum(report["ranks"][0]["measured"]["comm"].values()),
+        hint="report.ranks[0].wire holds what the kernel counted; measured.comm is the ring model.",
+        wrong=(Wrong(lambda report: sum(report.ranks[0].measured.comm.values()),
                      "that is the ring model of the payloads; the wire adds gloo's framing, 144 B a message"),
-               Wrong(lambda report: report["ranks"][0]["measured"]["comm"]["reduce_scatter"],
+               Wrong(lambda report: report.ranks[0].measured.comm["reduce_scatter"],
                      "that is the ring model of the reduce-scatters alone")),
         example=_example_k4,
     ),

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from ... import theory
 from ...kinds import EventKind
-from . import Exercise, Wrong, register
+from ...reports import RunReport
+from . import Exercise, Wrong, example_report, register
 
 GB = 1e9
 
 
-def _forward_end(report: dict, rank: int = 0) -> dict:
+def _forward_end(report: RunReport, rank: int = 0) -> dict:
     """Bytes by category at the last step's forward/backward boundary ("forward end" event)."""
-    evs = report["ranks"][rank]["timeline"]["events"]
-    return [e for e in evs if e["step"] == report["steps"] - 1 and e["kind"] == EventKind.FORWARD_END][-1]["bytes"]
+    evs = report.ranks[rank].timeline.events
+    return [e for e in evs if e["step"] == report.steps - 1 and e["kind"] == EventKind.FORWARD_END][-1]["bytes"]
 
 
-def _gathered_at_forward_end(report: dict) -> int:
+def _gathered_at_forward_end(report: RunReport) -> int:
     return _forward_end(report)["gathered"]
 
 
@@ -24,7 +25,7 @@ def _example_keep() -> dict:
     # gpt-small, N = 4, mixed-bf16, reshard_after_forward=False: every unit's bf16 params alive
     ev = {"t": 1.0, "kind": EventKind.FORWARD_END.value, "unit": None, "label": "forward end", "step": 1,
           "bytes": {"param": 1_621_042, "gathered": 6_484_168, "activation": 9_811_972}}
-    return {"report": {"steps": 2, "ranks": [{"timeline": {"events": [ev]}}]}}
+    return {"report": example_report({"timeline": {"events": [ev]}}, steps=2)}
 
 
 def _teeth_answer() -> str:
@@ -82,7 +83,7 @@ register(
                "parameters does rank 0 hold at the forward/backward boundary of the last step (its "
                "'forward end' event)?",
         expected=_gathered_at_forward_end,
-        hint="report['ranks'][0]['timeline']['events']: pick the last step's 'forward end' event; its "
+        hint="report.ranks[0].timeline.events: pick the last step's 'forward end' event; its "
              "'bytes' are split by category.",
         wrong=(Wrong(0, "that is with resharding after forward; this run keeps every unit gathered"),
                Wrong(lambda report: _forward_end(report)["activation"],

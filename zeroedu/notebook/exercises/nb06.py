@@ -7,7 +7,7 @@ from ... import theory
 from ...kinds import RECOMPUTE_MODES
 from ...models import PRESETS
 from ...theory.activations import korthikanti_layer_bytes
-from . import Exercise, Wrong, register
+from . import Exercise, Wrong, example_report, register
 
 # GPT-3 175B's layer (Korthikanti et al. 2022, Table 3): s = 2048, b = 1, h = 12288, a = 96
 S175, B175, H175, A175 = 2048, 1, 12288, 96
@@ -41,13 +41,13 @@ def _grows_with_k() -> list[str]:
 
 
 def _activations(mode: str):
-    return lambda reports: reports[mode]["ranks"][0]["measured"]["activations"]
+    return lambda reports: reports[mode].ranks[0].measured.activations
 
 
 def _example_reports() -> dict:
     # gpt-small, N = 4 (2 sequences per rank), mixed-bf16: the closed forms' figures
     cfg = PRESETS["gpt-small"]
-    return {"reports": {mode: {"ranks": [{"measured": {"activations": cfg.activation_bytes(2, 2, mode)}}]}
+    return {"reports": {mode: example_report({"measured": {"activations": cfg.activation_bytes(2, 2, mode)}})
                         for mode in RECOMPUTE_MODES}}
 
 
@@ -82,7 +82,7 @@ register(
         prompt="From the three runs (`reports['none' | 'selective' | 'full']`): how many bytes of activations "
                "did full recompute save on rank 0, against no recompute, for one micro-batch?",
         expected=lambda reports: _activations("none")(reports) - _activations("full")(reports),
-        hint="report['ranks'][0]['measured']['activations'] is what the ledger counted at 'forward end'.",
+        hint="report.ranks[0].measured.activations is what the ledger counted at 'forward end'.",
         wrong=(Wrong(lambda reports: _activations("none")(reports) - _activations("selective")(reports),
                      "that is what selective recompute saves"),
                Wrong(_activations("full"), "that is what full recompute keeps, not what it saves"),

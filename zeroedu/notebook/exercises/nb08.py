@@ -3,27 +3,28 @@ and a batched FSDP2 that reads its gradients from the wrong offsets."""
 from __future__ import annotations
 
 from ... import shard, theory
-from . import Exercise, Wrong, register
+from ...reports import RunReport
+from . import Exercise, Wrong, example_report, register
 
 
-def _total(report: dict, rank: int) -> int:
-    return report["ranks"][rank]["measured"]["total"]
+def _total(report: RunReport, rank: int) -> int:
+    return report.ranks[rank].measured.total
 
 
-def _collectives_last_step(report: dict, rank: int = 0) -> int:
-    last = report["steps"] - 1
-    return sum(1 for c in report["ranks"][rank]["timeline"]["comm"] if c["step"] == last)
+def _collectives_last_step(report: RunReport, rank: int = 0) -> int:
+    last = report.steps - 1
+    return sum(1 for c in report.ranks[rank].timeline.comm if c["step"] == last)
 
 
 def _example_states() -> dict:
     # gpt-small, fp32, N = 3 (16 bytes per element): FSDP2's ranks hold 1,085,237 / 1,085,237 / 1,071,607
-    return {"report": {"ranks": [{"measured": {"total": 16 * e}} for e in (1085237, 1085237, 1071607)]}}
+    return {"report": example_report(*({"measured": {"total": 16 * e}} for e in (1085237, 1085237, 1071607)))}
 
 
 def _example_records() -> dict:
     # 6 units (54 parameters) of gpt-small, per-parameter FSDP2: 3 collectives per parameter per step
     step = [{"step": 1, "op": op} for _ in range(54) for op in ("all_gather", "all_gather", "reduce_scatter")]
-    return {"report": {"steps": 2, "ranks": [{"timeline": {"comm": [dict(c, step=0) for c in step] + step}}]}}
+    return {"report": example_report({"timeline": {"comm": [dict(c, step=0) for c in step] + step}}, steps=2)}
 
 
 register(
@@ -49,7 +50,7 @@ register(
         prompt="Read the FSDP2 run's report (`r2`): how many bytes of model states does rank 0 hold more "
                "than rank 2 (measured)?",
         expected=lambda report: _total(report, 0) - _total(report, 2),
-        hint="report['ranks'][r]['measured']['total'] for r = 0 and 2.",
+        hint="report.ranks[r].measured.total for r = 0 and 2.",
         wrong=(Wrong(lambda report: _total(report, 2) - _total(report, 0), "the sign: rank 2 holds less"),
                Wrong(0, "that is FSDP1, whose flat chunks are all the same size")),
         example=_example_states,
@@ -76,7 +77,7 @@ register(
         prompt="From the per-parameter run's report (`r3`): how many collectives did rank 0 issue in the last "
                "step? Count the ledger's records of that step.",
         expected=lambda report: _collectives_last_step(report),
-        hint="report['ranks'][0]['timeline']['comm'] lists every collective with its 'step'.",
+        hint="report.ranks[0].timeline.comm lists every collective with its 'step'.",
         wrong=(Wrong(18, "18 is the batched variant: two all-gathers and one reduce-scatter per unit"),
                Wrong(54, "one per parameter is not enough: each parameter is gathered twice and "
                          "reduce-scattered once per step"),

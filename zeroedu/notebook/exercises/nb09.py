@@ -3,30 +3,31 @@ wire, gradient accumulation into the fp32 buffer, and a distributed optimizer th
 from __future__ import annotations
 
 from ... import theory
-from . import Exercise, Wrong, register
+from ...reports import RunReport
+from . import Exercise, Wrong, example_report, register
 
 PSI_13B = 13e9
 
 
-def _share(report: dict, rank: int = 0) -> float:
-    comm = report["ranks"][rank]["measured"]["comm"]
+def _share(report: RunReport, rank: int = 0) -> float:
+    comm = report.ranks[rank].measured.comm
     return comm["reduce_scatter"] / (comm["reduce_scatter"] + comm["all_gather"])
 
 
-def _reduce_scatters(report: dict, rank: int = 0) -> int:
-    last = report["steps"] - 1
-    return sum(1 for c in report["ranks"][rank]["timeline"]["comm"]
+def _reduce_scatters(report: RunReport, rank: int = 0) -> int:
+    last = report.steps - 1
+    return sum(1 for c in report.ranks[rank].timeline.comm
                if c["step"] == last and c["op"] == "reduce_scatter")
 
 
 def _example_comm() -> dict:
     # gpt-small, megatron-bf16, N = 4: the padded buffers hold 3,242,084 elements
-    return {"report": {"ranks": [{"measured": {"comm": {"reduce_scatter": 9726252.0, "all_gather": 4863126.0}}}]}}
+    return {"report": example_report({"measured": {"comm": {"reduce_scatter": 9726252.0, "all_gather": 4863126.0}}})}
 
 
 def _example_accumulation() -> dict:
     step = [{"step": 1, "op": "reduce_scatter"} for _ in range(6)] + [{"step": 1, "op": "all_gather"} for _ in range(6)]
-    return {"report": {"steps": 2, "ranks": [{"timeline": {"comm": [dict(c, step=0) for c in step] + step}}]}}
+    return {"report": example_report({"timeline": {"comm": [dict(c, step=0) for c in step] + step}}, steps=2)}
 
 
 register(
@@ -80,7 +81,7 @@ register(
         prompt="From the run's report (`rep`): what share of rank 0's ring-model bytes per step is the gradient "
                "reduce-scatter? (A fraction between 0 and 1.)",
         expected=_share,
-        hint="rep['ranks'][0]['measured']['comm'] has the bytes of each collective.",
+        hint="rep.ranks[0].measured.comm has the bytes of each collective.",
         wrong=(Wrong(0.5, "a half would mean equal dtypes, ZeRO-1 with bf16 gradients; here the gradients "
                           "are fp32"),
                Wrong(lambda report: 1 - _share(report), "that is the all-gather's share")),
@@ -106,7 +107,7 @@ register(
         prompt="From the accumulation run's report (`acc`): how many reduce-scatters did rank 0 issue in the "
                "last optimizer step?",
         expected=_reduce_scatters,
-        hint="count the 'reduce_scatter' records of the last step in acc['ranks'][0]['timeline']['comm'].",
+        hint="count the 'reduce_scatter' records of the last step in acc.ranks[0].timeline.comm.",
         wrong=(Wrong(lambda report: 2 * _reduce_scatters(report),
                      "one per micro-batch and unit would be ZeRO-2; here it is one per unit and optimizer step"),
                Wrong(1, "there is one reduce-scatter per unit (gpt-small has 6), not one per step")),

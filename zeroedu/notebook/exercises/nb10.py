@@ -4,20 +4,20 @@ from __future__ import annotations
 
 from ... import theory
 from ...theory.hybrid import cross_domain_bytes, step_comm_time
-from . import Exercise, Wrong, register
+from ...reports import RunReport
+from . import Exercise, Wrong, example_report, register
 
 GB = 10**9
 
 
-def _outer_share(report: dict) -> float:
-    w = report["ranks"][0]["wire"]
-    return w["by_axis"]["dp_outer"] / w["sent"]
+def _outer_share(report: RunReport) -> float:
+    w = report.ranks[0].wire
+    return w.by_axis["dp_outer"] / w.sent
 
 
 def _example_hsdp_report() -> dict:
     # what notebook 10's HSDP run on gpt-small (2 x 2 mesh) reports for rank 0's wire
-    return {"ranks": [{"rank": 0, "wire": {"sent": 12974384,
-                                           "by_axis": {"dp_outer": 3245540, "dp_shard": 9728844}}}]}
+    return example_report({"wire": {"sent": 12974384, "by_axis": {"dp_outer": 3245540, "dp_shard": 9728844}}})
 
 
 def _faster_striped() -> str:
@@ -72,7 +72,7 @@ register(
     Exercise(
         id="10.3", kind="number", style="measure",
         prompt="From reports['hsdp']: what fraction of rank 0's bytes on the wire per step went over "
-               "dp_outer (report['ranks'][0]['wire'])?",
+               "dp_outer (report.ranks[0].wire)?",
         expected=_outer_share,
         rel=1e-2,
         example=lambda: {"report": _example_hsdp_report()},

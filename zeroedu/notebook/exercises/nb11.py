@@ -3,7 +3,7 @@ how bytes per rank grow with N on the wire, and a ZeRO-1 whose memory is off."""
 from __future__ import annotations
 
 from ... import catalog, theory
-from . import Exercise, Wrong, register
+from . import Exercise, Wrong, example_report, register
 
 # The "Which fits in 80 GB?" question of the notebook: 7B on N = 8 (hybrids 2 x 8), GPT shape
 # inferred from Ψ, S = 4096, micro-batch 2, selective recompute, each strategy's own recipe.
@@ -28,7 +28,7 @@ def _most_sent() -> str:
 
 
 def _wire(scaling: dict, strategy: str, n: int) -> int:
-    return scaling[(strategy, n)]["ranks"][0]["wire"]["sent"]
+    return scaling[(strategy, n)].ranks[0].wire.sent
 
 
 def _growth(scaling: dict) -> float:
@@ -37,7 +37,7 @@ def _growth(scaling: dict) -> float:
 
 def _example_scaling() -> dict:
     # rank 0's wire bytes per step of the notebook's gpt-tiny runs (fsdp1 at N = 2 and 4)
-    rep = lambda sent: {"ranks": [{"rank": 0, "wire": {"sent": sent}}]}
+    rep = lambda sent: example_report({"wire": {"sent": sent}})
     return {"scaling": {("fsdp1", 2): rep(94284), ("fsdp1", 4): rep(144018)}}
 
 
@@ -77,7 +77,7 @@ register(
         expected=_growth,
         rel=5e-2,
         example=_example_scaling,
-        hint="report['ranks'][0]['wire']['sent'] of each run; the ring says (3/4) / (1/2).",
+        hint="report.ranks[0].wire.sent of each run; the ring says (3/4) / (1/2).",
         wrong=(Wrong(2, "bytes per rank do not double with N: a ring sends (N-1)/N of each buffer per rank"),
                Wrong(1, "not constant either: (N-1)/N grows from 1/2 at N = 2 to 3/4 at N = 4"),
                Wrong(0.5, "upside down: more ranks, more bytes per rank, towards a limit of 3Ψ")),

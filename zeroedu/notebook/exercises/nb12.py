@@ -15,7 +15,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from ... import theory
-from . import Exercise, Wrong, register
+from ...reports import RunReport
+from . import Exercise, Wrong, example_report, register
 
 N = 4  # the notebook's runs use four ranks
 K = 4  # micro-batches in the accumulation runs
@@ -44,29 +45,28 @@ def _fsdp_over_ddp() -> str:
     return _nearest(_RATIO_VALUES, ratio)
 
 
-def _wire(report: dict, rank: int = 0) -> int:
-    return report["ranks"][rank]["wire"]["sent"]
+def _wire(report: RunReport, rank: int = 0) -> int:
+    return report.ranks[rank].wire.sent
 
 
-def _wire_ratio(ddp: dict, fsdp: dict) -> float:
+def _wire_ratio(ddp: RunReport, fsdp: RunReport) -> float:
     return _wire(fsdp) / _wire(ddp)
 
 
 def _wire_example() -> dict:
     # gpt-small at N = 4: DDP's all-reduce vs FSDP's two all-gathers and one reduce-scatter,
     # gloo's framing included (what the two reports' wire counters read)
-    return {"ddp": {"ranks": [{"wire": {"sent": 9_733_107}}]},
-            "fsdp": {"ranks": [{"wire": {"sent": 14_597_154}}]}}
+    return {"ddp": example_report({"wire": {"sent": 9_733_107}}),
+            "fsdp": example_report({"wire": {"sent": 14_597_154}})}
 
 
 # ---------------------------------------------------------------- 12.1: ZeRO-2 bytes per parameter
-def _bytes_per_param(report: dict) -> float:
-    return report["ranks"][0]["measured"]["total"] / report["psi"]
+def _bytes_per_param(report: RunReport) -> float:
+    return report.ranks[0].measured.total / report.psi
 
 
 def _zero2_example() -> dict:
-    return {"report": {"psi": 3_242_081, "n": N,
-                       "ranks": [{"measured": {"total": 17_831_462}}]}}
+    return {"report": example_report({"measured": {"total": 17_831_462}}, psi=3_242_081, n=N)}
 
 
 # ---------------------------------------------------------------- 12.4: accumulation
@@ -110,7 +110,7 @@ register(
     ),
     Exercise(
         id="12.3", kind="number", style="measure",
-        prompt=("Read rank 0's bytes on the wire (`report['ranks'][0]['wire']['sent']`) in both reports: "
+        prompt=("Read rank 0's bytes on the wire (`report.ranks[0].wire.sent`) in both reports: "
                 "FSDP's divided by DDP's."),
         expected=_wire_ratio,
         example=_wire_example,
@@ -128,9 +128,9 @@ register(
         example=_zero2_example,
         hint="the table above gives rank 0's measured total in bytes; Ψ is printed with the run",
         wrong=(Wrong(16, "16 bytes is what DDP holds: nothing sharded"),
-               Wrong(lambda report: 4 + 12 / report["n"], "that is ZeRO-1: the gradients are sharded too"),
-               Wrong(lambda report: 16 / report["n"], "that is ZeRO-3: ZeRO-2 keeps the bf16 weights whole"),
-               Wrong(lambda report: report["ranks"][0]["measured"]["total"], "that is the total in bytes; "
+               Wrong(lambda report: 4 + 12 / report.n, "that is ZeRO-1: the gradients are sharded too"),
+               Wrong(lambda report: 16 / report.n, "that is ZeRO-3: ZeRO-2 keeps the bf16 weights whole"),
+               Wrong(lambda report: report.ranks[0].measured.total, "that is the total in bytes; "
                                                                             "divide by Ψ")),
     ),
     Exercise(

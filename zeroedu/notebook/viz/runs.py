@@ -10,10 +10,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from .common import COLORS, byte_scale, new_figure, outside_legend, rank_color
+from ...reports import RankReport, RunReport
 
 
-def _rank(report: dict, rank: int) -> dict:
-    ranks = report["ranks"]
+def _rank(report: RunReport, rank: int) -> RankReport:
+    ranks = report.ranks
     if not 0 <= rank < len(ranks):
         raise ValueError(f"rank must be in [0, {len(ranks)}), got {rank!r}")
     return ranks[rank]
@@ -29,22 +30,22 @@ def _paired_bars(ax, keys, pred, meas, div):
     ax.legend(fontsize=7, frameon=False)
 
 
-def memory_bars(report: dict, rank: int = 0) -> Figure:
+def memory_bars(report: RunReport, rank: int = 0) -> Figure:
     """One run, one rank: model-state bytes by category, predicted (closed form) vs measured."""
     r = _rank(report, rank)
     keys = ["param", "grad", "optim", "total"]
-    pred, meas = r["predicted"], r["measured"]
+    pred, meas = r.predicted, r.measured
     div, unit = byte_scale([pred[k] for k in keys] + [meas[k] for k in keys])
     fig = new_figure(5.0, 3.0)
     ax = fig.add_subplot()
     _paired_bars(ax, keys, pred, meas, div)
     ax.set_ylabel(unit)
-    ax.set_title(f"{report['strategy']} rank {rank}, N={report['n']}, {report['recipe']}: model states",
+    ax.set_title(f"{report.strategy} rank {rank}, N={report.n}, {report.recipe}: model states",
                  fontsize=9)
     return fig
 
 
-def comm_bars(report: dict, rank: int = 0) -> Figure:
+def comm_bars(report: RunReport, rank: int = 0) -> Figure:
     """One run, one rank: bytes sent in the last step by collective, three ways: the closed
     form (predicted), the ring model of the payloads the rank's collectives carried
     (``measured["comm"]``) and the kernel's byte counters of the rank's sockets
@@ -52,7 +53,7 @@ def comm_bars(report: dict, rank: int = 0) -> Figure:
     could be counted (NCCL) or where collectives of different kinds shared a window. With the
     backend's collectives on gloo, its reduce-scatter shows at all-reduce cost on the wire."""
     r = _rank(report, rank)
-    pred, meas = r["predicted"]["comm"], r["measured"]["comm"]
+    pred, meas = r.predicted.comm, r.measured.comm
     wire = (r.get("wire") or {}).get("by_collective") or {}
     keys = sorted(set(pred) | set(meas) | set(wire)) or ["(none)"]
     div, unit = byte_scale(list(pred.values()) + list(meas.values()) + list(wire.values()))
@@ -68,17 +69,17 @@ def comm_bars(report: dict, rank: int = 0) -> Figure:
     ax.set_xticks(list(xs), keys, fontsize=8)
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_ylabel(f"{unit} sent per step")
-    ax.set_title(f"{report['strategy']} rank {rank}, N={report['n']}: communication", fontsize=9)
+    ax.set_title(f"{report.strategy} rank {rank}, N={report.n}: communication", fontsize=9)
     return fig
 
 
-def loss_curves(report: dict) -> Figure:
+def loss_curves(report: RunReport) -> Figure:
     """Mean loss over ranks per step against the single-process reference (they coincide)."""
     fig = new_figure(5.0, 2.8)
     ax = fig.add_subplot()
-    steps = range(len(report["losses"]))
-    ax.plot(steps, report["reference_losses"], "o-", color="grey", label="single process (torch.optim.Adam)")
-    ax.plot(steps, report["losses"], "x--", color="#C44E52", label=f"{report['strategy']} on N={report['n']}")
+    steps = range(len(report.losses))
+    ax.plot(steps, report.reference_losses, "o-", color="grey", label="single process (torch.optim.Adam)")
+    ax.plot(steps, report.losses, "x--", color="#C44E52", label=f"{report.strategy} on N={report.n}")
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     ax.legend(fontsize=7, frameon=False)
@@ -86,10 +87,10 @@ def loss_curves(report: dict) -> Figure:
 
 
 # ----------------------------------------------------------------------------- several runs
-def wire_bytes(report: dict, rank: int = 0) -> int | None:
+def wire_bytes(report: RunReport, rank: int = 0) -> int | None:
     """Bytes the kernel counted on this rank's sockets in the last optimizer step (None where
     the wire is not measured, e.g. NCCL)."""
-    return (_rank(report, rank).get("wire") or {}).get("sent")
+    return _rank(report, rank).wire.sent
 
 
 def accumulation_figure(reports: dict[str, dict[int, dict]], rank: int = 0) -> Figure:
@@ -103,7 +104,7 @@ def accumulation_figure(reports: dict[str, dict[int, dict]], rank: int = 0) -> F
     allv = []
     for runs in reports.values():
         for rep in runs.values():
-            allv.append(sum(_rank(rep, rank)["predicted"]["comm"].values()))
+            allv.append(sum(_rank(rep, rank).predicted.comm.values()))
             w = wire_bytes(rep, rank)
             allv += [w] if w is not None else []
     div, unit = byte_scale(allv or [1])
@@ -115,7 +116,7 @@ def accumulation_figure(reports: dict[str, dict[int, dict]], rank: int = 0) -> F
         color, marker = rank_color(i), markers[i % len(markers)]
         # strategies that send the same bytes draw on top of each other: line styles and
         # marker shapes tell them apart
-        pred = [sum(_rank(runs[k], rank)["predicted"]["comm"].values()) / div for k in ks]
+        pred = [sum(_rank(runs[k], rank).predicted.comm.values()) / div for k in ks]
         ax.plot(ks, pred, styles[i % len(styles)], color=color, linewidth=1.4, label=name,
                 marker=marker, markerfacecolor="none", markersize=7)
         wires = [(k, wire_bytes(runs[k], rank)) for k in ks]
@@ -142,10 +143,10 @@ def activation_bars(reports: Sequence[dict], rank: int = 0) -> Figure:
     full): predicted (closed form) vs measured (what autograd saved, by the ledger)."""
     if not reports:
         raise ValueError("no reports to draw")
-    names = [f"{rep.get('recompute', 'none')}" if len({r['strategy'] for r in reports}) == 1
-             else f"{rep['strategy']} {rep.get('recompute', 'none')}" for rep in reports]
-    pred = [_rank(rep, rank)["predicted"].get("activations") or 0 for rep in reports]
-    meas = [_rank(rep, rank)["measured"].get("activations") or 0 for rep in reports]
+    names = [f"{rep.recompute}" if len({r['strategy'] for r in reports}) == 1
+             else f"{rep.strategy} {rep.recompute}" for rep in reports]
+    pred = [_rank(rep, rank).predicted.activations or 0 for rep in reports]
+    meas = [_rank(rep, rank).measured.activations or 0 for rep in reports]
     div, unit = byte_scale(pred + meas)
     fig = new_figure(5.5, 3.0)
     ax = fig.add_subplot()

@@ -14,6 +14,7 @@ from ...kinds import EventKind
 from ...recipes import get_recipe
 from ...theory.hybrid import cross_domain_table
 from .common import COLORS, STATE_CATS, byte_scale, human_bytes, new_figure, rank_color
+from ...reports import RunReport
 
 def sharding_diagram(strategy: str, n: int = 4, m: int = 1, recipe: str | None = None,
                      max_gpus: int = 8) -> Figure:
@@ -269,34 +270,34 @@ def cross_domain_figure(psi=7e9, n: int = 8, m: int = 2, recipe=None, bandwidth=
     return fig
 
 
-def axis_bytes_bars(reports: dict[str, dict], rank: int = 0) -> Figure:
+def axis_bytes_bars(reports: dict[str, RunReport], rank: int = 0) -> Figure:
     """Bytes one rank sent per step, split by mesh axis (``dp_shard`` inside a domain,
     ``dp_outer`` across domains), one group per run: the ring model of the payloads (the
     ledger's records, hatched) beside the wire (the kernel's byte counters of the rank's
-    sockets, `report["ranks"][rank]["wire"]["by_axis"]`, gloo's framing included)."""
+    sockets, `report.ranks[rank].wire.by_axis`, gloo's framing included)."""
     if not reports:
         raise ValueError("give at least one report: {label: report}")
     axes_order = []
     for rep in reports.values():
-        r = rep["ranks"][rank]
-        for ax_name in list(r["measured"].get("comm_by_axis", {})) + list((r.get("wire") or {}).get("by_axis", {})):
+        r = rep.ranks[rank]
+        for ax_name in list(r.measured.comm_by_axis) + list(r.wire.by_axis):
             if ax_name not in axes_order:
                 axes_order.append(ax_name)
     fig = new_figure(max(5.0, 2.2 * len(reports) + 1.0), 3.0)
     ax = fig.add_subplot()
     vals = []
     for rep in reports.values():
-        r = rep["ranks"][rank]
-        vals += [sum(v.values()) for v in r["measured"].get("comm_by_axis", {}).values()]
-        vals += list(((r.get("wire") or {}).get("by_axis") or {}).values())
+        r = rep.ranks[rank]
+        vals += [sum(v.values()) for v in r.measured.comm_by_axis.values()]
+        vals += list(r.wire.by_axis.values())
     div, unit = byte_scale(vals or [1])
     colours = {a: rank_color(i) for i, a in enumerate(axes_order)}
     width = 0.8 / max(1, 2 * len(axes_order))
     for g, (label, rep) in enumerate(reports.items()):
-        r = rep["ranks"][rank]
-        wire = ((r.get("wire") or {}).get("by_axis")) or {}
+        r = rep.ranks[rank]
+        wire = r.wire.by_axis
         for k, axis in enumerate(axes_order):
-            ring = sum(r["measured"].get("comm_by_axis", {}).get(axis, {}).values())
+            ring = sum(r.measured.comm_by_axis.get(axis, {}).values())
             x0 = g - 0.4 + (2 * k) * width + width / 2
             ax.bar(x0, ring / div, width, color="white", edgecolor=colours[axis], hatch="//")
             ax.bar(x0 + width, wire.get(axis, 0) / div, width, color=colours[axis])
@@ -318,12 +319,12 @@ def axis_bytes_bars(reports: dict[str, dict], rank: int = 0) -> Figure:
 SCALING_KEYS = ("ddp", "zero2", "fsdp")  # the strategy keys of benchmarks/results/scaling.json
 
 
-def step_times(report: dict) -> list[float]:
+def step_times(report: RunReport) -> list[float]:
     """Seconds per optimizer step of one run, the slowest rank per step, read from each rank's
     timeline ("step end" events on the rank's own clock); the first step is left out (warm-up)."""
     ends = []
-    for r in report["ranks"]:
-        t = {e["step"]: e["t"] for e in r["timeline"]["events"] if e["kind"] == EventKind.STEP_END}
+    for r in report.ranks:
+        t = {e["step"]: e["t"] for e in r.timeline.events if e["kind"] == EventKind.STEP_END}
         ends.append([t[k] - t[k - 1] for k in sorted(t) if k - 1 in t])
     return [max(col) for col in zip(*ends)] if ends else []
 
@@ -339,13 +340,13 @@ def scaling_results(reports: dict, bandwidth: float, strategy_key=None) -> dict:
     key = strategy_key or (lambda s: {"fsdp1": "fsdp", "fsdp2": "fsdp", "ddp_bucketed": "ddp"}.get(s, s))
     rows = []
     for (s, n), rep in sorted(reports.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        r0 = rep["ranks"][0]
-        sent = sum(r0["predicted"]["comm"].values())
+        r0 = rep.ranks[0]
+        sent = sum(r0.predicted.comm.values())
         times = step_times(rep)
         rows.append({"n": n, "strategy": key(s),
                      "zeroedu": {"impl": s, "median": statistics.median(times) if times else None,
                                  "steps": len(times), "wire": (r0.get("wire") or {}).get("sent") or 0,
-                                 "ring_model": sum(r0["measured"]["comm"].values())},
+                                 "ring_model": sum(r0.measured.comm.values())},
                      "torch": None,
                      "closed_form": {"sent": sent, "t_comm": sent / bandwidth if sent else 0.0}})
     first = next(iter(reports.values()))

@@ -25,6 +25,7 @@ from ...kinds import EventKind
 from ...runtime import analysis
 from .common import COLORS, TIMELINE_CATS, byte_scale, new_figure, outside_legend, rank_color
 from .runs import _rank
+from ...reports import RankReport, RunReport
 
 TIMELINE_X = ("time", "event")
 TIMELINE_LAYOUTS = ("overlay", "panels")
@@ -210,30 +211,30 @@ def timeline_axes(ax, events_by_rank: dict[int, list[dict]], predicted_total: di
             ax.legend(handles=handles, fontsize=7, frameon=False, loc="lower right", ncol=2)
 
 
-def _stacked(ax, rank_report: dict, x: str, steps, annotate: bool | None, div: float,
+def _stacked(ax, rank_report: RankReport, x: str, steps, annotate: bool | None, div: float,
              baseline: bool = True) -> tuple[list[str], set[str]]:
     """One rank's bytes by category, stacked, with its lifecycle marks; returns (categories
     drawn, lifecycle kinds drawn)."""
-    tl = rank_report["timeline"]
-    events = _select(tl["events"], steps)
-    marks = _select(tl.get("marks", []), steps)
+    tl = rank_report.timeline
+    events = _select(tl.events, steps)
+    marks = _select(tl.marks, steps)
     xm = _XMap(events, x)
     cats = [c for c in _categories(events) if any(e["bytes"].get(c, 0) for e in events)]
     if events and cats:
         ax.stackplot(xm.events(), *[[e["bytes"].get(c, 0) / div for e in events] for c in cats],
                      labels=cats, colors=[_color(c, cats) for c in cats], step="post")
     if baseline:
-        ax.axhline(rank_report["predicted"]["total"] / div, color="black", linestyle="--", linewidth=1,
+        ax.axhline(rank_report.predicted.total / div, color="black", linestyle="--", linewidth=1,
                    label="predicted model states")
     if annotate is None:
         annotate = len(events) <= 80
     drawn = _decorate(ax, events, marks, xm, annotate)
-    top = max([sum(e["bytes"].values()) for e in events] + [rank_report["predicted"]["total"]])
+    top = max([sum(e["bytes"].values()) for e in events] + [rank_report.predicted.total])
     _headroom(ax, top / div, x)
     return cats, drawn
 
 
-def memory_timeline(report: dict, ranks: Sequence[int] | None = None, stacked_rank: int | None = 0, *,
+def memory_timeline(report: RunReport, ranks: Sequence[int] | None = None, stacked_rank: int | None = 0, *,
                     x: str = "time", layout: str = "overlay", steps: int | Iterable[int] | None = None,
                     annotate: bool | None = None) -> Figure:
     """Bytes each rank holds at every ledger event, against the predicted model states (dashed
@@ -251,12 +252,12 @@ def memory_timeline(report: dict, ranks: Sequence[int] | None = None, stacked_ra
         raise ValueError(f"layout must be one of {TIMELINE_LAYOUTS}, got {layout!r}")
     if x not in TIMELINE_X:
         raise ValueError(f"x must be one of {TIMELINE_X}, got {x!r}")
-    ranks = list(range(len(report["ranks"]))) if ranks is None else list(ranks)
+    ranks = list(range(len(report.ranks))) if ranks is None else list(ranks)
     for r in ranks + ([] if stacked_rank is None or layout == "panels" else [stacked_rank]):
         _rank(report, r)
     where = "" if steps is None else f", step{'s' if not isinstance(steps, int) else ''} " + (
         str(steps) if isinstance(steps, int) else ", ".join(map(str, sorted(_step_filter(steps)))))
-    head = f"{report['strategy']}, N={report['n']}, {report['recipe']}"
+    head = f"{report.strategy}, N={report.n}, {report.recipe}"
     if layout == "panels":
         cols = min(len(ranks), 4)
         rows = -(-len(ranks) // cols)
@@ -264,13 +265,13 @@ def memory_timeline(report: dict, ranks: Sequence[int] | None = None, stacked_ra
         fig = new_figure(width * cols + 1.8, (3.0 if rows == 1 and cols <= 2 else 2.3) * rows + 0.4)
         axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
         allv = [sum(e["bytes"].values()) for r in ranks
-                for e in _select(report["ranks"][r]["timeline"]["events"], steps)]
-        allv += [report["ranks"][r]["predicted"]["total"] for r in ranks]
+                for e in _select(report.ranks[r].timeline.events, steps)]
+        allv += [report.ranks[r].predicted.total for r in ranks]
         div, unit = byte_scale(allv or [1])
         cats_all, drawn_all = [], set()
         for i, r in enumerate(ranks):
             ax = axes[i // cols][i % cols]
-            cats, drawn = _stacked(ax, report["ranks"][r], x, steps, annotate, div)
+            cats, drawn = _stacked(ax, report.ranks[r], x, steps, annotate, div)
             cats_all += [c for c in cats if c not in cats_all]
             drawn_all |= drawn
             ax.set_title(f"rank {r}", fontsize=8)
@@ -288,17 +289,17 @@ def memory_timeline(report: dict, ranks: Sequence[int] | None = None, stacked_ra
         fig.suptitle(f"{head}: memory per rank by category{where}", fontsize=9)
         return fig
 
-    evs = {r: _select(report["ranks"][r]["timeline"]["events"], steps) for r in ranks}
-    marks = {r: _select(report["ranks"][r]["timeline"].get("marks", []), steps) for r in ranks}
-    pred = {r: report["ranks"][r]["predicted"]["total"] for r in ranks}
+    evs = {r: _select(report.ranks[r].timeline.events, steps) for r in ranks}
+    marks = {r: _select(report.ranks[r].timeline.marks, steps) for r in ranks}
+    pred = {r: report.ranks[r].predicted.total for r in ranks}
     fig = new_figure(8.5, 3.0 if stacked_rank is None else 5.8)
     axes = fig.subplots(1 if stacked_rank is None else 2, 1, squeeze=False)[:, 0]
     timeline_axes(axes[0], evs, pred, f"{head}: memory per rank{where}", x=x, marks_by_rank=marks)
     if stacked_rank is not None:
         ax = axes[1]
-        rr = report["ranks"][stacked_rank]
-        shown = _select(rr["timeline"]["events"], steps)
-        div, unit = byte_scale([sum(e["bytes"].values()) for e in shown] + [rr["predicted"]["total"]])
+        rr = report.ranks[stacked_rank]
+        shown = _select(rr.timeline.events, steps)
+        div, unit = byte_scale([sum(e["bytes"].values()) for e in shown] + [rr.predicted.total])
         _, drawn = _stacked(ax, rr, x, steps, annotate, div)
         ax.set_xlabel(_XMap([], x).label)
         ax.set_ylabel(f"{unit} held")
@@ -309,7 +310,7 @@ def memory_timeline(report: dict, ranks: Sequence[int] | None = None, stacked_ra
     return fig
 
 
-def overlap_timeline(report: dict, rank: int = 0, step: int | None = None) -> Figure:
+def overlap_timeline(report: RunReport, rank: int = 0, step: int | None = None) -> Figure:
     """One step on one rank: the backward interval and each collective's [start, end] interval.
 
     Asynchronous collectives that sit inside the backward band are communication hidden behind
@@ -318,10 +319,10 @@ def overlap_timeline(report: dict, rank: int = 0, step: int | None = None) -> Fi
     bars after the band are exposed time the step waits for. The share hidden is
     `zeroedu.runtime.analysis.overlap_fraction`."""
     r = _rank(report, rank)
-    tl = r["timeline"]
-    step = report["steps"] - 1 if step is None else step
+    tl = r.timeline
+    step = report.steps - 1 if step is None else step
     windows = analysis.backward_windows(tl, step)
-    comm = [c for c in tl["comm"] if c["step"] == step]
+    comm = [c for c in tl.comm if c["step"] == step]
     fig = new_figure(7.5, 1.4 + 0.22 * max(len(comm), 1))
     ax = fig.add_subplot()
     t0 = min([c["t_start"] for c in comm] + [b for b, _ in windows] + [float("inf")])
@@ -338,7 +339,7 @@ def overlap_timeline(report: dict, rank: int = 0, step: int | None = None) -> Fi
     ax.invert_yaxis()
     ax.set_xlabel("milliseconds")
     frac = analysis.overlap_fraction(tl, step)
-    ax.set_title(f"{report['strategy']} rank {rank}, step {step}: collectives vs backward"
+    ax.set_title(f"{report.strategy} rank {rank}, step {step}: collectives vs backward"
                  + (f" ({100 * frac:.0f}% of gradient-reduction time hidden behind backward)" if frac is not None else ""),
                  fontsize=9)
     ops = sorted({c["op"] for c in comm})

@@ -24,6 +24,7 @@ from ...recipes import RECIPES
 from .. import viz
 from ..report import CATS
 from .common import BAD_STYLE, DEFAULT_RECIPE, OK_STYLE, message, png
+from ...reports import RunReport
 
 
 def _ranks_text(ranks: list[int], world: int) -> str:
@@ -51,37 +52,37 @@ def _grouped(what: str, values: list[tuple], ok) -> list[dict]:
     return rows
 
 
-def summary_rows(report: dict) -> list[dict]:
+def summary_rows(report: RunReport) -> list[dict]:
     """The report as one row per quantity: {"what", "predicted", "measured", "match", "ranks",
     "differs"}; ranks that agree share a row, a rank that differs gets its own (differs=True).
     Byte quantities are exact; the wire row compares with the payload the ring model predicts
-    plus gloo's framing (`report["match"]["wire"]`); the peak has no closed form here."""
-    ranks = report["ranks"]
+    plus gloo's framing (`report.match.wire`); the peak has no closed form here."""
+    ranks = report.ranks
     eq = lambda p, m: p == m  # noqa: E731
     rows: list[dict] = []
     for k in CATS:
-        rows += _grouped(k, [(r["predicted"][k], r["measured"][k]) for r in ranks], eq)
-    if any(r["predicted"].get("activations") is not None for r in ranks):
+        rows += _grouped(k, [(getattr(r.predicted, k), getattr(r.measured, k)) for r in ranks], eq)
+    if any(r.predicted.activations is not None for r in ranks):
         rows += _grouped("activations (one micro-batch)",
-                         [(r["predicted"].get("activations"), r["measured"].get("activations")) for r in ranks], eq)
-    ops = sorted({op for r in ranks for op in set(r["predicted"]["comm"]) | set(r["measured"]["comm"])})
+                         [(r.predicted.activations, r.measured.activations) for r in ranks], eq)
+    ops = sorted({op for r in ranks for op in set(r.predicted.comm) | set(r.measured.comm)})
     for op in ops:
         rows += _grouped(f"sent by {op} (ring model)",
-                         [(r["predicted"]["comm"].get(op, 0), r["measured"]["comm"].get(op, 0)) for r in ranks], eq)
-    if all((r.get("wire") or {}).get("sent") is not None for r in ranks):
+                         [(r.predicted.comm.get(op, 0), r.measured.comm.get(op, 0)) for r in ranks], eq)
+    if all(r.wire.sent is not None for r in ranks):
         rows += _grouped("on the wire (kernel counters)",
-                         [(r["predicted"].get("wire"), r["wire"]["sent"]) for r in ranks],
-                         bool(report["match"].get("wire")))
+                         [(r.predicted.wire, r.wire.sent) for r in ranks],
+                         bool(report.match.wire))
     # The peak depends on when asynchronous collectives finish: a range over the ranks, not a
     # rank that "differs".
-    peaks = [r["peak"] for r in ranks]
+    peaks = [r.peak for r in ranks]
     rows.append({"what": "peak (largest at a lifecycle event)", "predicted": None,
                  "measured": min(peaks) if min(peaks) == max(peaks) else (min(peaks), max(peaks)),
                  "match": None, "ranks": _ranks_text(list(range(len(ranks))), len(ranks)), "differs": False})
     return rows
 
 
-def summary_html(report: dict) -> str:
+def summary_html(report: RunReport) -> str:
     head = ("what", "predicted", "measured", "match", "ranks")
     body = []
     for row in summary_rows(report):
@@ -136,7 +137,7 @@ class RunPanel:
                     W.VBox([self.n, self.m, self.button])]),
             self.x, self.progress, self.status, self.message, self.image, self.table,
         ])
-        self.report: dict | None = None
+        self.report: RunReport | None = None
         self.events: dict[int, list[dict]] = {}
         self.events_received = 0
         self.live_redraws = 0
@@ -175,8 +176,8 @@ class RunPanel:
     def _redraw_final(self) -> None:
         if self.report is not None:
             rep = self.report
-            self._draw(f"{rep['strategy']}, N={rep['n']}, {rep['recipe']}, {rep['model']}: memory per rank",
-                       {r["rank"]: r["timeline"].get("marks", []) for r in rep["ranks"]})
+            self._draw(f"{rep.strategy}, N={rep.n}, {rep.recipe}, {rep.model}: memory per rank",
+                       {r.rank: r.timeline.marks for r in rep.ranks})
 
     def on_event(self, msg: dict) -> None:
         """Called (in this process) for every ledger event a rank streams while the job runs."""
@@ -209,7 +210,7 @@ class RunPanel:
         try:
             cfg = self.config()
             self._world = cfg.world_size
-            self._predicted = {r: float(predicted(cfg, r % cfg.n)["total"]) for r in range(cfg.world_size)}
+            self._predicted = {r: float(predicted(cfg, r % cfg.n).total) for r in range(cfg.world_size)}
             self.progress.max, self.progress.value = cfg.steps, 0
             self.status.value = f"starting {cfg.strategy} on {cfg.world_size} ranks ({cfg.recipe}, {cfg.model.name})..."
             self.button.disabled = True
@@ -232,7 +233,7 @@ class RunPanel:
         self.report = report
         self.progress.value = self.progress.max
         # The final picture comes from the report: every event of every rank, nothing dropped.
-        self.events = {r["rank"]: r["timeline"]["events"] for r in report["ranks"]}
+        self.events = {r.rank: r.timeline.events for r in report.ranks}
         self._redraw_final()
         ok = all_match(report)
         self.status.value = (f"done in {time.perf_counter() - t0:.2f} s: {self.events_received} events streamed; "

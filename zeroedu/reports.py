@@ -1,0 +1,238 @@
+"""The run report, typed: what `zeroedu.train.run` returns and every reader above it (the CLI,
+the notebooks, their figures, the fact-check, the tests) reads by attribute.
+
+The bottom layer (it imports only `zeroedu.kinds`), as torch's FSDP2 keeps its state in typed
+objects (`TrainingState`, `AllGatherState`) so that no reader parses text or guesses a key. The
+ranks return plain data across the process boundary (`train.launch.train_job`); the parent
+turns it into these types once (`RankReport.from_plain`), and `.plain()` turns a report back
+into the JSON that ``zeroedu run --json`` prints (README, "JSON report"), whose keys are the
+fields' names: the schema is the one before these types existed.
+
+* `RunReport`: the run (strategy, mesh, recipe, steps ...), one `RankReport` per rank, the mean
+  losses beside single-process training's and the `Match` verdicts;
+* `RankReport`: one rank's `Measured` (what its ledger counted), `Predicted` (the closed forms,
+  exact mode), its `WireReport` (the kernel's byte counters), peak, losses and `Timeline`;
+* `Measured` / `Predicted`: model states at the optimizer step (param, grad, optim, total and
+  the optimizer's parts), the activations of one micro-batch, the ring model's bytes per
+  collective and per mesh axis; `Predicted.wire` is the payload the wire should carry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+SCHEMA = 1  # the JSON's shape (README, "JSON report"); a change of shape changes it
+
+
+def _plain_fields(obj, drop_none: tuple[str, ...] = ()) -> dict[str, Any]:
+    out = {}
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        if v is None and f.name in drop_none:
+            continue  # absent from the JSON when not measured (as before the types)
+        out[f.name] = v.plain() if hasattr(v, "plain") else v
+    return out
+
+
+class _ByKey:
+    """Transitional: the dict spelling (``r["measured"]``) of a field, while readers move to
+    attributes; the layering test lists who still uses it."""
+
+    def __getitem__(self, k: str):
+        if k not in {f.name for f in fields(self)}:
+            raise KeyError(k)
+        return getattr(self, k)
+
+    def __setitem__(self, k: str, v) -> None:
+        setattr(self, k, v)
+
+    def __contains__(self, k: str) -> bool:
+        return k in {f.name for f in fields(self)} and getattr(self, k) is not None
+
+    def get(self, k: str, default=None):
+        return getattr(self, k) if k in self else default
+
+
+def _known(cls, d: dict) -> dict:
+    names = {f.name for f in fields(cls)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no field(s) {unknown}; its fields: {sorted(names)}")
+    return d
+
+
+@dataclass
+class States(_ByKey):
+    """Bytes of this rank's model states at the optimizer step, and its collectives' payloads."""
+    param: int = 0
+    grad: int = 0
+    optim: int = 0
+    total: int = 0
+    optim_detail: dict[str, int] = field(default_factory=dict)  # by kinds.OPTIM_PARTS
+    activations: int | None = None  # one micro-batch's saved tensors (None: no closed form)
+    comm: dict[str, float] = field(default_factory=dict)  # ring model, by collective
+    comm_by_axis: dict[str, dict[str, float]] = field(default_factory=dict)  # by mesh axis
+
+    @property
+    def comm_total(self) -> float:
+        return sum(self.comm.values())
+
+    def model_states(self) -> dict[str, int]:
+        return {"param": self.param, "grad": self.grad, "optim": self.optim, "total": self.total}
+
+    def plain(self) -> dict[str, Any]:
+        return _plain_fields(self)
+
+    @classmethod
+    def from_plain(cls, d):
+        return d if isinstance(d, cls) else cls(**_known(cls, d))
+
+
+@dataclass
+class Measured(States):
+    """What the rank's ledger counted (tensor storages) and its comm recorded (payloads)."""
+
+
+@dataclass
+class Predicted(States):
+    """`zeroedu.theory`'s closed forms for this rank, exact mode."""
+    wire: float = 0.0  # payload the kernel should count on this rank's sockets, per step
+
+
+@dataclass
+class WireReport(_ByKey):
+    """Bytes this rank wrote to its sockets in the last step (kernel TCP counters); `sent` None
+    where nothing could be measured (NCCL, or no meter), `reason` says why."""
+    sent: int | None = None
+    method: str = ""
+    reason: str | None = None
+    by_axis: dict[str, int] = field(default_factory=dict)
+    by_collective: dict[str, int] = field(default_factory=dict)  # where a collective ran alone
+    messages: int = 0
+    complete: bool | None = None
+    retransmitted: int | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.sent is not None
+
+    def plain(self) -> dict[str, Any]:
+        if self.sent is None:
+            return {"sent": None, "method": self.method, "reason": self.reason}
+        return _plain_fields(self, drop_none=("reason",))
+
+    @classmethod
+    def from_plain(cls, d) -> "WireReport":
+        return d if isinstance(d, cls) else cls(**_known(cls, d))
+
+
+@dataclass
+class Timeline(_ByKey):
+    """What the ledger recorded: events (bytes by category at each lifecycle point), marks
+    (points without bytes) and collectives, each a plain record (`Ledger.timeline`)."""
+    events: list[dict] = field(default_factory=list)
+    marks: list[dict] = field(default_factory=list)
+    comm: list[dict] = field(default_factory=list)
+
+    def plain(self) -> dict[str, Any]:
+        return _plain_fields(self)
+
+    @classmethod
+    def from_plain(cls, d: "dict | Timeline") -> "Timeline":
+        return d if isinstance(d, Timeline) else cls(**_known(cls, d))
+
+
+@dataclass
+class RankReport(_ByKey):
+    """One rank's results."""
+    rank: int
+    measured: Measured
+    predicted: Predicted
+    wire: WireReport
+    peak: int = 0
+    peak_label: str = ""
+    losses: list[float] = field(default_factory=list)
+    timeline: Timeline = field(default_factory=Timeline)
+    overlap: float | None = None  # share of gradient communication hidden behind backward
+    cuda_max_memory_allocated: int | None = None  # the CUDA allocator's own peak (GPU runs)
+    extra: Any = None  # what the strategy adds (`Strategy.report_extra`)
+    params: list | None = None  # the full parameters (asked with return_params)
+
+    def plain(self, timeline: bool = False) -> dict[str, Any]:
+        out = _plain_fields(self, drop_none=("cuda_max_memory_allocated", "extra"))
+        out.pop("params")
+        if not timeline:
+            out.pop("timeline")
+        return out
+
+    @classmethod
+    def from_plain(cls, d: dict) -> "RankReport":
+        d = dict(_known(cls, d))
+        d["measured"] = Measured.from_plain(d["measured"])
+        d["predicted"] = Predicted.from_plain(d["predicted"])
+        d["wire"] = WireReport.from_plain(d["wire"])
+        if "timeline" in d:
+            d["timeline"] = Timeline.from_plain(d["timeline"])
+        return cls(**d)
+
+
+@dataclass
+class Match(_ByKey):
+    """Each figure against its prediction; None where nothing could be compared (no closed form
+    for a custom model's activations, no wire measured on NCCL)."""
+    model_states: bool
+    comm: bool
+    wire: bool | None
+    activations: bool | None
+    losses: bool  # every step's loss within the recipe's tolerance of single-process training
+
+    def all(self) -> bool:
+        return all(v for v in (self.model_states, self.comm, self.wire, self.activations, self.losses)
+                   if v is not None)
+
+    def plain(self) -> dict[str, Any]:
+        return _plain_fields(self)
+
+
+@dataclass
+class RunReport(_ByKey):
+    """A run on real ranks beside single-process training (`zeroedu.train.run`)."""
+    strategy: str
+    world_size: int
+    n: int
+    m: int
+    recipe: str
+    steps: int
+    model: str
+    global_batch: int
+    micro_batches: int
+    recompute: str
+    clip_grad_norm: float | None
+    collectives: str  # the implementation that ran: "ring" or "backend" (never "auto")
+    backend: str  # "gloo" or "nccl": the transport the collectives ran on
+    options: dict[str, Any]
+    timeline_mode: str
+    psi: int
+    ranks: list[RankReport]
+    losses: list[float]
+    reference_losses: list[float]
+    match: Match
+    params: list | None = None  # rank 0's full parameters (return_params)
+    reference_params: list | None = None  # single-process training's
+    replica_max_diff: float | None = None  # largest difference of any rank's from rank 0's
+
+    @property
+    def rank0(self) -> RankReport:
+        return self.ranks[0]
+
+    def plain(self, timeline: bool = False) -> dict[str, Any]:
+        out = {"schema": SCHEMA}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("params", "reference_params"):
+                continue
+            if f.name == "replica_max_diff" and v is None:
+                continue
+            out[f.name] = ([r.plain(timeline) for r in v] if f.name == "ranks"
+                           else v.plain() if hasattr(v, "plain") else v)
+        return out
