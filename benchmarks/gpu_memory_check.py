@@ -38,7 +38,7 @@ def main(argv=None) -> int:
         r = run(RunConfig(name, n, steps=3, m=m, model=model, global_batch=8 * n), warm=False)
         ok &= r.match.model_states and r.match.comm
         for rk in r.ranks:
-            cuda = rk.get("cuda_max_memory_allocated", 0)
+            cuda = rk.cuda_max_memory_allocated or 0
             print(f"{name:18s} {rk.rank:4d} {rk.measured.total:12,d} {rk.predicted.total:12,d} "
                   f"{rk.peak:12,d} {cuda:15,d} {cuda / rk.peak:6.3f}")
     print(f"model states predicted vs measured on CUDA — match: {ok}")

@@ -128,7 +128,7 @@ def test_model_smaller_than_n_works_with_empty_shards(strategy, world, m):
     match the closed forms (padding counted)."""
     tiny = MLPConfig(d_in=1, hidden=1, depth=1, d_out=1)  # Ψ = 2
     r = run(RunConfig(strategy, world, steps=5, recipe="fp32", m=m, model=tiny, global_batch=8))
-    assert r["psi"] == 2 < r["n"] * r["m"]
+    assert r.psi == 2 < r.n * r.m
     assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
     assert max(abs(a - b) / b for a, b in zip(r.losses, r.reference_losses)) <= 1e-6
 

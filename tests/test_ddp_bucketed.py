@@ -61,7 +61,7 @@ def test_bytes_equal_theory_mixed_bf16(n):
     for rank in r.ranks:
         me, pr = rank.measured, rank.predicted
         for k in ("param", "grad", "optim", "total"):
-            assert me[k] == pr[k], k
+            assert getattr(me, k) == getattr(pr, k), k
         assert me.comm == pr.comm
     # Buckets do not change the total: Σ_b 2(N-1)/N·bytes_b = 2(N-1)/N·Ψ·G, computed here directly.
     psi = sum(p.numel() for u in make_model(MLPConfig()).children() for p in u.parameters())
@@ -79,15 +79,15 @@ def test_bf16_within_documented_tolerance():
 def test_overlap_is_measured_and_comm_starts_inside_backward():
     r = _run(4, "mixed-bf16")
     for rank in r.ranks:
-        assert 0.0 <= rank["overlap"] <= 1.0
+        assert 0.0 <= rank.overlap <= 1.0
         tl = rank.timeline
         # every bucket's all-reduce is launched by a hook while backward is still running, in
         # every step: the deterministic part of the overlap (its fraction is a noisy timing)
-        n_buckets = len(rank["extra"]["buckets"])
+        n_buckets = len(rank.extra["buckets"])
         assert n_buckets >= 2
-        for s in range(r["steps"]):
+        for s in range(r.steps):
             assert analysis.launched_in_backward(tl, step=s) == n_buckets
-        kinds = [(m["kind"], m["bucket"]) for m in tl["marks"]]
+        kinds = [(m["kind"], m["bucket"]) for m in tl.marks]
         assert (EventKind.BUCKET_READY, 0) in kinds and (EventKind.BACKWARD_END, None) in kinds
         assert len(analysis.backward_windows(tl, step=4)) == 1
 

@@ -54,10 +54,10 @@ def test_buggy_zero1_has_the_symptom_its_exercise_describes():
     """Memory, collectives and the wire equal ZeRO-1's closed forms; only the losses are off."""
     rep = run(RunConfig("zero1", 4, steps=3, recipe="fp32", model="gpt-tiny",
                         strategy_class="zeroedu.notebook.bugs.nb03:BuggyZeRO1"))
-    assert all(v in (True, None) for k, v in rep.match.plain().items() if k != "losses"), rep["match"]
-    assert rep["match"]["losses"] is False and loss_rel_diff(rep) > 1e-2
+    assert all(v in (True, None) for k, v in rep.match.plain().items() if k != "losses"), rep.match
+    assert rep.match.losses is False and loss_rel_diff(rep) > 1e-2
     good = run(RunConfig("zero1", 4, steps=3, recipe="fp32", model="gpt-tiny"))
-    assert [r["wire"]["sent"] for r in rep["ranks"]] == [r["wire"]["sent"] for r in good["ranks"]]
+    assert [r.wire.sent for r in rep.ranks] == [r.wire.sent for r in good.ranks]
     assert loss_rel_diff(good) < 1e-5
 
 

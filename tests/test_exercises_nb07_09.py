@@ -39,11 +39,11 @@ def test_layer_job_measures_each_call_and_the_broken_layer_forgets_the_mean():
 def test_broken_fsdp2_matches_bytes_and_memory_but_only_the_short_rank_learns_wrong():
     cfg = dict(steps=1, recipe="fp32", model="gpt-tiny", global_batch=6, return_params=True)
     bug = run(RunConfig("fsdp2", 3, strategy_class="zeroedu.notebook.bugs.nb08:BrokenFSDP2", **cfg))
-    assert bug["match"]["model_states"] and bug["match"]["comm"] and bug["match"]["wire"]
-    assert abs(bug["losses"][0] - bug["reference_losses"][0]) <= 1e-6 * bug["reference_losses"][0]
+    assert bug.match.model_states and bug.match.comm and bug.match.wire
+    assert abs(bug.losses[0] - bug.reference_losses[0]) <= 1e-6 * bug.reference_losses[0]
     shapes = [s for u in unit_shapes(make_model(get_model("gpt-tiny"))) for s in u]
     worst = [0.0] * 3
-    for s, p, q in zip(shapes, bug["params"], bug["reference_params"]):
+    for s, p, q in zip(shapes, bug.params, bug.reference_params):
         for r in range(3):
             rows = shard.dim0_rows(s[0], 3, r)
             if rows.size and s != (96,):  # qkv bias: its key third moves on round-off alone
@@ -54,7 +54,7 @@ def test_broken_fsdp2_matches_bytes_and_memory_but_only_the_short_rank_learns_wr
 def test_broken_distopt_halves_the_reduce_scatter():
     bug = run(RunConfig("megatron_distopt", 2, steps=2, model="gpt-tiny",
                         strategy_class="zeroedu.notebook.bugs.nb09:BrokenDistOpt"))
-    assert bug["match"]["model_states"] and not bug["match"]["comm"] and not bug["match"]["wire"]
-    for r in bug["ranks"]:
-        assert r["measured"]["comm"]["reduce_scatter"] == r["predicted"]["comm"]["reduce_scatter"] / 2
-        assert r["measured"]["comm"]["all_gather"] == r["predicted"]["comm"]["all_gather"]
+    assert bug.match.model_states and not bug.match.comm and not bug.match.wire
+    for r in bug.ranks:
+        assert r.measured.comm["reduce_scatter"] == r.predicted.comm["reduce_scatter"] / 2
+        assert r.measured.comm["all_gather"] == r.predicted.comm["all_gather"]

@@ -14,37 +14,37 @@ from zeroedu.train import RunConfig, run
 TINY = dict(steps=3, model="gpt-tiny")
 
 
-def _axis_total(block: dict, axis: str) -> float:
-    return sum(block["comm_by_axis"].get(axis, {}).values())
+def _axis_total(block, axis: str) -> float:
+    return sum(block.comm_by_axis.get(axis, {}).values())
 
 
 def test_buggy_hsdp_sends_the_full_gradient_across_domains():
     r = run(RunConfig("hsdp", 4, m=2, strategy_class="zeroedu.notebook.bugs.nb10:BuggyHSDP", **TINY))
-    r0 = r["ranks"][0]
-    assert r["match"]["model_states"] and not r["match"]["comm"] and loss_rel_diff(r) <= 1e-2
-    me, pr = r0["measured"], r0["predicted"]
-    assert me["comm_by_axis"]["dp_shard"] == pr["comm_by_axis"]["dp_shard"]
-    assert _axis_total(me, "dp_outer") == r["n"] * _axis_total(pr, "dp_outer")  # the full gradient, not 1/N
-    assert r0["wire"]["by_axis"]["dp_outer"] > 1.9 * _axis_total(pr, "dp_outer")
+    r0 = r.ranks[0]
+    assert r.match.model_states and not r.match.comm and loss_rel_diff(r) <= 1e-2
+    me, pr = r0.measured, r0.predicted
+    assert me.comm_by_axis["dp_shard"] == pr.comm_by_axis["dp_shard"]
+    assert _axis_total(me, "dp_outer") == r.n * _axis_total(pr, "dp_outer")  # the full gradient, not 1/N
+    assert r0.wire.by_axis["dp_outer"] > 1.9 * _axis_total(pr, "dp_outer")
     assert get("10.4").expected() == "a"
 
 
 def test_buggy_hfsdp_drops_the_outer_all_gather_and_drifts():
     r = run(RunConfig("hfsdp", 4, m=2, recipe="fp32", strategy_class="zeroedu.notebook.bugs.nb10:BuggyHFSDP", **TINY))
-    me, pr = r["ranks"][0]["measured"], r["ranks"][0]["predicted"]
-    assert r["match"]["model_states"] and not r["match"]["comm"]
-    assert set(me["comm_by_axis"]["dp_outer"]) == {"reduce_scatter"} and "all_gather" in pr["comm_by_axis"]["dp_outer"]
-    assert me["comm_by_axis"]["dp_shard"] == pr["comm_by_axis"]["dp_shard"]
+    me, pr = r.ranks[0].measured, r.ranks[0].predicted
+    assert r.match.model_states and not r.match.comm
+    assert set(me.comm_by_axis["dp_outer"]) == {"reduce_scatter"} and "all_gather" in pr.comm_by_axis["dp_outer"]
+    assert me.comm_by_axis["dp_shard"] == pr.comm_by_axis["dp_shard"]
     assert loss_rel_diff(r) > 1e-3  # fp32 agrees to 1e-6 when the algorithm is right
     assert get("10.5").expected() == "b"
 
 
 def test_mystery_zero1_holds_optimizer_state_for_every_chunk():
     r = run(RunConfig("zero1", 4, strategy_class="zeroedu.notebook.bugs.nb11:MysteryZeRO1", **TINY))
-    me, pr = r["ranks"][0]["measured"], r["ranks"][0]["predicted"]
-    assert not r["match"]["model_states"] and r["match"]["comm"] and r["match"]["wire"]
-    assert (me["param"], me["grad"]) == (pr["param"], pr["grad"])
-    assert me["optim"] == r["n"] * pr["optim"] and me["optim_detail"]["main_grad"] == 0
+    me, pr = r.ranks[0].measured, r.ranks[0].predicted
+    assert not r.match.model_states and r.match.comm and r.match.wire
+    assert (me.param, me.grad) == (pr.param, pr.grad)
+    assert me.optim == r.n * pr.optim and me.optim_detail["main_grad"] == 0
     assert loss_rel_diff(r) <= 1e-2
     assert get("11.4").expected() == "a"
 
@@ -77,17 +77,17 @@ def test_axis_bytes_bars_shows_ring_model_and_wire_per_axis():
     from zeroedu.notebook.viz.theory import axis_bytes_bars
 
     rep = run(RunConfig("hsdp", 4, m=2, steps=2, model="gpt-tiny"))
-    r0 = rep["ranks"][0]
+    r0 = rep.ranks[0]
     fig = axis_bytes_bars({"hsdp": rep})
     bars = [p for p in fig.axes[0].patches if p.get_height() > 0]
     from zeroedu.notebook import viz
 
-    div, _ = viz.byte_scale([sum(v.values()) for v in r0["measured"]["comm_by_axis"].values()]
-                            + list(r0["wire"]["by_axis"].values()))
+    div, _ = viz.byte_scale([sum(v.values()) for v in r0.measured.comm_by_axis.values()]
+                            + list(r0.wire.by_axis.values()))
     heights = [b.get_height() * div for b in bars]
     for axis in ("dp_outer", "dp_shard"):
-        assert sum(r0["measured"]["comm_by_axis"][axis].values()) == pytest.approx(heights.pop(0))
-        assert r0["wire"]["by_axis"][axis] == pytest.approx(heights.pop(0))
+        assert sum(r0.measured.comm_by_axis[axis].values()) == pytest.approx(heights.pop(0))
+        assert r0.wire.by_axis[axis] == pytest.approx(heights.pop(0))
     with pytest.raises(ValueError):
         axis_bytes_bars({})
 

@@ -20,12 +20,12 @@ def test_zero2_that_zeroes_instead_of_freeing_holds_the_full_gradient():
                       strategy_class="zeroedu.notebook.bugs.nb12:ZeRO2ZeroedNotFreed"))
     psi_p = sum(shard.padded_numel(sum(shard.numel(s) for s in u), n)
                 for u in unit_shapes(make_model("gpt-tiny")))
-    for rk in r["ranks"]:
-        me, pr = rk["measured"], rk["predicted"]
-        assert me["grad"] - pr["grad"] == 2 * psi_p  # option a: the full bf16 buffer outlives its reduction
-        assert (me["param"], me["optim"]) == (pr["param"], pr["optim"])
-        assert me["comm"] == pr["comm"]  # not b (no all-reduce) and not d (one gather per step)
-    assert not r["match"]["model_states"] and r["match"]["comm"] and r["match"]["wire"]
+    for rk in r.ranks:
+        me, pr = rk.measured, rk.predicted
+        assert me.grad - pr.grad == 2 * psi_p  # option a: the full bf16 buffer outlives its reduction
+        assert (me.param, me.optim) == (pr.param, pr.optim)
+        assert me.comm == pr.comm  # not b (no all-reduce) and not d (one gather per step)
+    assert not r.match.model_states and r.match.comm and r.match.wire
     assert loss_rel_diff(r) <= 1e-2  # not c: the same training as single-process
     assert get("12.5").expected() == "a"
 

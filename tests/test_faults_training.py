@@ -50,7 +50,7 @@ def _fails(tmp_path, fault, strategy="fsdp1"):
 
 def _next_run_works():
     r = run(_cfg("zero2", 2))
-    assert max(abs(a - b) / b for a, b in zip(r["losses"], r["reference_losses"])) <= 1e-6
+    assert max(abs(a - b) / b for a, b in zip(r.losses, r.reference_losses)) <= 1e-6
 
 
 def test_rank_raises_mid_training(tmp_path):

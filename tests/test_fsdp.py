@@ -141,12 +141,12 @@ def test_matches_torch_fully_shard(n, batched):
     ref = cluster.run(fully_shard_job, n, {"cfg": config_to_dict(cfg)})
     ours = run(cfg)
     torch_losses = [sum(r["losses"][k] for r in ref) / n for k in range(cfg.steps)]
-    assert_losses_close(ours["losses"], torch_losses)
-    assert_params_close(ours["params"], ref[0]["params"])
+    assert_losses_close(ours.losses, torch_losses)
+    assert_params_close(ours.params, ref[0]["params"])
     padded_chunks = sum(shard.dim0_padded_numel(s, n) // n for u in SHAPES for s in u) * 4
     for mine, theirs in zip(ours.ranks, ref):
         assert theirs["peak_by_category"]["_FSDPRefType.SHARDED_PARAM"] == padded_chunks
-        want = theory.exact_model_states("fsdp2", SHAPES, n, rank=mine["rank"], recipe="fp32")
+        want = theory.exact_model_states("fsdp2", SHAPES, n, rank=mine.rank, recipe="fp32")
         assert want.param <= padded_chunks
 
 
@@ -156,8 +156,8 @@ def test_reshard_after_forward_false_matches_torch():
     ref = cluster.run(fully_shard_job, 3, {"cfg": config_to_dict(cfg), "track_memory": False})
     ours = run(RunConfig("fsdp1", 3, steps=5, recipe="fp32", return_params=True,
                          options={"reshard_after_forward": False}, model="mlp"))
-    assert_losses_close(ours["losses"], [sum(r["losses"][k] for r in ref) / 3 for k in range(5)])
-    assert_params_close(ours["params"], ref[0]["params"])
+    assert_losses_close(ours.losses, [sum(r["losses"][k] for r in ref) / 3 for k in range(5)])
+    assert_params_close(ours.params, ref[0]["params"])
 
 
 def _local(strategy, **opts):
@@ -257,18 +257,18 @@ def test_batched_equals_per_parameter(n, recipe, model, kw):
     from zeroedu.runtime.wire import FRAMING_PER_MESSAGE
 
     batched, per_param = _pair(n, recipe, model, **kw)
-    assert batched["losses"] == per_param["losses"]
-    assert all(torch.equal(a, b) for a, b in zip(batched["params"], per_param["params"]))
+    assert batched.losses == per_param.losses
+    assert all(torch.equal(a, b) for a, b in zip(batched.params, per_param.params))
     assert batched.match.plain() == per_param.match.plain() == {
         "model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}
     for b, p in zip(batched.ranks, per_param.ranks):
         assert b.measured.comm == p.measured.comm
         assert b.measured.comm_by_axis == p.measured.comm_by_axis
         assert b.measured.total == p.measured.total
-        wb, wp = b["wire"], p["wire"]
-        assert wb["messages"] < wp["messages"]
+        wb, wp = b.wire, p.wire
+        assert wb.messages < wp.messages
         # the payload: measured bytes less gloo's framing of every message the step sent
-        assert wb["sent"] - FRAMING_PER_MESSAGE * wb["messages"] == wp["sent"] - FRAMING_PER_MESSAGE * wp["messages"]
+        assert wb.sent - FRAMING_PER_MESSAGE * wb.messages == wp.sent - FRAMING_PER_MESSAGE * wp.messages
 
 
 def test_batched_issues_one_collective_per_unit():

@@ -61,8 +61,8 @@ def test_default_recipe_bytes_exact(m, n):
 def test_one_domain_is_flat_fsdp1():
     a = run(RunConfig("hfsdp", 3, m=1, steps=3, recipe="fp32", return_params=True, model="mlp"))
     b = run(RunConfig("fsdp1", 3, steps=3, recipe="fp32", return_params=True, model="mlp"))
-    assert a["losses"] == b["losses"]
-    assert all((p == q).all() for p, q in zip(a["params"], b["params"]))
+    assert a.losses == b.losses
+    assert all((p == q).all() for p, q in zip(a.params, b.params))
     assert a.ranks[0].measured.total == b.ranks[0].measured.total
 
 

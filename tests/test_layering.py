@@ -7,6 +7,7 @@ module it names, and checked against the layer table below (README, "How it is b
 from __future__ import annotations
 
 import ast
+import json
 from pathlib import Path
 
 import pytest
@@ -194,3 +195,66 @@ def test_the_check_catches_a_bad_import(bad, expect):
     home, rank = layer_of(src)
     there, r = layer_of(dst)
     assert there != home and r >= rank
+
+
+# ------------------------------------------------------------- the report is read by attribute
+REPO = ROOT.parent
+# Keys only a run report has (`zeroedu.reports`), and keys that are a report's when the next
+# subscript is one of its fields (a claim's "match" is a verdict, a report's is a `Match`).
+REPORT_KEYS = {"ranks", "measured", "predicted", "reference_losses", "reference_params", "replica_max_diff",
+               "timeline_mode", "comm_by_axis", "optim_detail", "by_collective", "by_axis"}
+CHAINED = {"match": {"model_states", "comm", "wire", "activations", "losses"},
+           "timeline": {"events", "marks", "comm"},
+           "wire": {"sent", "messages", "method", "reason", "by_axis", "by_collective"}}
+# The JSON that `zeroedu run --json` prints is read by key: the tests of that schema.
+JSON_SCHEMA_TESTS = {("tests/test_ddp.py", "test_cli_run_json"),
+                     ("tests/test_ddp.py", "test_cli_record_says_what_ranks_keep_and_json_timelines_what_is_printed"),
+                     ("tests/test_safe_runs.py", "test_cli_json_is_strict_json")}
+
+
+def _key(node) -> str | None:
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+        return node.slice.value
+    return None
+
+
+def report_keys_read(src: str, where: str, allowed: frozenset = frozenset()) -> list[str]:
+    """Subscripts by a report's string key in `src` (outside the functions in `allowed`)."""
+    tree = ast.parse(src)
+    skip = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef) and f.name in allowed
+            for n in ast.walk(f)}
+    out = []
+    for node in ast.walk(tree):
+        if id(node) in skip or not isinstance(node, ast.Subscript):
+            continue
+        k, inner = _key(node), _key(node.value)
+        if k in REPORT_KEYS or (inner in CHAINED and k in CHAINED[inner]):
+            out.append(f"{where}:{node.lineno}: {ast.unparse(node)}")
+    return out
+
+
+def _code_cells(path: Path):
+    for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+        if cell["cell_type"] == "code":
+            src = "".join(cell["source"])
+            yield i, "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in src.splitlines())
+
+
+def test_no_reader_indexes_a_report_by_key():
+    """Everything above `zeroedu.reports` (the package, the tests, the notebooks, the benchmarks)
+    reads a run report's attributes; only the JSON schema's own tests read the JSON by key."""
+    found = []
+    for path in sorted([*ROOT.rglob("*.py"), *REPO.glob("tests/*.py"), *REPO.glob("benchmarks/*.py"),
+                       *REPO.glob("docs/**/*.py"), *REPO.glob("examples/*.py")]):
+        rel = str(path.relative_to(REPO))
+        if rel == "zeroedu/reports.py":
+            continue
+        allowed = frozenset(f for p, f in JSON_SCHEMA_TESTS if p == rel)
+        found += report_keys_read(path.read_text(), rel, allowed)
+    for path in sorted(REPO.glob("notebooks/**/*.ipynb")):
+        for i, src in _code_cells(path):
+            found += report_keys_read(src, f"{path.relative_to(REPO)} cell {i}")
+    assert not found, "reports read by key (read the attribute: zeroedu.reports):\n" + "\n".join(found)
+    # the check itself catches each spelling
+    assert len(report_keys_read('r["ranks"][0]["measured"]["total"]; x["match"]["wire"]; t["timeline"]["events"]'
+                                '; c["match"]; w["wire"]["zero1"]', "x")) == 4

@@ -83,10 +83,10 @@ def test_model_states_agree_with_torch_memtracker(recipe):
     snap = mt.get_tracker_snapshot("current")[torch.device("cpu")]
     by = {str(k).split(".")[-1]: v for k, v in snap.items()}
     measured = dist.ledger.measured()
-    assert by["PARAM"] == measured["param"]
-    assert by["GRAD"] == measured["grad"]
+    assert by["PARAM"] == measured.param
+    assert by["GRAD"] == measured.grad
     # Everything else MemTracker still sees alive is our optimizer state (no activations remain).
-    assert by["Total"] == measured["total"]
+    assert by["Total"] == measured.total
 
 
 def test_comm_records_ring_bytes_exactly():

@@ -49,7 +49,7 @@ def _param_rel(a, b):
 
 
 def _check(r):
-    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}, r["match"]
+    assert r.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True, "losses": True}, r.match
     assert _rel(r.losses, r.reference_losses) <= TOL
     assert _param_rel(r.params, r.reference_params) <= PARAM_TOL
 
@@ -65,7 +65,7 @@ def test_accumulation_and_clipping(strategy):
     _check(r)
     # the clip was active: the trajectory differs from the unclipped one
     free = _run(strategy, micro_batches=2)
-    assert max(abs(a - b) for a, b in zip(r.losses, free["losses"])) > 1e-4
+    assert max(abs(a - b) for a, b in zip(r.losses, free.losses)) > 1e-4
     # K micro-batches: two backward windows per step on every rank
     for rk in r.ranks:
         assert len(analysis.backward_windows(rk.timeline, step=1)) == 2
@@ -132,9 +132,9 @@ def test_minimal_record_keeps_the_reports_figures():
         RunConfig("fsdp2", 2, timeline="some").resolved()
     full = run(RunConfig("zero2", 2, steps=2, model="gpt-tiny"))
     mini = run(RunConfig("zero2", 2, steps=2, model="gpt-tiny", timeline="minimal"))
-    assert mini["timeline_mode"] == "minimal" and all(mini.match.plain().values())
+    assert mini.timeline_mode == "minimal" and all(mini.match.plain().values())
     for a, b in zip(full.ranks, mini.ranks):
         assert a.measured == b.measured and a.wire.messages == b.wire.messages
-        assert b["wire"]["by_collective"] == {} and a["wire"]["by_collective"]
+        assert b.wire.by_collective == {} and a.wire.by_collective
         assert len(b.timeline.events) < len(a.timeline.events)
-    assert mini["losses"] == full["losses"]
+    assert mini.losses == full.losses

@@ -43,7 +43,7 @@ def test_the_api_raises_run_stopped_and_the_next_run_works():
     assert isinstance(e.value, RankError) and e.value.rank == 0 and e.value.type == "NonFiniteLoss"
     assert "at step 2 of 3" in e.value.reason and "Traceback" not in str(e.value)
     good = run(cfg)  # a fresh pool: the stopped one was closed
-    assert good["match"]["losses"] is True and all(map(math.isfinite, good["losses"]))
+    assert good.match.losses is True and all(map(math.isfinite, good.losses))
 
 
 def test_match_covers_the_losses():
@@ -52,7 +52,7 @@ def test_match_covers_the_losses():
                         strategy_class="zeroedu.notebook.bugs.nb03:BuggyZeRO1"))
     assert {k: v for k, v in bug.match.plain().items() if k != "losses"} == {
         "model_states": True, "comm": True, "wire": True, "activations": True}
-    assert bug["match"]["losses"] is False and all_match(bug) is False
+    assert bug.match.losses is False and all_match(bug) is False
 
 
 def test_cli_json_is_strict_json():

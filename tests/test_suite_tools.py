@@ -53,14 +53,14 @@ def test_shared_runs_start_each_configuration_once_and_hand_out_copies(monkeypat
     from .shared_runs import SharedRuns
 
     started = []
-    monkeypatch.setattr(zeroedu.train, "run", lambda cfg: started.append(cfg) or {"ranks": [{"x": 1}]})
+    monkeypatch.setattr(zeroedu.train, "run", lambda cfg: started.append(cfg) or {"rows": [{"x": 1}]})
     runs = SharedRuns()
     a = runs(RunConfig("zero2", 2, steps=5, model="mlp"))
-    a["ranks"][0]["x"] = 99
+    a["rows"][0]["x"] = 99
     b = runs(RunConfig("zero2", 2, steps=5, model="mlp", return_params=True, recipe=None))
     c = runs(RunConfig("zero2", 2, steps=4, model="mlp"))
     assert len(started) == runs.started == 2 and all(cfg.return_params for cfg in started)
-    assert b == {"ranks": [{"x": 1}]} and c is not b
+    assert b == {"rows": [{"x": 1}]} and c is not b
 
 
 def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkeypatch, tmp_path):

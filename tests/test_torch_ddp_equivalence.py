@@ -27,9 +27,9 @@ def test_bucketed_ddp_equals_torch_ddp(n):
     for r in range(n):  # per rank: same local batch, same local loss
         a, b = ours.ranks[r].losses, theirs[r]["losses"]
         assert max(abs(x - y) / abs(y) for x, y in zip(a, b)) <= TOL
-    assert _param_rel(ours["params"], theirs[0]["params"]) <= TOL
+    assert _param_rel(ours.params, theirs[0]["params"]) <= TOL
     # torch DDP itself matches single-process training (the common reference)
-    assert _param_rel(theirs[0]["params"], ours["reference_params"]) <= TOL
+    assert _param_rel(theirs[0]["params"], ours.reference_params) <= TOL
     # and its replicas agree with each other, as ours do by construction
     # torch re-buckets after its first iteration in gradient-arrival order, capped by
     # bucket_cap_mb: the same buckets as zeroedu's reverse-order greedy packing

@@ -98,9 +98,9 @@ def test_report_figures_show_the_report():
     fig = viz.memory_bars(rep, rank=1)
     bars = fig.axes[0].patches
     keys = ["param", "grad", "optim", "total"]
-    div, _ = viz.byte_scale([rep.ranks[1].measured[k] for k in keys])
-    assert [b.get_height() * div for b in bars[:4]] == pytest.approx([rep.ranks[1].predicted[k] for k in keys])
-    assert [b.get_height() * div for b in bars[4:]] == pytest.approx([rep.ranks[1].measured[k] for k in keys])
+    div, _ = viz.byte_scale([rep.ranks[1].measured.model_states()[k] for k in keys])
+    assert [b.get_height() * div for b in bars[:4]] == pytest.approx([rep.ranks[1].predicted.model_states()[k] for k in keys])
+    assert [b.get_height() * div for b in bars[4:]] == pytest.approx([rep.ranks[1].measured.model_states()[k] for k in keys])
     fig = viz.comm_bars(rep)
     r0 = rep.ranks[0]
     wire = r0.wire.by_collective["all_reduce"]  # DDP runs one kind of collective: measured alone

@@ -134,17 +134,17 @@ def test_run_panel_table_collapses_agreeing_ranks_and_calls_out_the_one_that_dif
 
     rep = panel_run.report
     rows = summary_rows(rep)
-    assert [r["what"] for r in rows][:4] == ["param", "grad", "optim", "total"]
-    assert all(r["ranks"] == "all 2 ranks" and not r["differs"] for r in rows)
-    assert rows[0]["measured"] == rep.ranks[0].measured.param
-    wire = next(r for r in rows if r["what"].startswith("on the wire"))
-    assert wire["measured"] == rep.ranks[0].wire.sent and wire["match"] is True
+    assert [r.what for r in rows][:4] == ["param", "grad", "optim", "total"]
+    assert all(r.ranks == "all 2 ranks" and not r.differs for r in rows)
+    assert rows[0].measured == rep.ranks[0].measured.param
+    wire = next(r for r in rows if r.what.startswith("on the wire"))
+    assert wire.measured == rep.ranks[0].wire.sent and wire.match is True
     # rank 1 measures another gradient size: its own row, flagged, the others unchanged
     ranks = [rep.ranks[0], replace(rep.ranks[1], measured=replace(rep.ranks[1].measured, grad=1))]
     rows = summary_rows(replace(rep, ranks=ranks))
-    grad = [r for r in rows if r["what"] == "grad"]
-    assert [(g["ranks"], g["differs"], g["match"]) for g in grad] == [("rank 0", False, True), ("rank 1", True, False)]
-    assert len([r for r in rows if r["what"] == "param"]) == 1
+    grad = [r for r in rows if r.what == "grad"]
+    assert [(g.ranks, g.differs, g.match) for g in grad] == [("rank 0", False, True), ("rank 1", True, False)]
+    assert len([r for r in rows if r.what == "param"]) == 1
 
 
 # ---------------------------------------------------------------- the activation explorer

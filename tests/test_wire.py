@@ -43,7 +43,7 @@ def test_ring_collectives_put_the_closed_forms_on_the_wire(strategy, n):
     m = 2 if spec.hybrid else 1
     r = run(RunConfig(strategy, n, steps=2, recipe="fp32", m=m, model=WIDE, global_batch=12,
                       collectives="ring"))
-    assert r["collectives"] == "ring" and r["match"]["wire"] is True
+    assert r.collectives == "ring" and r.match.wire is True
     want = float(_closed_form(strategy, n // m, m))
     for rk in r.ranks:
         sent = rk.wire.sent
@@ -61,7 +61,7 @@ def test_gloo_reduce_scatter_sends_an_all_reduce(strategy):
     2(g-1)/g of its input (an all-reduce), twice the ring model; its all-gather is on the ring
     bound. Measured per kind of collective (ZeRO-1/2 reduce, then gather, in separate windows)."""
     r = run(RunConfig(strategy, 4, steps=2, recipe="fp32", model=WIDE, global_batch=12, collectives="backend"))
-    assert r["match"]["wire"] is True  # against the model of gloo's algorithm
+    assert r.match.wire is True  # against the model of gloo's algorithm
     for rk in r.ranks:
         ring = rk.measured.comm
         wire = rk.wire.by_collective
@@ -96,7 +96,7 @@ def test_nccl_has_no_wire_figure_only_a_reason():
     meter = WireMeter(backend="nccl")
     assert not meter.available and "NCCL" in meter.reason
     rep = Ledger(0, wire=meter).wire_report()
-    assert rep["sent"] is None and "NCCL" in rep["reason"]
+    assert rep.sent is None and "NCCL" in rep.reason
 
 
 @pytest.mark.fast
@@ -115,7 +115,7 @@ def test_the_predicted_wire_doubles_reduce_scatter_on_gloo_only(strategy):
     with pytest.raises(ValueError, match="transport must be one of"):
         on_the_wire(comm, "backend", "mpi")
     cfg = RunConfig(strategy, 4, steps=1, recipe="fp32", model=WIDE, collectives="auto")
-    assert predicted(cfg, 0, cuda=True)["wire"] == float(ring)
-    assert predicted(cfg, 0, cuda=False)["wire"] == float(ring)  # auto on gloo: zeroedu's rings
+    assert predicted(cfg, 0, "nccl").wire == float(ring)
+    assert predicted(cfg, 0, "gloo").wire == float(ring)  # auto on gloo: zeroedu's rings
     backend = RunConfig(strategy, 4, steps=1, recipe="fp32", model=WIDE, collectives="backend")
-    assert predicted(backend, 0, cuda=False)["wire"] == float(ring + rs)
+    assert predicted(backend, 0, "gloo").wire == float(ring + rs)

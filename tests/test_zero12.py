@@ -92,10 +92,10 @@ def test_zero2_reduce_scatter_overlaps_backward():
 
     r = _run("zero2", 4, "mixed-bf16")
     for rank in r.ranks:
-        assert 0.0 <= rank["overlap"] <= 1.0
+        assert 0.0 <= rank.overlap <= 1.0
         # Deterministic part of the overlap: every unit's reduce-scatter is launched by a hook
         # while backward is still running, in every step (none waits for the optimizer step).
-        for s in range(r["steps"]):
+        for s in range(r.steps):
             assert analysis.launched_in_backward(rank.timeline, step=s) == len(SHAPES)
 
 

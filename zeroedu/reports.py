@@ -34,25 +34,6 @@ def _plain_fields(obj, drop_none: tuple[str, ...] = ()) -> dict[str, Any]:
     return out
 
 
-class _ByKey:
-    """Transitional: the dict spelling (``r["measured"]``) of a field, while readers move to
-    attributes; the layering test lists who still uses it."""
-
-    def __getitem__(self, k: str):
-        if k not in {f.name for f in fields(self)}:
-            raise KeyError(k)
-        return getattr(self, k)
-
-    def __setitem__(self, k: str, v) -> None:
-        setattr(self, k, v)
-
-    def __contains__(self, k: str) -> bool:
-        return k in {f.name for f in fields(self)} and getattr(self, k) is not None
-
-    def get(self, k: str, default=None):
-        return getattr(self, k) if k in self else default
-
-
 def _known(cls, d: dict) -> dict:
     names = {f.name for f in fields(cls)}
     unknown = sorted(set(d) - names)
@@ -62,7 +43,7 @@ def _known(cls, d: dict) -> dict:
 
 
 @dataclass
-class States(_ByKey):
+class States:
     """Bytes of this rank's model states at the optimizer step, and its collectives' payloads."""
     param: int = 0
     grad: int = 0
@@ -100,7 +81,7 @@ class Predicted(States):
 
 
 @dataclass
-class WireReport(_ByKey):
+class WireReport:
     """Bytes this rank wrote to its sockets in the last step (kernel TCP counters); `sent` None
     where nothing could be measured (NCCL, or no meter), `reason` says why."""
     sent: int | None = None
@@ -127,7 +108,7 @@ class WireReport(_ByKey):
 
 
 @dataclass
-class Timeline(_ByKey):
+class Timeline:
     """What the ledger recorded: events (bytes by category at each lifecycle point), marks
     (points without bytes) and collectives, each a plain record (`Ledger.timeline`)."""
     events: list[dict] = field(default_factory=list)
@@ -143,7 +124,7 @@ class Timeline(_ByKey):
 
 
 @dataclass
-class RankReport(_ByKey):
+class RankReport:
     """One rank's results."""
     rank: int
     measured: Measured
@@ -177,7 +158,7 @@ class RankReport(_ByKey):
 
 
 @dataclass
-class Match(_ByKey):
+class Match:
     """Each figure against its prediction; None where nothing could be compared (no closed form
     for a custom model's activations, no wire measured on NCCL)."""
     model_states: bool
@@ -195,7 +176,7 @@ class Match(_ByKey):
 
 
 @dataclass
-class RunReport(_ByKey):
+class RunReport:
     """A run on real ranks beside single-process training (`zeroedu.train.run`)."""
     strategy: str
     world_size: int

@@ -13,7 +13,7 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> None:
     report = run(RunConfig("fsdp1", 4, steps=2, model="gpt-small"))
-    assert all(v is not False for v in report["match"].values()), report["match"]
+    assert all(v is not False for v in report.match.plain().values()), report.match
     fig = viz.memory_timeline(report, ranks=[0, 1, 2, 3], layout="panels", x="event", steps=1)
     out = HERE / "fsdp_sawtooth.png"
     fig.savefig(out, dpi=110, bbox_inches="tight")

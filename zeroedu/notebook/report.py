@@ -177,7 +177,7 @@ def format_cross_domain_table(rows: list[dict], unit: float = 1e9, striped: list
         head = head.replace("  comm ms", "  1-ring ms") + f" {'striped ms':>10}"
     lines = [head]
     for i, r in enumerate(rows):
-        line = (f"{r['layout']:<11} {r['ranks']:>5} {float(r['bytes_per_rank']) / unit:>9.3f} "
+        line = (f"{r['layout']:<11} {r['world_size']:>5} {float(r['bytes_per_rank']) / unit:>9.3f} "
                 f"{float(r['sent_per_rank']) / unit:>9.3f} "
                 f"{float(r['cross_domain_per_rank']) / unit:>9.3f} {1e3 * r['comm_seconds']:>9.1f}")
         if striped is not None:

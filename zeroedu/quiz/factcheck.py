@@ -354,7 +354,7 @@ def zero1_gather_optional() -> dict:
             "optim_full": recipes.get_recipe("fp32").optim_bytes * psi(),  # m, v: fp32 is its own master
             "gathered_bytes": sum(c["payload"] for c in gathers),
             "loss_rel_diff": {"zero1": rel(ok), "without_gather": rel(broken)},
-            "losses": {"reference": ok["reference_losses"], "zero1": ok["losses"], "without_gather": broken["losses"]},
+            "losses": {"reference": ok.reference_losses, "zero1": ok.losses, "without_gather": broken.losses},
             "match": ok.match.model_states and ok.match.comm,
             "holds": rel(broken) <= 1e-6, "verdict": _verdict(rel(broken) <= 1e-6),
             "correct": "required: each rank updates only its own 1/N; the all-gather brings the other "
@@ -400,7 +400,7 @@ def zero3_model_size_over_n() -> dict:
     model_over_n = Fraction(rec.param_bytes * psi(), z3.n)
     ratio = Fraction(me.total) / model_over_n
     return {"claim": "ZeRO-3 needs ~ model size / N per GPU", "total_per_rank": me.total,
-            "predicted": z3.ranks[0].predicted.total, "model_size_over_n": model_over_n,
+            "predicted_per_rank": z3.ranks[0].predicted.total, "model_size_over_n": model_over_n,
             "times": ratio, "gb_7b_n8": {"model_over_n": Fraction(2 * 7 * 10**9, 8),
                                          "zero3": theory.model_states("fsdp1", 7e9, 8).total},
             "match": z3.match.model_states, "holds": ratio == 1, "verdict": _verdict(ratio == 1),

@@ -135,8 +135,8 @@ def compare_job(ctx, arms: list[dict], rounds: int = 5, steps: int = 3, warmup: 
             arm.steps(1, [batches[0]], lambda: None, lambda: None)
             ledger = arm.run.ledger
             w = ledger.wire_report()
-            out["wire"][arm.label] = w["sent"]
-            out["messages"][arm.label] = w.get("messages")
+            out["wire"][arm.label] = w.sent
+            out["messages"][arm.label] = w.messages
             out["ring_model"][arm.label] = float(sum(ledger.comm_by_collective().values()))
             out["peak"][arm.label] = ledger.peak
         else:

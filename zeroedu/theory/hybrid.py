@@ -174,7 +174,7 @@ def cross_domain_table(psi, n, m, recipe=None, bandwidth: dict | None = None,
             raise ValueError(f"flat_ring must be one of {', '.join(FLAT_RINGS)}, got {flat_ring!r}")
         rows.append({
             "layout": layout,
-            "ranks": n * m,
+            "world_size": n * m,
             "bytes_per_rank": states.total,
             "sent_per_rank": sent,
             "cross_domain_per_rank": cross_domain_bytes(layout, psi, n, m, recipe),

@@ -25,8 +25,10 @@ from .reference import reference
 from .runner import build_run, strategy_cls, train_steps
 
 
-def predicted(cfg: RunConfig, rank: int, cuda: bool = False) -> Predicted:
-    """The closed forms, exact mode, for this model and this rank."""
+def predicted(cfg: RunConfig, rank: int, backend: str = "gloo", device: str = "cpu") -> Predicted:
+    """The closed forms, exact mode, for this model and this rank, on `backend` (the transport
+    the ranks' collectives run on: it decides "auto" collectives and the wire's algorithm) and
+    `device` (LayerNorm statistics are fp32 on CUDA)."""
     cfg = cfg.resolved()
     model = cfg.model.build()
     shapes = unit_shapes(model)
@@ -39,20 +41,19 @@ def predicted(cfg: RunConfig, rank: int, cuda: bool = False) -> Predicted:
                                    trainable=trainable)
     comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe, trainable=trainable,
                              **theory_comm_options(cfg))
-    d = ms.as_dict()  # param, grad, optim, total, optim_detail
     # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
     # when the backend's collectives run (`theory.comm.on_the_wire`).
-    transport = "nccl" if cuda else "gloo"
-    implementation = resolve_implementation(cfg.collectives, transport)
-    d["wire"] = float(theory_comm.on_the_wire(comm, implementation, transport))
-    # One micro-batch's saved tensors, in the recipe's parameter dtype (what the model computes
-    # in); LayerNorm statistics are fp32 on CUDA. None: no closed form for this model.
-    d["activations"] = cfg.model.activation_bytes(cfg.micro_batch_size, get_recipe(cfg.recipe).param_bytes,
-                                                  cfg.recompute, ln_stats_bytes=4 if cuda else None)
-    d["comm"] = {k: float(v) for k, v in sorted(comm.by_collective().items()) if v}
-    d["comm_by_axis"] = {a: {k: float(v) for k, v in sorted(c.items()) if v}
-                         for a, c in sorted(comm.items()) if any(c.values())}
-    return Predicted(**d)
+    implementation = resolve_implementation(cfg.collectives, backend)
+    return Predicted(
+        **ms.as_dict(),  # param, grad, optim, total, optim_detail
+        wire=float(theory_comm.on_the_wire(comm, implementation, backend)),
+        # One micro-batch's saved tensors, in the recipe's parameter dtype (what the model
+        # computes in); LayerNorm statistics are fp32 on CUDA. None: no closed form for this model.
+        activations=cfg.model.activation_bytes(cfg.micro_batch_size, get_recipe(cfg.recipe).param_bytes,
+                                               cfg.recompute, ln_stats_bytes=4 if device.startswith("cuda") else None),
+        comm={k: float(v) for k, v in sorted(comm.by_collective().items()) if v},
+        comm_by_axis={a: {k: float(v) for k, v in sorted(c.items()) if v}
+                      for a, c in sorted(comm.items()) if any(c.values())})
 
 
 def theory_comm_options(cfg: RunConfig) -> dict:
@@ -73,7 +74,7 @@ def train_job(ctx, cfg: dict) -> dict:
         "rank": ctx.rank,
         "backend": ctx.backend,
         "measured": ledger.measured(),
-        "predicted": predicted(cfg, ctx.rank, cuda=ctx.device.startswith("cuda")),
+        "predicted": predicted(cfg, ctx.rank, ctx.backend, ctx.device),
         "peak": ledger.peak,
         "peak_label": ledger.peak_label,
         "losses": losses,

@@ -34,7 +34,7 @@ def memory_bars(report: RunReport, rank: int = 0) -> Figure:
     """One run, one rank: model-state bytes by category, predicted (closed form) vs measured."""
     r = _rank(report, rank)
     keys = ["param", "grad", "optim", "total"]
-    pred, meas = r.predicted, r.measured
+    pred, meas = r.predicted.model_states(), r.measured.model_states()
     div, unit = byte_scale([pred[k] for k in keys] + [meas[k] for k in keys])
     fig = new_figure(5.0, 3.0)
     ax = fig.add_subplot()
@@ -54,7 +54,7 @@ def comm_bars(report: RunReport, rank: int = 0) -> Figure:
     backend's collectives on gloo, its reduce-scatter shows at all-reduce cost on the wire."""
     r = _rank(report, rank)
     pred, meas = r.predicted.comm, r.measured.comm
-    wire = (r.get("wire") or {}).get("by_collective") or {}
+    wire = r.wire.by_collective
     keys = sorted(set(pred) | set(meas) | set(wire)) or ["(none)"]
     div, unit = byte_scale(list(pred.values()) + list(meas.values()) + list(wire.values()))
     fig = new_figure(5.6, 3.0)
@@ -93,7 +93,7 @@ def wire_bytes(report: RunReport, rank: int = 0) -> int | None:
     return _rank(report, rank).wire.sent
 
 
-def accumulation_figure(reports: dict[str, dict[int, dict]], rank: int = 0) -> Figure:
+def accumulation_figure(reports: dict[str, dict[int, RunReport]], rank: int = 0) -> Figure:
     """Bytes one rank sends per optimizer step against the number of micro-batches K, one line
     per strategy: the wire (kernel counters, dots) over the ring model of the predicted
     payloads (line). `reports` = {strategy label: {K: report}}."""
@@ -138,12 +138,12 @@ def accumulation_figure(reports: dict[str, dict[int, dict]], rank: int = 0) -> F
     return fig
 
 
-def activation_bars(reports: Sequence[dict], rank: int = 0) -> Figure:
+def activation_bars(reports: Sequence[RunReport], rank: int = 0) -> Figure:
     """Activation bytes of one micro-batch for several runs (e.g. recompute none / selective /
     full): predicted (closed form) vs measured (what autograd saved, by the ledger)."""
     if not reports:
         raise ValueError("no reports to draw")
-    names = [f"{rep.recompute}" if len({r['strategy'] for r in reports}) == 1
+    names = [f"{rep.recompute}" if len({r.strategy for r in reports}) == 1
              else f"{rep.strategy} {rep.recompute}" for rep in reports]
     pred = [_rank(rep, rank).predicted.activations or 0 for rep in reports]
     meas = [_rank(rep, rank).measured.activations or 0 for rep in reports]
@@ -157,6 +157,6 @@ def activation_bars(reports: Sequence[dict], rank: int = 0) -> Figure:
            color=COLORS["activation"])
     ax.set_xticks(list(xs), names, fontsize=8)
     ax.set_ylabel(f"{unit} saved for backward")
-    ax.set_title(f"{reports[0]['strategy']} rank {rank}: activations of one micro-batch", fontsize=9)
+    ax.set_title(f"{reports[0].strategy} rank {rank}: activations of one micro-batch", fontsize=9)
     outside_legend(ax)
     return fig

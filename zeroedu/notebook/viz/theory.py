@@ -345,7 +345,7 @@ def scaling_results(reports: dict, bandwidth: float, strategy_key=None) -> dict:
         times = step_times(rep)
         rows.append({"n": n, "strategy": key(s),
                      "zeroedu": {"impl": s, "median": statistics.median(times) if times else None,
-                                 "steps": len(times), "wire": (r0.get("wire") or {}).get("sent") or 0,
+                                 "steps": len(times), "wire": r0.wire.sent or 0,
                                  "ring_model": sum(r0.measured.comm.values())},
                      "torch": None,
                      "closed_form": {"sent": sent, "t_comm": sent / bandwidth if sent else 0.0}})

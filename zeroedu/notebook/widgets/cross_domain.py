@@ -63,7 +63,7 @@ class CrossDomainWidget:
                 f"comm. ms ({html.escape(RING_LABELS[self.flat_ring.value])})"]
         body = "".join(
             "<tr>" + "".join(f"<td>{c}</td>" for c in (
-                r["layout"], r["ranks"], f"{float(r['bytes_per_rank']) / 1e9:.3f} GB",
+                r["layout"], r["world_size"], f"{float(r['bytes_per_rank']) / 1e9:.3f} GB",
                 f"{float(r['sent_per_rank']) / 1e9:.3f} GB", f"{float(r['cross_domain_per_rank']) / 1e9:.3f} GB",
                 f"{1e3 * r['comm_seconds']:.1f}")) + "</tr>" for r in self.rows)
         note = (f'<div style="font-size:11px;color:#555">Time model: bandwidth terms only, nothing overlapped; '

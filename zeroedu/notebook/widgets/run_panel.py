@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import html
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import ipywidgets as W
 from matplotlib.figure import Figure
@@ -37,7 +39,18 @@ def _ranks_text(ranks: list[int], world: int) -> str:
     return "ranks " + ", ".join(map(str, ranks))
 
 
-def _grouped(what: str, values: list[tuple], ok) -> list[dict]:
+@dataclass(frozen=True)
+class SummaryRow:
+    """One quantity of the run panel's table: ranks that agree share a row."""
+    what: str
+    predicted: Any  # None: no closed form (the peak)
+    measured: Any  # a number, or (lowest, highest) over the ranks
+    match: bool | None
+    ranks: str  # "all 4 ranks", "rank 1", ...
+    differs: bool  # a group of ranks other than the largest
+
+
+def _grouped(what: str, values: list[tuple], ok) -> list[SummaryRow]:
     """Rows for one quantity: ranks with equal (predicted, measured) collapsed into one row, the
     largest group first; any other group is a row flagged `differs`."""
     groups: dict[tuple, list[int]] = {}
@@ -46,20 +59,19 @@ def _grouped(what: str, values: list[tuple], ok) -> list[dict]:
     order = sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
     rows = []
     for i, ((pred, meas), ranks) in enumerate(order):
-        rows.append({"what": what, "predicted": pred, "measured": meas,
-                     "match": ok(pred, meas) if callable(ok) else ok,
-                     "ranks": _ranks_text(ranks, len(values)), "differs": i > 0})
+        rows.append(SummaryRow(what, pred, meas, ok(pred, meas) if callable(ok) else ok,
+                               _ranks_text(ranks, len(values)), differs=i > 0))
     return rows
 
 
-def summary_rows(report: RunReport) -> list[dict]:
-    """The report as one row per quantity: {"what", "predicted", "measured", "match", "ranks",
-    "differs"}; ranks that agree share a row, a rank that differs gets its own (differs=True).
+def summary_rows(report: RunReport) -> list[SummaryRow]:
+    """The report as one row per quantity (`SummaryRow`); ranks that agree share a row, a rank
+    that differs gets its own (differs=True).
     Byte quantities are exact; the wire row compares with the payload the ring model predicts
     plus gloo's framing (`report.match.wire`); the peak has no closed form here."""
     ranks = report.ranks
     eq = lambda p, m: p == m  # noqa: E731
-    rows: list[dict] = []
+    rows: list[SummaryRow] = []
     for k in CATS:
         rows += _grouped(k, [(getattr(r.predicted, k), getattr(r.measured, k)) for r in ranks], eq)
     if any(r.predicted.activations is not None for r in ranks):
@@ -76,9 +88,9 @@ def summary_rows(report: RunReport) -> list[dict]:
     # The peak depends on when asynchronous collectives finish: a range over the ranks, not a
     # rank that "differs".
     peaks = [r.peak for r in ranks]
-    rows.append({"what": "peak (largest at a lifecycle event)", "predicted": None,
-                 "measured": min(peaks) if min(peaks) == max(peaks) else (min(peaks), max(peaks)),
-                 "match": None, "ranks": _ranks_text(list(range(len(ranks))), len(ranks)), "differs": False})
+    rows.append(SummaryRow("peak (largest at a lifecycle event)", None,
+                           min(peaks) if min(peaks) == max(peaks) else (min(peaks), max(peaks)),
+                           None, _ranks_text(list(range(len(ranks))), len(ranks)), differs=False))
     return rows
 
 
@@ -86,13 +98,13 @@ def summary_html(report: RunReport) -> str:
     head = ("what", "predicted", "measured", "match", "ranks")
     body = []
     for row in summary_rows(report):
-        cells = [row["what"], "—" if row["predicted"] is None else number(row["predicted"]),
-                 ("—" if row["measured"] is None else "–".join(map(number, row["measured"]))
-                  if isinstance(row["measured"], tuple) else number(row["measured"])),
-                 "—" if row["match"] is None else ("yes" if row["match"] else "NO"),
-                 row["ranks"] + (" (differs)" if row["differs"] else "")]
-        style = ' style="background:#FFF3CD"' if row["differs"] else ""
-        style = ' style="color:#C62828"' if row["match"] is False else style
+        cells = [row.what, "—" if row.predicted is None else number(row.predicted),
+                 ("—" if row.measured is None else "–".join(map(number, row.measured))
+                  if isinstance(row.measured, tuple) else number(row.measured)),
+                 "—" if row.match is None else ("yes" if row.match else "NO"),
+                 row.ranks + (" (differs)" if row.differs else "")]
+        style = ' style="background:#FFF3CD"' if row.differs else ""
+        style = ' style="color:#C62828"' if row.match is False else style
         body.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return ("<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
             + "".join(body) + "</tbody></table>")
