@@ -22,9 +22,15 @@ from zeroedu.train import config_to_dict, RunConfig, run
 
 # ------------------------------------------------------------------------------ CLI
 CLI_CASES = [
-    (["memory", "--psi", "-1"], "parameter count must be finite and > 0"),
-    (["memory", "--psi", "0"], "parameter count must be finite and > 0"),
-    (["memory", "--psi", "nan"], "parameter count must be finite and > 0"),
+    (["memory", "--psi", "-1"], "parameter count must be between 1 and 1e+15"),
+    (["memory", "--psi", "0"], "parameter count must be between 1 and 1e+15"),
+    (["memory", "--psi", "nan"], "parameter count must be between 1 and 1e+15"),
+    (["memory", "--psi", "1e30"], "parameter count must be between 1 and 1e+15, got '1e30'"),
+    (["memory", "--psi", "2.5"], "a parameter count is a whole number, got '2.5'"),
+    (["run", "--strategy", "ddp", "--timeout", "-5"], "argument --timeout: expected a number > 0, got '-5'"),
+    (["run", "--strategy", "ddp", "--timeout", "0"], "argument --timeout: expected a number > 0, got '0'"),
+    (["run", "--strategy", "ddp", "--timeout", "nan"], "argument --timeout: expected a number > 0, got 'nan'"),
+    (["run", "--strategy", "ddp", "--timeout", "inf"], "argument --timeout: expected a number > 0, got 'inf'"),
     (["memory", "--psi", "abc"], "invalid parameter count 'abc'"),
     (["memory", "--psi", "7B", "--n", "0"], "expected an integer >= 1"),
     (["memory", "--psi", "7B", "--m", "-2"], "expected an integer >= 1"),
@@ -37,6 +43,38 @@ CLI_CASES = [
     (["run", "--strategy", "hsdp", "--world-size", "4", "--outer", "3"], "M = 3 must be >= 1 and divide the world size 4"),
     (["run", "--strategy", "ddp", "--world-size", "5"], "global batch 8 must be divisible"),
 ]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("timeout", [0, -5, math.nan, math.inf, True, "10"])
+def test_api_timeout_is_a_finite_number_of_seconds(timeout):
+    with pytest.raises(ValueError, match="timeout must be a finite number of seconds > 0"):
+        cluster.check_timeout(timeout)
+    assert cluster.check_timeout(None) is None and cluster.check_timeout(0.5) == 0.5
+
+
+@pytest.mark.fast
+def test_unknown_backend_is_one_line(monkeypatch, capsys):
+    monkeypatch.setenv("ZEROEDU_BACKEND", "glooo")
+    with pytest.raises(ValueError, match="ZEROEDU_BACKEND='glooo': the backend is one of gloo, nccl"):
+        cluster.choose_backend(2)
+    with pytest.raises(SystemExit) as ei:  # before any rank starts
+        cli.main(["run", "--strategy", "ddp", "--world-size", "2", "--model", "mlp", "--steps", "1"])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err
+    assert [ln for ln in err.splitlines() if "error:" in ln] == [
+        "zeroedu: error: ZEROEDU_BACKEND='glooo': the backend is one of gloo, nccl"], err
+
+
+def test_a_hung_rank_is_reported_with_the_limit_it_ran_under():
+    from zeroedu.runtime import faults
+
+    with cluster.Pool(2) as pool:  # the pool's limit is 60 s; this job's is 2 s
+        with pytest.raises(ValueError, match="timeout must be"):
+            pool.run(faults.ok, timeout=0)  # refused before the job is handed to the ranks
+        assert [r["sum"] for r in pool.run(faults.ok)] == [8.0, 8.0]  # the pool is unharmed
+        with pytest.raises(cluster.RankError, match=r"did not finish within 2 s"):
+            pool.run(faults.hang_on, {"bad_rank": 1}, timeout=2)
 
 
 @pytest.mark.fast

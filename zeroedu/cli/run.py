@@ -161,7 +161,7 @@ def add_parser(subparsers) -> None:
                    help="FSDP: keep unsharded params from forward to backward")
     p.add_argument("--prefetch", choices=["none", "backward", "forward", "both"], default=None,
                    help="FSDP all-gather prefetch")
-    p.add_argument("--timeout", type=float, default=cluster.DEFAULT_TIMEOUT,
+    p.add_argument("--timeout", type=positive_float, default=cluster.DEFAULT_TIMEOUT,
                    help="seconds before a silent rank counts as hung (default 60)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     # Two flags, two questions: --record says what the ranks record (`RunConfig.timeline`),

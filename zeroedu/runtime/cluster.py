@@ -23,6 +23,7 @@ Each rank writes stdout/stderr to its own log file; `Pool.logs()` returns them i
 from __future__ import annotations
 
 import datetime
+import math
 import multiprocessing as mp
 import os
 import queue
@@ -115,6 +116,17 @@ def _mp_context():
     return ctx
 
 
+def check_timeout(timeout):
+    """A job's time limit: None (the pool's) or a finite number of seconds > 0. Zero, a negative
+    number, NaN or infinity is refused: none of them is a limit a run can keep."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not math.isfinite(timeout) \
+            or timeout <= 0:
+        raise ValueError(f"timeout must be a finite number of seconds > 0, got {timeout!r}")
+    return timeout
+
+
 class Pool:
     """N warm ranks that run job after job. Use as a context manager or call `close()`."""
 
@@ -125,7 +137,8 @@ class Pool:
         if n > MAX_LOCAL_RANKS:
             raise ValueError(f"world size {n} is more than the local rank limit {MAX_LOCAL_RANKS}; "
                              "use torchrun for more ranks")
-        self.n, self.timeout = n, timeout
+        self.n, self.timeout = n, check_timeout(timeout) or DEFAULT_TIMEOUT
+        self._limit = self.timeout  # the current job's limit (`run(timeout=...)`), for messages
         self.backend = backend or choose_backend(n)
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="zeroedu-ranks-")
         self.log_paths = [os.path.join(self.log_dir, f"rank{r}.log") for r in range(n)]
@@ -190,7 +203,7 @@ class Pool:
             if time.monotonic() > deadline:
                 hung = sorted(waiting_for)
                 first = hung[0] if len(hung) == 1 else None
-                self._fail(RankError(first, f"did not finish within {self.timeout:.0f} s",
+                self._fail(RankError(first, f"did not finish within {self._limit:g} s",
                                      f"no result from rank(s) {hung}: hung (e.g. waiting in a "
                                      "collective for a peer that never arrived)",
                                      self._tail(hung[0]) if hung else ""))
@@ -232,7 +245,7 @@ class Pool:
             # Peers timed out inside a collective while these ranks said nothing: they hung.
             hung = sorted(waiting_for - set(errors))
             r = hung[0]
-            err = RankError(r, f"did not finish within {self.timeout:.0f} s",
+            err = RankError(r, f"did not finish within {self._limit:g} s",
                             f"rank(s) {hung} never reached the collective their peers timed out "
                             f"in (hung); the peers reported:\n{errors[min(errors)]}", self._tail(r))
         else:
@@ -251,13 +264,15 @@ class Pool:
         """Run `fn(ctx, **kwargs)` on every rank; return the results in rank order."""
         if self.closed:
             raise RuntimeError("this pool is closed; start a new one (zeroedu.runtime.cluster.get_pool does)")
+        limit = self.timeout if check_timeout(timeout) is None else timeout
         self._job += 1
         job = self._job
         ref = fn_ref(fn)
         for q in self._tasks:
             q.put((job, ref, dict(kwargs or {})))
         out: dict[int, Any] = {}
-        deadline = time.monotonic() + (timeout or self.timeout)
+        self._limit = limit
+        deadline = time.monotonic() + limit
         while len(out) < self.n:
             kind, rank, job_id, payload = self._next(deadline, set(range(self.n)) - set(out))
             if job_id != job:
@@ -265,7 +280,7 @@ class Pool:
             if kind == "event":
                 # A job that streams is alive: its deadline runs from its latest message, so a
                 # long run is not mistaken for a hung one while a silent rank still is.
-                deadline = max(deadline, time.monotonic() + (timeout or self.timeout))
+                deadline = max(deadline, time.monotonic() + limit)
                 if on_event is not None:
                     on_event(payload)
             elif kind == "result":

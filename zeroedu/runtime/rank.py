@@ -23,10 +23,19 @@ class JobStopped(Exception):
     the parent raises `cluster.RunStopped` with this message alone, naming the rank."""
 
 
+BACKENDS = ("gloo", "nccl")
+
+
+def check_backend(name: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f"ZEROEDU_BACKEND={name!r}: the backend is one of {', '.join(BACKENDS)}")
+    return name
+
+
 def choose_backend(n: int) -> str:
     forced = os.environ.get("ZEROEDU_BACKEND")
     if forced:
-        return forced
+        return check_backend(forced)
     import torch
 
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= n else "gloo"
@@ -172,7 +181,7 @@ def run_torchrun(fn: Callable | str, kwargs: dict | None = None) -> list[Any] | 
 
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ["LOCAL_RANK"])
-    backend = os.environ.get("ZEROEDU_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+    backend = check_backend(os.environ.get("ZEROEDU_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo"))
     device = "cpu"
     if backend == "nccl":
         torch.cuda.set_device(local)
