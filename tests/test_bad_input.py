@@ -27,6 +27,10 @@ CLI_CASES = [
     (["memory", "--psi", "nan"], "parameter count must be between 1 and 1e+15"),
     (["memory", "--psi", "1e30"], "parameter count must be between 1 and 1e+15, got '1e30'"),
     (["memory", "--psi", "2.5"], "a parameter count is a whole number, got '2.5'"),
+    (["memory", "--psi", "7B", "--pp", "1000"], "--pp 1000: a pipeline stage holds at least one layer, and the model has 32"),
+    (["memory", "--psi", "7B", "--tp", "3"], "--tp 3: tensor parallelism splits the 32 attention heads evenly"),
+    (["run", "--strategy", "zero2", "--world-size", "4", "--outer", "2"],
+     "--outer 2: M is the dp_outer axis of a hybrid strategy (hsdp, hfsdp); zero2 is flat"),
     (["run", "--strategy", "ddp", "--timeout", "-5"], "argument --timeout: expected a number > 0, got '-5'"),
     (["run", "--strategy", "ddp", "--timeout", "0"], "argument --timeout: expected a number > 0, got '0'"),
     (["run", "--strategy", "ddp", "--timeout", "nan"], "argument --timeout: expected a number > 0, got 'nan'"),
@@ -64,6 +68,25 @@ def test_unknown_backend_is_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert [ln for ln in err.splitlines() if "error:" in ln] == [
         "zeroedu: error: ZEROEDU_BACKEND='glooo': the backend is one of gloo, nccl"], err
+
+
+@pytest.mark.fast
+def test_tour_runs_with_the_learning_rate_and_record_it_is_given(monkeypatch):
+    from zeroedu.cli import tour
+
+    class Started(Exception):
+        pass
+
+    seen = []
+
+    def first_run(cfg):  # the configuration tour hands to its first run, no ranks started
+        seen.append(cfg)
+        raise Started
+
+    monkeypatch.setattr(tour, "run", first_run)
+    with pytest.raises(Started):
+        cli.main(["tour", "--world-size", "2", "--lr", "0.01", "--record", "minimal"])
+    assert seen[0].adam.lr == 0.01 and seen[0].timeline == "minimal"
 
 
 def test_a_hung_rank_is_reported_with_the_limit_it_ran_under():

@@ -114,6 +114,12 @@ def _activation_block(act: dict) -> dict:
 def report(args) -> dict:
     """Everything the table and the JSON show, in bytes."""
     shape = _shape(args)
+    if args.pp > shape.layers:
+        raise ValueError(f"--pp {args.pp}: a pipeline stage holds at least one layer, and the model has "
+                         f"{shape.layers} (--layers)")
+    if shape.heads % args.tp:
+        raise ValueError(f"--tp {args.tp}: tensor parallelism splits the {shape.heads} attention heads "
+                         f"evenly, so it must divide them (--heads)")
     gpu = args.gpu_gb * 1e9
     psi_rank = args.psi / (args.tp * args.pp)  # each DP rank's share after TP and PP
     out = {"psi": args.psi, "n": args.n, "m": args.m, "recipe": args.recipe, "tp": args.tp,

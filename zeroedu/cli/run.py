@@ -49,6 +49,10 @@ def model_config(args):
 
 
 def config_from_args(args, world_size: int) -> RunConfig:
+    if args.outer != 1 and not catalog.get_spec(args.strategy).hybrid:
+        hybrid = ", ".join(n for n in catalog.STRATEGIES if catalog.get_spec(n).hybrid)
+        raise ValueError(f"--outer {args.outer}: M is the dp_outer axis of a hybrid strategy ({hybrid}); "
+                         f"{args.strategy} is flat over the world size")
     model = model_config(args)
     adam = None if args.lr is None else AdamConfig(lr=args.lr)
     return RunConfig(args.strategy, world_size, steps=args.steps, recipe=args.recipe, m=args.outer,

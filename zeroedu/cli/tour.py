@@ -6,6 +6,7 @@ import time
 
 from .. import catalog
 from ..notebook.report import TOUR_HEADER, all_match, table, tour_row
+from ..optim import AdamConfig
 from ..runtime import cluster
 from ..train import RunConfig, run
 from .run import add_common, check_world, model_config
@@ -24,7 +25,8 @@ def cmd_tour(args) -> int:
         report = run(RunConfig(name, args.world_size, steps=args.steps, m=m, model=model_config(args),
                                global_batch=args.global_batch, micro_batches=args.micro_batches,
                                recompute=args.recompute, clip_grad_norm=args.clip_grad_norm,
-                               collectives=args.collectives))
+                               collectives=args.collectives, timeline=args.record,
+                               adam=None if args.lr is None else AdamConfig(lr=args.lr)))
         rows.append(tour_row(report) + [f"{time.perf_counter() - t0:.1f}s"])
         ok &= all_match(report)
         print(f"  {name:<18} done in {time.perf_counter() - t0:.1f} s", file=sys.stderr, flush=True)
