@@ -131,11 +131,28 @@ def test_world_size_out_of_range(n):
 
 
 def test_torchrun_environment_detection(monkeypatch):
-    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+    for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(k, raising=False)
-    assert not cluster.under_torchrun()
+    assert not cluster.under_torchrun() and cluster.stale_torchrun_variables() == []
     monkeypatch.setenv("RANK", "0"); monkeypatch.setenv("WORLD_SIZE", "1"); monkeypatch.setenv("LOCAL_RANK", "0")
-    assert cluster.under_torchrun()
+    # left over from another launch: not torchrun, and said so
+    assert not cluster.under_torchrun()
+    assert cluster.stale_torchrun_variables() == ["RANK", "WORLD_SIZE", "LOCAL_RANK"]
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # what torchrun's agent sets for its workers
+    assert cluster.under_torchrun() and cluster.stale_torchrun_variables() == []
+
+
+def test_stale_torchrun_variables_are_warned_about_and_ignored(monkeypatch):
+    from .cli_inprocess import zeroedu
+
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
+    for k, v in (("RANK", "3"), ("WORLD_SIZE", "8"), ("LOCAL_RANK", "3"), ("MASTER_ADDR", "10.0.0.1")):
+        monkeypatch.setenv(k, v)
+    out = zeroedu("run", "--strategy", "ddp", "--world-size", "2", "--model", "mlp", "--steps", "1", "--quiet")
+    assert out.returncode == 0, out.stderr
+    assert ("zeroedu: warning: RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR set, but this process was not started "
+            "by torchrun (no TORCHELASTIC_RUN_ID): ignored; running 2 local ranks") in out.stderr
+    assert "world size 2" in out.stdout  # the local run, not a wait for 8 ranks
 
 
 def test_events_stream_to_the_parent_while_the_job_runs():

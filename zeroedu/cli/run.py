@@ -99,6 +99,10 @@ def cmd_run(args) -> int:
         raise ValueError("--json-timelines prints timelines in the --json output: add --json")
     if cluster.under_torchrun():
         return _run_torchrun(args)
+    stale = cluster.stale_torchrun_variables()
+    if stale:
+        print(f"zeroedu: warning: {', '.join(stale)} set, but this process was not started by torchrun "
+              f"(no TORCHELASTIC_RUN_ID): ignored; running {args.world_size} local ranks", file=sys.stderr)
     check_world(args.world_size)
     cfg = config_from_args(args, args.world_size)
     if not args.quiet:

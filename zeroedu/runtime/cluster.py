@@ -34,7 +34,8 @@ import time
 from typing import Any, Callable
 
 # Re-exported: callers start ranks here and may need the rank side's names.
-from .rank import JobStopped, RankContext, choose_backend, run_torchrun, under_torchrun, worker_main  # noqa: F401
+from .rank import (JobStopped, RankContext, choose_backend, run_torchrun, stale_torchrun_variables,  # noqa: F401
+                   under_torchrun, worker_main)
 
 MAX_LOCAL_RANKS = 16
 DEFAULT_TIMEOUT = 60.0

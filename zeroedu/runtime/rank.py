@@ -170,8 +170,22 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
         pass
 
 
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
 def under_torchrun() -> bool:
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "LOCAL_RANK" in os.environ
+    """A process torchrun started: its rank variables, and the run id its elastic agent sets for
+    every worker it starts (torch/distributed/elastic/agent/server/local_elastic_agent.py,
+    TORCHELASTIC_RUN_ID). The rank variables alone are left over from another launch (a shell
+    that exported them, a job script), and following them would wait for peers that never come."""
+    return all(k in os.environ for k in TORCHRUN_VARS) and "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def stale_torchrun_variables() -> list[str]:
+    """The launch variables set in a process torchrun did not start (ignored: local ranks run)."""
+    if under_torchrun():
+        return []
+    return [k for k in (*TORCHRUN_VARS, "MASTER_ADDR", "MASTER_PORT") if k in os.environ]
 
 
 def run_torchrun(fn: Callable | str, kwargs: dict | None = None) -> list[Any] | None:
