@@ -1,4 +1,8 @@
 """The multi-rank harness: real collectives, bytes on the ring, failures, warm pools."""
+import glob
+import os
+import shutil
+import tempfile
 import time
 from fractions import Fraction
 
@@ -92,6 +96,27 @@ def test_hanging_rank_times_out_and_next_run_works():
     assert elapsed < 60  # bounded: the deadline plus killing the pool (generous backstop)
     _assert_dead(pool)
     assert [r["sum"] for r in cluster.run(faults.ok, 2, warm=False)] == [8.0, 8.0]
+
+
+def _log_folders() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "zeroedu-ranks-*")))
+
+
+def test_no_log_folder_outlives_a_run_that_worked_and_a_failed_run_names_its_own():
+    before = _log_folders()
+    assert cluster.run(faults.ok, 2, warm=False)[0]["sum"] == 8.0
+    pool = cluster.Pool(2)
+    pool.run(faults.ok)
+    pool.close()
+    assert _log_folders() == before  # both folders removed with their pools
+    with pytest.raises(cluster.RankError) as ei:
+        cluster.run(faults.raise_on, 2, warm=False)
+    kept = _log_folders() - before
+    assert len(kept) == 1, kept  # the failed run's logs, for the reader to look into
+    folder = kept.pop()
+    assert f"every rank's log is kept in {folder}" in str(ei.value)
+    assert sorted(os.listdir(folder)) == ["rank0.log", "rank1.log"]
+    shutil.rmtree(folder)
 
 
 def test_rank_logs_are_separate_and_in_order():

@@ -18,15 +18,19 @@ Failure handling: a rank that raises sends its traceback; a rank that dies is se
 exit code; a rank that hangs (say, waiting in a collective for a peer that raised) is caught by a
 deadline. In every case the parent kills the whole pool, so no orphan remains, and raises one
 `RankError` naming the rank with its traceback and log tail. The next run starts a fresh pool.
-Each rank writes stdout/stderr to its own log file; `Pool.logs()` returns them in rank order.
+Each rank writes stdout/stderr to its own log file; `Pool.logs()` returns them in rank order. The
+folder a pool makes for them is removed when the pool closes after jobs that worked (a warm pool
+closes with its process) and kept, named in the error, when a rank failed.
 """
 from __future__ import annotations
 
+import atexit
 import datetime
 import math
 import multiprocessing as mp
 import os
 import queue
+import shutil
 import socket
 import sys
 import tempfile
@@ -141,6 +145,9 @@ class Pool:
         self.n, self.timeout = n, check_timeout(timeout) or DEFAULT_TIMEOUT
         self._limit = self.timeout  # the current job's limit (`run(timeout=...)`), for messages
         self.backend = backend or choose_backend(n)
+        # The pool owns a log folder it made: removed when it closes after jobs that worked,
+        # kept (and named in the error) when a rank failed, for the reader to look into.
+        self._own_logs, self._failed = log_dir is None, False
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="zeroedu-ranks-")
         self.log_paths = [os.path.join(self.log_dir, f"rank{r}.log") for r in range(n)]
         self._job = 0
@@ -256,6 +263,9 @@ class Pool:
         self._fail(err)
 
     def _fail(self, err: RankError):
+        self._failed = True
+        if self._own_logs:
+            err.args = (f"{err.args[0]}\n(every rank's log is kept in {self.log_dir})",)
         self.close(force=True)
         raise err
 
@@ -308,6 +318,8 @@ class Pool:
             p.join(timeout=5)
         self._results.close()
         self._results.cancel_join_thread()
+        if self._own_logs and not self._failed:
+            shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def __enter__(self):
         return self
@@ -338,6 +350,13 @@ def shutdown_pools() -> None:
     for p in _POOLS.values():
         p.close()
     _POOLS.clear()
+
+
+@atexit.register
+def _close_pools_at_exit() -> None:
+    # The warm pools end with the process that kept them (a kernel, a script), logs with them.
+    for p in list(_POOLS.values()):
+        p.close(force=True)
 
 
 def run(fn: Callable | str, n: int, kwargs: dict | None = None, *, warm: bool = True,
