@@ -14,7 +14,7 @@ import torch
 
 from ..models import check_trainable
 from ..runtime import cluster
-from ..train.config import RunConfig, config_from_dict, config_to_dict
+from ..train.config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict, resolve
 from ..train.runner import build_run, strategy_cls, train_steps
 from .format import check_writable
 from .reshard import check_compatible, load_any
@@ -72,8 +72,7 @@ def resume_job(ctx, cfg: dict, resume_from: str, ckpt_dir: str | None = None,
 
 
 # ------------------------------------------------------------------------ parent side
-def _launch(job, cfg: RunConfig, kwargs: dict, pool, timeout) -> dict[str, Any]:
-    cfg = cfg.resolved()
+def _launch(job, cfg: ResolvedConfig, kwargs: dict, pool, timeout) -> dict[str, Any]:
     model = cfg.model.build()
     check_trainable(model, strategy_cls(cfg).TRAINS_FROZEN)  # before any rank starts
     payload = {"cfg": config_to_dict(cfg), **kwargs}
@@ -88,22 +87,22 @@ def _launch(job, cfg: RunConfig, kwargs: dict, pool, timeout) -> dict[str, Any]:
             "params": ranks[0]["params"], "pids": [r["pid"] for r in ranks]}
 
 
-def train_and_save(cfg: RunConfig, ckpt_dir: str, save_at, *, pool=None, timeout=None,
+def train_and_save(cfg: RunConfig | ResolvedConfig, ckpt_dir: str, save_at, *, pool=None, timeout=None,
                    fault: dict | None = None) -> dict[str, Any]:
     """Train `cfg` from scratch on real ranks, checkpointing after the steps in `save_at`.
     Returns the global losses (mean over ranks) of every step and the final parameters."""
     check_writable(ckpt_dir)
-    return _launch(train_and_save_job, cfg, {"ckpt_dir": os.path.abspath(ckpt_dir),
+    return _launch(train_and_save_job, resolve(cfg), {"ckpt_dir": os.path.abspath(ckpt_dir),
                                              "save_at": sorted(save_at), "fault": fault}, pool, timeout)
 
 
-def resume(cfg: RunConfig, resume_from: str, *, format: str = "zeroedu", ckpt_dir: str | None = None,
+def resume(cfg: RunConfig | ResolvedConfig, resume_from: str, *, format: str = "zeroedu", ckpt_dir: str | None = None,
            save_at=(), pool=None, timeout=None, fault: dict | None = None) -> dict[str, Any]:
     """Load a checkpoint into `cfg`'s strategy and world size (validated here, in the parent, so a
     bad checkpoint is a ValueError rather than a rank failure) and train to cfg.steps.
     `format="dcp"` reads a torch.distributed.checkpoint directory, which must come from a
     trusted source (its metadata is a pickle); the default reads zeroedu's own format only."""
-    cfg = cfg.resolved()
+    cfg = resolve(cfg)
     if ckpt_dir is not None:
         check_writable(ckpt_dir)
     check_compatible(load_any(resume_from, cfg.model, format), cfg)

@@ -21,7 +21,7 @@ from ..optim import AdamConfig
 from ..runtime import cluster
 from ..runtime.comm import IMPLEMENTATIONS
 from ..runtime.ledger import TIMELINE_MODES
-from ..train import RunConfig, assemble, config_to_dict, run, train_job
+from ..train import ResolvedConfig, RunConfig, assemble, config_to_dict, run, train_job
 from .args import positive_float, positive_int
 
 
@@ -48,7 +48,7 @@ def model_config(args):
     return model
 
 
-def config_from_args(args, world_size: int) -> RunConfig:
+def config_from_args(args, world_size: int) -> ResolvedConfig:
     if args.outer != 1 and not catalog.get_spec(args.strategy).hybrid:
         hybrid = ", ".join(n for n in catalog.STRATEGIES if catalog.get_spec(n).hybrid)
         raise ValueError(f"--outer {args.outer}: M is the dp_outer axis of a hybrid strategy ({hybrid}); "

@@ -98,7 +98,8 @@ def _run_ranks(res: LabResult, path: Path, cases: list[Case]) -> None:
         try:
             # gloo on CPU always: the labs' tensors live on the CPU, and NCCL would need one GPU per rank.
             per_rank = cluster.get_pool(n, BACKEND).run(
-                job, {"lab": lab, "path": str(path), "cases": [c.params for c in group]}, timeout=TIMEOUT * len(group))
+                job, {"lab": lab, "path": str(path), "cases": [
+                    training.rank_case(lab, c.params, n) if lab in training.GRADE else c.params for c in group]}, timeout=TIMEOUT * len(group))
         except cluster.RankError as e:
             hung = "did not finish" in e.kind
             last = (e.detail.strip().splitlines() or [""])[-1]

@@ -29,7 +29,7 @@ from ..models import MLPConfig, unit_shapes, units
 from ..recipes import get_recipe
 from ..runtime import analysis
 from ..runtime.ledger import FORWARD_END, OPTIMIZER_STEP, Ledger
-from ..train.config import RunConfig
+from ..train.config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict
 from ..train.reference import reference
 from ..train.runner import RankRun, dist_state, local_micro_batches, train_steps
 from .basic import HIDDEN_N, compare
@@ -81,15 +81,21 @@ def cases(lab: int, n: int, hidden: int, rng: random.Random) -> list[Case]:
     return out
 
 
-def config(lab: int, case_params: dict, n: int) -> RunConfig:
+def config(lab: int, case_params: dict, n: int) -> ResolvedConfig:
     p = case_params
     return RunConfig(STRATEGY[lab], n, steps=p["steps"], recipe=RECIPE, model=MLPConfig(**p["model"]),
                      global_batch=p["global_batch"], options=dict(p.get("options", {}))).resolved()
 
 
 # ------------------------------------------------------------------ the rank side
+def rank_case(lab: int, case_params: dict, n: int) -> dict:
+    """What a rank receives for one case: its parameters and the configuration resolved here,
+    in the parent (the ranks never resolve one)."""
+    return {**case_params, "cfg": config_to_dict(config(lab, case_params, n))}
+
+
 def _run_case(lab: int, mod, ctx, case: dict) -> dict:
-    cfg = config(lab, case, ctx.world_size)
+    cfg = config_from_dict(case["cfg"])
     ledger = Ledger(ctx.rank)
     dist = dist_state(ctx, cfg, ledger)
     dist = replace(dist, comm=WatchingComm(dist.comm))
@@ -121,7 +127,7 @@ def _param_names(model) -> list[list[str]]:
     return [[names[id(p)] for p in u.parameters()] for u in units(model)]
 
 
-def summed_local_grads(cfg: RunConfig) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+def summed_local_grads(cfg: ResolvedConfig) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
     """Step 0: every rank's local gradient (plain autograd on its slice of the global batch, the
     model's mean loss) and their SUM, which is what a SUM reduce-scatter leaves in the shards."""
     n = cfg.world_size
@@ -153,7 +159,7 @@ def _where(layout: shard.FlatLayout, names: list[str], pos: int) -> str:
     return "padding"
 
 
-def _grade_grads(res: LabResult, case: Case, cfg: RunConfig, results: list[dict]) -> None:
+def _grade_grads(res: LabResult, case: Case, cfg: ResolvedConfig, results: list[dict]) -> None:
     n = case.n
     model = cfg.model.build()
     shapes, names = unit_shapes(model), _param_names(model)
@@ -195,7 +201,7 @@ def _grade_grads(res: LabResult, case: Case, cfg: RunConfig, results: list[dict]
     res.record(case, "grads", _violations(results, ("grads",))["grads"] + diags)
 
 
-def _grade_params(res: LabResult, case: Case, cfg: RunConfig, results: list[dict]) -> None:
+def _grade_params(res: LabResult, case: Case, cfg: ResolvedConfig, results: list[dict]) -> None:
     _, ref = reference(cfg)
     got = results[0]["params"]
     names = [n for n, _ in cfg.model.build().named_parameters()]
@@ -209,7 +215,7 @@ def _grade_params(res: LabResult, case: Case, cfg: RunConfig, results: list[dict
     res.record(case, "params", diags)
 
 
-def _grade_bytes(res: LabResult, case: Case, cfg: RunConfig, results: list[dict], strategy: str, **opts) -> None:
+def _grade_bytes(res: LabResult, case: Case, cfg: ResolvedConfig, results: list[dict], strategy: str, **opts) -> None:
     shapes = unit_shapes(cfg.model.build())
     exp = theory.exact_comm(strategy, shapes, case.n, recipe=cfg.recipe, **opts)
     exp_total = {op: b for op, b in exp.by_collective().items() if b}

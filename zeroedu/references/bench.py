@@ -52,7 +52,7 @@ class _Arm:
 
     def __init__(self, ctx, spec: dict):
         self.label, self.impl = spec["label"], spec["impl"]
-        self.cfg = config_from_dict(spec["cfg"]).resolved()
+        self.cfg = config_from_dict(spec["cfg"])
         self.spec = spec
         if self.impl == "zeroedu":
             self.run = build_run(ctx, replace(self.cfg, timeline=spec.get("timeline", "minimal")))

@@ -16,7 +16,7 @@ def fsdp2_save_job(ctx, cfg: dict, dcp_dir: str) -> dict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
-    cfg = config_from_dict(cfg).resolved()
+    cfg = config_from_dict(cfg)
     model, opt = build_fully_shard(cfg, ctx.world_size)
     losses = torch_train_steps(ctx, cfg, model, opt, 0)
     msd, osd = get_state_dict(model, opt)
@@ -29,7 +29,7 @@ def fsdp2_resume_job(ctx, cfg: dict, dcp_dir: str) -> dict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    cfg = config_from_dict(cfg).resolved()
+    cfg = config_from_dict(cfg)
     model, opt = build_fully_shard(cfg, ctx.world_size)
     msd, osd = get_state_dict(model, opt)  # initialises Adam's state, sharded like the params
     dcp.load({"model": msd, "optim": {"state": osd["state"]}}, checkpoint_id=dcp_dir)

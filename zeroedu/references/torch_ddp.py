@@ -83,7 +83,7 @@ def torch_bucket_bytes(ddp) -> list[int]:
 
 def torch_ddp_job(ctx, cfg: dict, bucket_bytes: int = 1024) -> dict:
     """Train `cfg` with torch's DDP; losses, final parameters, the bucket sizes torch chose."""
-    cfg = config_from_dict(cfg).resolved()
+    cfg = config_from_dict(cfg)
     ddp, opt = build_torch_ddp(cfg, bucket_bytes)
     losses = []
     for step in range(cfg.steps):

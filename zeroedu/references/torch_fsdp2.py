@@ -76,7 +76,7 @@ def fully_shard_job(ctx, cfg: dict, track_memory: bool = True) -> dict:
     """Train torch FSDP2 for cfg.steps; losses, final full params (rank 0), FSDPMemTracker peak."""
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 
-    cfg = config_from_dict(cfg).resolved()
+    cfg = config_from_dict(cfg)
     model, opt = build_fully_shard(cfg, ctx.world_size)
     tracker = FSDPMemTracker(model, opt) if track_memory else None
     if tracker is not None:

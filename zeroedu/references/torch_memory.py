@@ -67,7 +67,7 @@ def _tracker_class():
 
 def memtracker_job(ctx, cfg: dict, timeline: str = "full") -> dict:
     """One training step of `cfg` (build included) inside torch's MemTracker, on every rank."""
-    cfg = replace(config_from_dict(cfg), timeline=timeline).resolved()
+    cfg = replace(config_from_dict(cfg), timeline=timeline)  # the ledger checks the mode
     mt = _tracker_class()()
     with mt:
         run = build_run(ctx, cfg)
@@ -88,7 +88,7 @@ def memtracker_job(ctx, cfg: dict, timeline: str = "full") -> dict:
 
 def peak_job(ctx, cfg: dict, timeline: str = "full") -> dict:
     """cfg.steps of training, no tracker: the ledger's peak, its label and bytes by category."""
-    run = build_run(ctx, replace(config_from_dict(cfg), timeline=timeline).resolved())
+    run = build_run(ctx, replace(config_from_dict(cfg), timeline=timeline))
     train_steps(run, progress=False)
     led = run.ledger
     return {"rank": ctx.rank, "peak": led.peak, "peak_label": led.peak_label, "peak_bytes": dict(led.peak_bytes),

@@ -1,15 +1,23 @@
 """What one run is: strategy, world size, steps, recipe, mesh, model, Adam, strategy options,
 micro-batches, activation recompute and gradient clipping.
 
-`RunConfig.resolved()` validates everything in the parent, before any rank starts (unknown
-options, M not dividing the world size, a global batch that does not split evenly into ranks
-and micro-batches), fills in the model's defaults (its global batch and Adam settings), so a bad
-configuration is one ValueError and never a failure on every rank. A config crosses the process
-boundary as a plain dict (`config_to_dict` / `config_from_dict`).
+Two types, one step between them. `RunConfig` is what a user writes: names, `None` for "the
+model's default", a model given by preset name. `resolve()` is the one place that validates it
+(unknown options, M not dividing the world size, a global batch that does not split evenly into
+ranks and micro-batches, a strategy class that is not a subclass of the strategy's) and fills in
+the defaults (the strategy's recipe, the model's global batch and Adam settings), so a bad
+configuration is one ValueError in the parent and never a failure on every rank. Its result is
+a `ResolvedConfig`: frozen, every field concrete. It is made once in the parent, and what runs
+downstream (the launcher, the ranks' runner and jobs, the references, the report) takes it as it
+is; `resolve()` of a `ResolvedConfig` returns it unchanged, without checking it again.
+
+A resolved configuration crosses the process boundary as a plain dict (`config_to_dict`, which
+resolves first, so only resolved values cross; `config_from_dict` on the rank rebuilds the
+`ResolvedConfig` without resolving again).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields
 
 from ..catalog import get_spec
 from ..models import DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, MLPConfig, ModelSpec, get_model, local_slice
@@ -43,58 +51,9 @@ class RunConfig:
     stream: bool = False  # send ledger events to the parent while running
     return_params: bool = False
 
-    def resolved(self) -> "RunConfig":
-        from ..strategies import option_names
-
-        spec = get_spec(self.strategy)
-        if not isinstance(self.world_size, int) or self.world_size < 1:
-            raise ValueError(f"world size must be an integer >= 1, got {self.world_size!r}")
-        if not isinstance(self.steps, int) or self.steps < 1:
-            raise ValueError(f"steps must be an integer >= 1, got {self.steps!r}")
-        m = self.m if spec.hybrid else 1
-        if m < 1 or self.world_size % m:
-            raise ValueError(f"M = {self.m} must be >= 1 and divide the world size {self.world_size}")
-        model = get_model(self.model)
-        batch = self.global_batch if self.global_batch is not None else model.default_global_batch
-        local_slice(batch, self.world_size, 0)  # validates divisibility
-        k = self.micro_batches
-        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-            raise ValueError(f"micro-batches must be an integer >= 1, got {k!r}")
-        if (batch // self.world_size) % k:
-            need = self.world_size * k
-            raise ValueError(f"the local batch {batch // self.world_size} (global batch {batch} over "
-                             f"{self.world_size} ranks) must be divisible by {k} micro-batches: use a "
-                             f"global batch that is a multiple of N·K = {need}, e.g. --global-batch "
-                             f"{need * -(-batch // need)}")
-        if self.recompute not in RECOMPUTE_MODES:
-            raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}")
-        if self.recompute != "none" and isinstance(model, MLPConfig):
-            raise ValueError("activation recompute is a transformer technique: use a gpt-* model")
-        if self.recompute not in ("none", "full") and isinstance(model, CustomModel):
-            raise ValueError("a custom model re-runs its CustomModel(recompute=...) modules: recompute='full'")
-        if self.collectives not in IMPLEMENTATIONS:
-            raise ValueError(f"collectives must be one of {', '.join(IMPLEMENTATIONS)}, got {self.collectives!r}")
-        if self.timeline not in TIMELINE_MODES:
-            raise ValueError(f"timeline must be one of {', '.join(TIMELINE_MODES)}, got {self.timeline!r}")
-        if self.clip_grad_norm is not None and not self.clip_grad_norm > 0:
-            raise ValueError(f"clip-grad-norm must be > 0, got {self.clip_grad_norm!r}")
-        recipe = get_recipe(self.recipe or spec.default_recipe).name
-        # Unknown options are caught here, in the parent, not as a failure on every rank.
-        allowed = option_names(spec.name)
-        if self.strategy_class is not None:
-            from ..models.custom import resolve as resolve_ref
-            from ..strategies import strategy_class
-
-            cls = resolve_ref(self.strategy_class)
-            if not (isinstance(cls, type) and issubclass(cls, strategy_class(spec.name))):
-                raise ValueError(f"{self.strategy_class} is not a subclass of {spec.name}'s class")
-            allowed = tuple(cls.OPTIONS)
-        unknown = sorted(set(self.options) - set(allowed))
-        if unknown:
-            raise ValueError(f"{spec.name} does not take option(s) {unknown}; it takes "
-                             f"{sorted(allowed) or 'none'}")
-        return replace(self, strategy=spec.name, recipe=recipe, m=m, model=model, global_batch=batch,
-                       adam=self.adam if self.adam is not None else model.default_adam())
+    def resolved(self) -> "ResolvedConfig":
+        """This configuration validated and with its defaults filled in (`resolve`)."""
+        return resolve(self)
 
     @property
     def n(self) -> int:
@@ -106,15 +65,131 @@ class RunConfig:
         return self.global_batch // self.world_size // self.micro_batches
 
 
-def config_to_dict(cfg: RunConfig) -> dict:
+@dataclass(frozen=True)
+class ResolvedConfig:
+    """A `RunConfig` after `resolve()`: validated, every default filled in, frozen.
+
+    The fields are RunConfig's, each concrete: the catalog's strategy name, the recipe's name,
+    the model as a `ModelSpec`, the global batch, Adam's settings, M = 1 on a flat strategy.
+    Made once in the parent; the launcher, the ranks and the references read it as it is.
+    (`dataclasses.replace` on one skips validation: use it for what `resolve` does not check,
+    `stream`, `return_params`, `timeline`, or go back through `RunConfig`.)"""
+    strategy: str
+    world_size: int
+    steps: int
+    recipe: str
+    m: int
+    global_batch: int
+    model: ModelSpec
+    adam: AdamConfig
+    options: dict
+    micro_batches: int
+    recompute: str
+    clip_grad_norm: float | None
+    collectives: str
+    timeline: str
+    strategy_class: str | None
+    stream: bool
+    return_params: bool
+
+    def resolved(self) -> "ResolvedConfig":
+        """Already resolved: itself, not checked again."""
+        return self
+
+    @property
+    def n(self) -> int:
+        return self.world_size // self.m
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Sequences (samples) in one micro-batch on one rank."""
+        return self.global_batch // self.world_size // self.micro_batches
+
+
+def resolve(cfg: RunConfig | ResolvedConfig) -> ResolvedConfig:
+    """The one validation of a run's configuration, in the parent (see the module docstring).
+    A `ResolvedConfig` is returned as it is: resolving is done once, whoever asks again."""
+    if isinstance(cfg, ResolvedConfig):
+        return cfg
+    if not isinstance(cfg, RunConfig):
+        raise TypeError(f"a run's configuration is a RunConfig, got {type(cfg).__name__}")
+    return _validate(cfg)
+
+
+def _validate(cfg: RunConfig) -> ResolvedConfig:
+    from ..strategies import option_names
+
+    spec = get_spec(cfg.strategy)
+    if not isinstance(cfg.world_size, int) or cfg.world_size < 1:
+        raise ValueError(f"world size must be an integer >= 1, got {cfg.world_size!r}")
+    if not isinstance(cfg.steps, int) or cfg.steps < 1:
+        raise ValueError(f"steps must be an integer >= 1, got {cfg.steps!r}")
+    m = cfg.m if spec.hybrid else 1
+    if m < 1 or cfg.world_size % m:
+        raise ValueError(f"M = {cfg.m} must be >= 1 and divide the world size {cfg.world_size}")
+    model = get_model(cfg.model)
+    batch = cfg.global_batch if cfg.global_batch is not None else model.default_global_batch
+    local_slice(batch, cfg.world_size, 0)  # validates divisibility
+    k = cfg.micro_batches
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ValueError(f"micro-batches must be an integer >= 1, got {k!r}")
+    if (batch // cfg.world_size) % k:
+        need = cfg.world_size * k
+        raise ValueError(f"the local batch {batch // cfg.world_size} (global batch {batch} over "
+                         f"{cfg.world_size} ranks) must be divisible by {k} micro-batches: use a "
+                         f"global batch that is a multiple of N·K = {need}, e.g. --global-batch "
+                         f"{need * -(-batch // need)}")
+    if cfg.recompute not in RECOMPUTE_MODES:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {cfg.recompute!r}")
+    if cfg.recompute != "none" and isinstance(model, MLPConfig):
+        raise ValueError("activation recompute is a transformer technique: use a gpt-* model")
+    if cfg.recompute not in ("none", "full") and isinstance(model, CustomModel):
+        raise ValueError("a custom model re-runs its CustomModel(recompute=...) modules: recompute='full'")
+    if cfg.collectives not in IMPLEMENTATIONS:
+        raise ValueError(f"collectives must be one of {', '.join(IMPLEMENTATIONS)}, got {cfg.collectives!r}")
+    if cfg.timeline not in TIMELINE_MODES:
+        raise ValueError(f"timeline must be one of {', '.join(TIMELINE_MODES)}, got {cfg.timeline!r}")
+    if cfg.clip_grad_norm is not None and not cfg.clip_grad_norm > 0:
+        raise ValueError(f"clip-grad-norm must be > 0, got {cfg.clip_grad_norm!r}")
+    recipe = get_recipe(cfg.recipe or spec.default_recipe).name
+    # Unknown options are caught here, in the parent, not as a failure on every rank.
+    allowed = option_names(spec.name)
+    if cfg.strategy_class is not None:
+        from ..models.custom import resolve as resolve_ref
+        from ..strategies import strategy_class
+
+        cls = resolve_ref(cfg.strategy_class)
+        if not (isinstance(cls, type) and issubclass(cls, strategy_class(spec.name))):
+            raise ValueError(f"{cfg.strategy_class} is not a subclass of {spec.name}'s class")
+        allowed = tuple(cls.OPTIONS)
+    unknown = sorted(set(cfg.options) - set(allowed))
+    if unknown:
+        raise ValueError(f"{spec.name} does not take option(s) {unknown}; it takes "
+                         f"{sorted(allowed) or 'none'}")
+    return ResolvedConfig(
+        strategy=spec.name, world_size=cfg.world_size, steps=cfg.steps, recipe=recipe, m=m,
+        global_batch=batch, model=model, adam=cfg.adam if cfg.adam is not None else model.default_adam(),
+        options=dict(cfg.options), micro_batches=k, recompute=cfg.recompute,
+        clip_grad_norm=cfg.clip_grad_norm, collectives=cfg.collectives, timeline=cfg.timeline,
+        strategy_class=cfg.strategy_class, stream=cfg.stream, return_params=cfg.return_params)
+
+
+def config_to_dict(cfg: RunConfig | ResolvedConfig) -> dict:
+    """The resolved configuration as plain data, for the ranks (resolved here, in the parent)."""
+    cfg = resolve(cfg)
     d = asdict(cfg)
     d["model"] = get_model(cfg.model).as_dict()
     return d
 
 
-def config_from_dict(d: dict) -> RunConfig:
+def config_from_dict(d: dict) -> ResolvedConfig:
+    """The `ResolvedConfig` a dict of `config_to_dict` holds (on a rank: it is not resolved again)."""
+    missing = sorted({f.name for f in fields(ResolvedConfig)} - set(d)) + [
+        k for k in ("recipe", "global_batch", "adam") if d.get(k) is None]
+    if missing:
+        raise ValueError(f"not a resolved configuration (no {', '.join(missing)}): send config_to_dict(cfg)")
     d = dict(d)
     d["model"] = get_model(d.get("model", DEFAULT_MODEL))
     adam = d.get("adam")
     d["adam"] = AdamConfig(**adam) if isinstance(adam, dict) else adam
-    return RunConfig(**d)
+    return ResolvedConfig(**d)

@@ -9,7 +9,6 @@ Jobs live in the package, not in tests or notebooks, because ranks import them b
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from fractions import Fraction
 
 import torch
@@ -21,7 +20,9 @@ from .runner import build_run, train_steps
 def fsdp2_state_dict_job(ctx, cfg: dict) -> dict:
     """Train FSDP2 for cfg.steps on this rank, then take the local state dict and count the bytes
     that sent; `full_parameters()` (an all-gather) afterwards, for comparison."""
-    cfg = replace(config_from_dict(cfg), strategy="fsdp2")
+    cfg = config_from_dict(cfg)
+    if cfg.strategy != "fsdp2":
+        raise ValueError(f"fsdp2_state_dict_job takes an fsdp2 configuration, got {cfg.strategy}")
     run = build_run(ctx, cfg)
     train_steps(run)
     ledger, strat = run.ledger, run.strategy

@@ -20,16 +20,20 @@ from ..runtime import analysis, cluster
 from ..runtime.comm import resolve_implementation
 from ..runtime.wire import FRAMING_PER_MESSAGE
 from ..theory import comm as theory_comm
-from .config import RunConfig, config_from_dict, config_to_dict
+from .config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict, resolve
 from .reference import reference
 from .runner import build_run, strategy_cls, train_steps
 
 
-def predicted(cfg: RunConfig, rank: int, backend: str = "gloo", device: str = "cpu") -> Predicted:
+def predicted(cfg: RunConfig | ResolvedConfig, rank: int, backend: str = "gloo", device: str = "cpu") -> Predicted:
     """The closed forms, exact mode, for this model and this rank, on `backend` (the transport
     the ranks' collectives run on: it decides "auto" collectives and the wire's algorithm) and
     `device` (LayerNorm statistics are fp32 on CUDA)."""
-    cfg = cfg.resolved()
+    return _predicted(resolve(cfg), rank, backend, device)
+
+
+def _predicted(cfg: ResolvedConfig, rank: int, backend: str, device: str) -> Predicted:
+    # A rank's configuration is the parent's, resolved already: `train_job` comes here directly.
     model = cfg.model.build()
     shapes = unit_shapes(model)
     # Frozen parameters: stored, never reduced or updated (the mask only when there are any).
@@ -56,7 +60,7 @@ def predicted(cfg: RunConfig, rank: int, backend: str = "gloo", device: str = "c
                       for a, c in sorted(comm.items()) if any(c.values())})
 
 
-def theory_comm_options(cfg: RunConfig) -> dict:
+def theory_comm_options(cfg: ResolvedConfig) -> dict:
     opts = {"micro_batches": cfg.micro_batches, "clip": cfg.clip_grad_norm is not None}
     if "reshard_after_forward" in cfg.options:
         opts["reshard_after_forward"] = cfg.options["reshard_after_forward"]
@@ -64,7 +68,8 @@ def theory_comm_options(cfg: RunConfig) -> dict:
 
 
 def train_job(ctx, cfg: dict) -> dict:
-    """Runs on every rank. `cfg` is a RunConfig as a dict (plain data crosses the process boundary)."""
+    """Runs on every rank. `cfg` is the parent's ResolvedConfig as a dict (plain data crosses the
+    process boundary); the rank reads it as it is, never resolving it again."""
     cfg = config_from_dict(cfg)
     run_ = build_run(ctx, cfg, sink=ctx.emit if cfg.stream else None)
     ledger, strategy = run_.ledger, run_.strategy
@@ -74,7 +79,7 @@ def train_job(ctx, cfg: dict) -> dict:
         "rank": ctx.rank,
         "backend": ctx.backend,
         "measured": ledger.measured(),
-        "predicted": predicted(cfg, ctx.rank, ctx.backend, ctx.device),
+        "predicted": _predicted(cfg, ctx.rank, ctx.backend, ctx.device),
         "peak": ledger.peak,
         "peak_label": ledger.peak_label,
         "losses": losses,
@@ -96,10 +101,11 @@ def train_job(ctx, cfg: dict) -> dict:
     return out
 
 
-def run(cfg: RunConfig, *, pool: cluster.Pool | None = None, on_event: Callable | None = None,
+def run(cfg: RunConfig | ResolvedConfig, *, pool: cluster.Pool | None = None, on_event: Callable | None = None,
         warm: bool = True, timeout: float | None = None) -> RunReport:
-    """Train on `cfg.world_size` real ranks; return the report (see README, "JSON report")."""
-    cfg = cfg.resolved()
+    """Train on `cfg.world_size` real ranks; return the report (see README, "JSON report").
+    The configuration is resolved here, once (a `ResolvedConfig` is taken as it is)."""
+    cfg = resolve(cfg)
     check_trainable(cfg.model.build(), strategy_cls(cfg).TRAINS_FROZEN)  # before any rank starts
     if on_event is not None:
         cfg = replace(cfg, stream=True)
@@ -111,9 +117,10 @@ def run(cfg: RunConfig, *, pool: cluster.Pool | None = None, on_event: Callable 
     return assemble(cfg, ranks)
 
 
-def assemble(cfg: RunConfig, ranks: list[dict]) -> RunReport:
+def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
     """The ranks' plain results (`train_job`) typed once, beside single-process training."""
-    cfg = cfg.resolved()
+    if not isinstance(cfg, ResolvedConfig):
+        raise TypeError(f"assemble reads the configuration the ranks ran: a ResolvedConfig, got {type(cfg).__name__}")
     ref_losses, ref_params = reference(cfg)
     backends = {r.pop("backend") for r in ranks}
     if len(backends) != 1:

@@ -15,16 +15,16 @@ from collections import OrderedDict
 import torch
 
 from ..models import CustomModel
-from .config import RunConfig
+from .config import ResolvedConfig, RunConfig, resolve
 
 _KEEP = 8  # configurations kept (a gpt-small entry is 13 MB of parameters)
 # key -> (losses, parameters, torch's CPU generator state after training)
 _CACHE: OrderedDict[tuple, tuple[list[float], list[torch.Tensor], torch.Tensor]] = OrderedDict()
 
 
-def reference(cfg: RunConfig) -> tuple[list[float], list[torch.Tensor]]:
+def reference(cfg: RunConfig | ResolvedConfig) -> tuple[list[float], list[torch.Tensor]]:
     """Single-process training on the global batch with torch.optim.Adam, in fp32."""
-    cfg = cfg.resolved()
+    cfg = resolve(cfg)  # a run's is resolved already: taken as it is
     if isinstance(cfg.model, CustomModel):
         return _train(cfg)
     key = (cfg.model, cfg.adam, cfg.steps, cfg.global_batch, cfg.clip_grad_norm)
@@ -41,7 +41,7 @@ def reference(cfg: RunConfig) -> tuple[list[float], list[torch.Tensor]]:
     return list(losses), [p.clone() for p in params]  # the caller's to keep or change
 
 
-def _train(cfg: RunConfig) -> tuple[list[float], list[torch.Tensor]]:
+def _train(cfg: ResolvedConfig) -> tuple[list[float], list[torch.Tensor]]:
     torch.manual_seed(0)
     model = cfg.model.build()
     a = cfg.adam

@@ -30,14 +30,14 @@ from ..runtime.rank import JobStopped
 from ..models.custom import resolve as resolve_ref
 from ..strategies import strategy_class
 from ..strategies.base import DistState, Strategy
-from .config import RunConfig
+from .config import ResolvedConfig
 
 
 @dataclass
 class RankRun:
     """One rank's share of a run: what `train_steps` needs, and what a job reports from."""
 
-    cfg: RunConfig
+    cfg: ResolvedConfig
     ctx: object  # zeroedu.runtime.rank.RankContext
     ledger: Ledger
     dist: DistState
@@ -51,7 +51,7 @@ class RankRun:
         return local_micro_batches(self.cfg, step, self.ctx.rank, self.ctx.world_size)
 
 
-def local_micro_batches(cfg: RunConfig, step: int, rank: int, world_size: int,
+def local_micro_batches(cfg: ResolvedConfig, step: int, rank: int, world_size: int,
                         micro_batches: int | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Rank `rank`'s K micro-batches of the step's global batch, each a tensor of its own: a
     slice would keep the whole global batch's storage alive, and autograd saves inputs and
@@ -62,7 +62,7 @@ def local_micro_batches(cfg: RunConfig, step: int, rank: int, world_size: int,
     return [(a.clone(), b.clone()) for a, b in zip(x[sl].chunk(k), y[sl].chunk(k))]
 
 
-def dist_state(ctx, cfg: RunConfig, ledger: Ledger) -> DistState:
+def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
     """The axes this rank communicates on: the world, or (dp_outer, dp_shard) of the mesh; the
     comm that records (and measures) every collective on them."""
     comm = Comm(ledger, cfg.collectives, ctx.backend, ctx.wire)
@@ -75,12 +75,12 @@ def dist_state(ctx, cfg: RunConfig, ledger: Ledger) -> DistState:
     return DistState(ctx.rank, ctx.world_size, ctx.device, ctx.world_axis(), comm, ledger)
 
 
-def strategy_cls(cfg: RunConfig) -> type[Strategy]:
+def strategy_cls(cfg: ResolvedConfig) -> type[Strategy]:
     """The class a run builds: the catalog's, or the `strategy_class` override."""
     return resolve_ref(cfg.strategy_class) if cfg.strategy_class else strategy_class(cfg.strategy)
 
 
-def build_run(ctx, cfg: RunConfig, sink: Callable[[dict], None] | None = None, *,
+def build_run(ctx, cfg: ResolvedConfig, sink: Callable[[dict], None] | None = None, *,
               check_ledger: bool = False) -> RankRun:
     """Ledger, distributed state, model (same seed on every rank) and strategy for `cfg`.
 
@@ -89,8 +89,10 @@ def build_run(ctx, cfg: RunConfig, sink: Callable[[dict], None] | None = None, *
     lifecycle event and reads the wire around every collective; "minimal" keeps only what the
     report's figures are read from (model states at the optimizer step, activations at forward
     end, the peak, the wire per step: `Ledger`).
-    `check_ledger`: the ledger verifies its running byte count at every event (tests)."""
-    cfg = cfg.resolved()
+    `check_ledger`: the ledger verifies its running byte count at every event (tests).
+    `cfg` is the parent's `ResolvedConfig` (`config_from_dict` on a rank): taken as it is."""
+    if not isinstance(cfg, ResolvedConfig):
+        raise TypeError(f"build_run takes the parent's ResolvedConfig (resolve it there), got {type(cfg).__name__}")
     ledger = Ledger(ctx.rank, sink=sink, wire=ctx.wire, timeline_mode=cfg.timeline, check=check_ledger)
     dist = dist_state(ctx, cfg, ledger)
     model = cfg.model.build()
@@ -119,7 +121,7 @@ def train_step(run: RankRun, step: int, micro: list | None = None) -> float:
 class NonFiniteLoss(JobStopped):
     """The loss became inf or NaN: the run has diverged and every later step would be noise."""
 
-    def __init__(self, step: int, rank: int, loss: float, cfg: RunConfig):
+    def __init__(self, step: int, rank: int, loss: float, cfg: ResolvedConfig):
         lr = getattr(cfg.adam, "lr", None)
         super().__init__(f"the loss is {loss} at step {step + 1} of {cfg.steps} on rank {rank}: training diverged"
                          + (f" (learning rate {lr:g}); lower it (--lr) or clip gradients "
