@@ -1,8 +1,13 @@
 """The multi-rank harness: real collectives, bytes on the ring, failures, warm pools."""
+import _thread
 import glob
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
+import threading
 import time
 from fractions import Fraction
 
@@ -96,6 +101,57 @@ def test_hanging_rank_times_out_and_next_run_works():
     assert elapsed < 60  # bounded: the deadline plus killing the pool (generous backstop)
     _assert_dead(pool)
     assert [r["sum"] for r in cluster.run(faults.ok, 2, warm=False)] == [8.0, 8.0]
+
+
+def test_an_interrupted_run_leaves_the_next_run_working():
+    """A notebook's stop button (KeyboardInterrupt in the parent) or a terminal's Ctrl-C (SIGINT
+    to the ranks too) during a warm-pool job: the pool is ended, and the next run works. Before,
+    the ranks went on with the old job and the next run read its KeyboardInterrupt traceback."""
+    pool = cluster.get_pool(2)
+    ranks = [p.pid for p in pool.procs]
+
+    def ctrl_c():
+        for pid in ranks:  # what a terminal does: SIGINT to the whole foreground process group
+            os.kill(pid, signal.SIGINT)
+        _thread.interrupt_main()
+
+    timer = threading.Timer(1.0, ctrl_c)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            # rank 0 sleeps 20 s while rank 1 waits for it in an all-reduce
+            cluster.run(faults.hang_on, 2, {"bad_rank": 0, "seconds": 20})
+    finally:
+        timer.cancel()
+    assert pool.closed and all(not p.is_alive() for p in pool.procs)
+    assert [r["sum"] for r in cluster.run(faults.ok, 2, timeout=30)] == [8.0, 8.0]
+    assert cluster.get_pool(2) is not pool  # a fresh pool served it
+
+
+def test_ctrl_c_ends_a_cli_run_with_one_line_and_status_130():
+    """SIGINT to a real `zeroedu run` (its whole process group, as a terminal sends it) while
+    the ranks train: exit status 130 and one line, no traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "zeroedu", "run", "--strategy", "ddp", "--world-size", "2",
+                             "--model", "gpt-tiny", "--steps", "100000"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        seen = []
+        for line in proc.stderr:  # the progress line appears once the ranks have trained a step
+            seen.append(line)
+            if line.startswith("step "):
+                break
+        assert seen and seen[-1].startswith("step "), "".join(seen)
+        t0 = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=60)
+        took = time.monotonic() - t0
+        rest = proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert rc == 130, rest
+    assert rest.strip().splitlines()[-1] == "zeroedu: interrupted" and "Traceback" not in rest, rest
+    print(f"Ctrl-C to exit: {took:.2f} s")  # measured here; the closing note reports it
 
 
 def _log_folders() -> set[str]:

@@ -51,6 +51,11 @@ def main(argv=None) -> int:
         # The run ended itself (a non-finite loss): one line that names rank and step, status 1.
         print(f"zeroedu: error: rank {e.rank} stopped the run: {e.reason}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        # Ctrl-C: the pool has killed its ranks already (`Pool.run`); one line, and the shell's
+        # status for a command ended by SIGINT, 128 + 2.
+        print("\nzeroedu: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

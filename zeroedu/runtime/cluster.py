@@ -18,6 +18,9 @@ Failure handling: a rank that raises sends its traceback; a rank that dies is se
 exit code; a rank that hangs (say, waiting in a collective for a peer that raised) is caught by a
 deadline. In every case the parent kills the whole pool, so no orphan remains, and raises one
 `RankError` naming the rank with its traceback and log tail. The next run starts a fresh pool.
+An interrupted job (Ctrl-C, a notebook's stop button) kills the pool's ranks at once, since they
+are still inside it; ranks ignore SIGINT themselves, so a terminal's Ctrl-C, which reaches the
+whole process group, leaves nothing for the next job to mistake for its own failure.
 Each rank writes stdout/stderr to its own log file; `Pool.logs()` returns them in rank order. The
 folder a pool makes for them is removed when the pool closes after jobs that worked (a warm pool
 closes with its process) and kept, named in the error, when a rank failed.
@@ -180,10 +183,16 @@ class Pool:
         self._starting = True
         ready = set()
         deadline = time.monotonic() + self.timeout
-        while len(ready) < self.n:
-            kind, rank, _, payload = self._next(deadline, waiting_for=set(range(self.n)) - ready)
-            if kind == "ready":
-                ready.add(rank)
+        try:
+            while len(ready) < self.n:
+                kind, rank, _, payload = self._next(deadline, waiting_for=set(range(self.n)) - ready)
+                if kind == "ready":
+                    ready.add(rank)
+        except RankError:
+            raise
+        except BaseException:
+            self.close(force=True)  # interrupted while the ranks started: none is left behind
+            raise
         self._starting = False
         self.start_seconds = time.perf_counter() - t0
 
@@ -201,6 +210,8 @@ class Pool:
                 msg = self._results.get(timeout=0.1)
             except queue.Empty:
                 msg = None
+            if msg is not None and msg[2] not in (-1, self._job):
+                continue  # a message of a job this pool no longer runs (start-up is job -1)
             if msg is not None:
                 if msg[0] in ("error", "stopped"):
                     self._diagnose({msg[1]: msg[3]}, waiting_for)
@@ -226,10 +237,10 @@ class Pool:
         end = time.monotonic() + grace
         while time.monotonic() < end:
             try:
-                kind, rank, _, payload = self._results.get(timeout=0.05)
+                kind, rank, job_id, payload = self._results.get(timeout=0.05)
             except queue.Empty:
                 continue
-            if kind in ("error", "stopped"):
+            if kind in ("error", "stopped") and job_id in (-1, self._job):
                 errors.setdefault(rank, payload)
         stopped = {r: p for r, p in errors.items() if isinstance(p, dict)}
         if stopped:  # a rank stopped the job on purpose: its reason, not its peers' fallout
@@ -284,18 +295,27 @@ class Pool:
         out: dict[int, Any] = {}
         self._limit = limit
         deadline = time.monotonic() + limit
-        while len(out) < self.n:
-            kind, rank, job_id, payload = self._next(deadline, set(range(self.n)) - set(out))
-            if job_id != job:
-                continue
-            if kind == "event":
-                # A job that streams is alive: its deadline runs from its latest message, so a
-                # long run is not mistaken for a hung one while a silent rank still is.
-                deadline = max(deadline, time.monotonic() + limit)
-                if on_event is not None:
-                    on_event(payload)
-            elif kind == "result":
-                out[rank] = payload
+        try:
+            while len(out) < self.n:
+                kind, rank, job_id, payload = self._next(deadline, set(range(self.n)) - set(out))
+                if job_id != job:
+                    continue
+                if kind == "event":
+                    # A job that streams is alive: its deadline runs from its latest message, so
+                    # a long run is not mistaken for a hung one while a silent rank still is.
+                    deadline = max(deadline, time.monotonic() + limit)
+                    if on_event is not None:
+                        on_event(payload)
+                elif kind == "result":
+                    out[rank] = payload
+        except RankError:
+            raise  # the pool is closed already, its logs kept
+        except BaseException:
+            # Interrupted (Ctrl-C, a notebook's stop button) or an on_event callback raised: the
+            # ranks are still inside this job, perhaps halfway through a collective, so no later
+            # job could trust them. Kill them now (no graceful wait); the next run starts afresh.
+            self.close(force=True)
+            raise
         return [out[r] for r in range(self.n)]
 
     def logs(self) -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import os
+import signal
 import threading
 import time
 import traceback
@@ -119,6 +120,10 @@ def _watch_parent(ppid: int) -> None:
 
 
 def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, results):
+    # A terminal's Ctrl-C reaches the whole process group, ranks included. The parent ends its
+    # ranks (`Pool.run` kills them when it is interrupted); a rank that raised KeyboardInterrupt
+    # on its own would leave a traceback in the queue for the next job to read as its failure.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
