@@ -154,6 +154,19 @@ def test_ctrl_c_ends_a_cli_run_with_one_line_and_status_130():
     print(f"Ctrl-C to exit: {took:.2f} s")  # measured here; the closing note reports it
 
 
+def test_rank_logs_are_capped_and_say_so():
+    cap = 1 << 20
+    with cluster.Pool(2, log_cap=cap) as pool:
+        assert pool.run("tests.rank_jobs:chatty", {"mib": 4, "marker": "FIRST-JOB-END"}) == [0, 1]
+        assert pool.run("tests.rank_jobs:chatty", {"mib": 1, "marker": "SECOND-JOB-END"}) == [0, 1]
+        logs = pool.logs()
+        sizes = [os.path.getsize(p) for p in pool.log_paths]
+    for log, size in zip(logs, sizes):
+        assert f"this rank's log reached its cap of {cap:,} bytes; later output is dropped" in log
+        assert size < 4 * cap  # the first job alone printed 4 MiB
+        assert "SECOND-JOB-END" not in log  # everything after the cap is dropped
+
+
 def _log_folders() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "zeroedu-ranks-*")))
 

@@ -21,7 +21,8 @@ deadline. In every case the parent kills the whole pool, so no orphan remains, a
 An interrupted job (Ctrl-C, a notebook's stop button) kills the pool's ranks at once, since they
 are still inside it; ranks ignore SIGINT themselves, so a terminal's Ctrl-C, which reaches the
 whole process group, leaves nothing for the next job to mistake for its own failure.
-Each rank writes stdout/stderr to its own log file; `Pool.logs()` returns them in rank order. The
+Each rank writes stdout/stderr to its own log file, up to `LOG_CAP` bytes (16 MiB; later output
+is dropped, and the log says so); `Pool.logs()` returns them in rank order. The
 folder a pool makes for them is removed when the pool closes after jobs that worked (a warm pool
 closes with its process) and kept, named in the error, when a rank failed.
 """
@@ -41,8 +42,8 @@ import time
 from typing import Any, Callable
 
 # Re-exported: callers start ranks here and may need the rank side's names.
-from .rank import (JobStopped, RankContext, choose_backend, run_torchrun, stale_torchrun_variables,  # noqa: F401
-                   under_torchrun, worker_main)
+from .rank import (LOG_CAP, JobStopped, RankContext, choose_backend, run_torchrun,  # noqa: F401
+                   stale_torchrun_variables, under_torchrun, worker_main)
 
 MAX_LOCAL_RANKS = 16
 DEFAULT_TIMEOUT = 60.0
@@ -139,7 +140,7 @@ class Pool:
     """N warm ranks that run job after job. Use as a context manager or call `close()`."""
 
     def __init__(self, n: int, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 log_dir: str | None = None):
+                 log_dir: str | None = None, log_cap: int = LOG_CAP):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"world size must be an integer >= 1, got {n!r}")
         if n > MAX_LOCAL_RANKS:
@@ -153,6 +154,7 @@ class Pool:
         self._own_logs, self._failed = log_dir is None, False
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="zeroedu-ranks-")
         self.log_paths = [os.path.join(self.log_dir, f"rank{r}.log") for r in range(n)]
+        self.log_cap = log_cap  # bytes each rank's log keeps (`rank.LOG_CAP`); later output is dropped
         self._job = 0
         self.closed = True
         self.start_seconds = 0.0
@@ -176,7 +178,8 @@ class Pool:
             open(self.log_paths[r], "w").close()
             p = ctx.Process(target=worker_main, daemon=True, name=f"zeroedu-rank{r}",
                             args=(r, self.n, self.backend, self._store.port, os.getpid(),
-                                  self.log_paths[r], self.timeout, self._tasks[r], self._results))
+                                  self.log_paths[r], self.timeout, self._tasks[r], self._results,
+                                  self.log_cap))
             p.start()
             self.procs.append(p)
         self.closed = False

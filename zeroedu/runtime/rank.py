@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import datetime
 import importlib
+import io
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -119,7 +121,77 @@ def _watch_parent(ppid: int) -> None:
             os._exit(3)  # parent gone: never linger as an orphan
 
 
-def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, results):
+LOG_CAP = 16 << 20  # bytes of output a rank keeps in its log (a lab that prints in a loop)
+
+
+class _LogCap:
+    """A rank's log stops at `cap` bytes, and one line then says so. Python's own output (print,
+    tracebacks) is counted as it is written, so it stops at the cap exactly; output written
+    straight to the file descriptors (native code: gloo, NCCL) is caught by a watcher four times
+    a second, which then points them at /dev/null. A job's failure still reaches the parent
+    whole: its traceback travels in the result, not through the log."""
+
+    def __init__(self, log_fd: int, cap: int):
+        self.fd, self.cap, self.left, self.full = log_fd, cap, cap - os.fstat(log_fd).st_size, False
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> bool:
+        """Whether `nbytes` more may be written; the first refusal closes the log."""
+        with self._lock:
+            if not self.full and nbytes <= self.left:
+                self.left -= nbytes
+                return True
+        self.close()
+        return False
+
+    def close(self) -> None:
+        with self._lock:
+            if self.full:
+                return
+            self.full = True
+        for stream in (sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.write(self.fd, f"\n[zeroedu: this rank's log reached its cap of {self.cap:,} bytes; later "
+                          "output is dropped]\n".encode())
+
+    def watch(self) -> None:
+        while not self.full:
+            if os.fstat(self.fd).st_size >= self.cap:
+                self.close()
+            time.sleep(0.25)
+
+
+class _CappedStream(io.TextIOBase):
+    """sys.stdout / sys.stderr of a rank: writes through while the log's cap allows."""
+
+    def __init__(self, inner, cap: _LogCap):
+        self.inner, self.cap = inner, cap
+
+    def write(self, s: str) -> int:
+        if self.cap.take(len(s.encode("utf-8", "replace"))):
+            self.inner.write(s)
+        return len(s)
+
+    def flush(self) -> None:
+        self.inner.flush()
+
+    def fileno(self) -> int:
+        return self.inner.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+
+def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, results, log_cap=LOG_CAP):
     # A terminal's Ctrl-C reaches the whole process group, ranks included. The parent ends its
     # ranks (`Pool.run` kills them when it is interrupted); a rank that raised KeyboardInterrupt
     # on its own would leave a traceback in the queue for the next job to read as its failure.
@@ -128,6 +200,9 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     threading.Thread(target=_watch_parent, args=(ppid,), daemon=True).start()
+    cap = _LogCap(fd, log_cap)
+    sys.stdout, sys.stderr = _CappedStream(sys.stdout, cap), _CappedStream(sys.stderr, cap)
+    threading.Thread(target=cap.watch, daemon=True).start()
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     import torch
     import torch.distributed as dist
