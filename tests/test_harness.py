@@ -167,6 +167,23 @@ def test_rank_logs_are_capped_and_say_so():
         assert "SECOND-JOB-END" not in log  # everything after the cap is dropped
 
 
+@pytest.mark.fast
+def test_the_loopback_interface_is_found_not_assumed(monkeypatch):
+    from zeroedu.runtime import rank
+
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.setattr(rank.socket, "if_nameindex", lambda: [(1, "lo0"), (2, "en0")])  # macOS
+    assert rank.loopback_interface() == "lo0"
+    monkeypatch.setattr(rank.socket, "if_nameindex", lambda: [(1, "eth0"), (2, "lo")])  # Linux
+    assert rank.loopback_interface() == "lo"
+    monkeypatch.setattr(rank.socket, "if_nameindex", lambda: [(1, "eth0")])
+    with pytest.raises(RuntimeError, match=r"no loopback interface among this machine's \['eth0'\]: set "
+                                           "GLOO_SOCKET_IFNAME"):
+        cluster.Pool(2, backend="gloo")  # refused in the parent, before any rank starts
+    monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0")
+    assert rank.loopback_interface() == "eth0"  # the user's choice stands
+
+
 def _log_folders() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "zeroedu-ranks-*")))
 

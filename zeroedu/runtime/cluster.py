@@ -42,8 +42,8 @@ import time
 from typing import Any, Callable
 
 # Re-exported: callers start ranks here and may need the rank side's names.
-from .rank import (LOG_CAP, JobStopped, RankContext, choose_backend, run_torchrun,  # noqa: F401
-                   stale_torchrun_variables, under_torchrun, worker_main)
+from .rank import (LOG_CAP, JobStopped, RankContext, choose_backend, loopback_interface,  # noqa: F401
+                   run_torchrun, stale_torchrun_variables, under_torchrun, worker_main)
 
 MAX_LOCAL_RANKS = 16
 DEFAULT_TIMEOUT = 60.0
@@ -149,6 +149,8 @@ class Pool:
         self.n, self.timeout = n, check_timeout(timeout) or DEFAULT_TIMEOUT
         self._limit = self.timeout  # the current job's limit (`run(timeout=...)`), for messages
         self.backend = backend or choose_backend(n)
+        if self.backend == "gloo":
+            loopback_interface()  # none found: one error here, not one from every rank
         # The pool owns a log folder it made: removed when it closes after jobs that worked,
         # kept (and named in the error) when a rank failed, for the reader to look into.
         self._own_logs, self._failed = log_dir is None, False

@@ -13,6 +13,7 @@ import importlib
 import io
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -121,6 +122,19 @@ def _watch_parent(ppid: int) -> None:
             os._exit(3)  # parent gone: never linger as an orphan
 
 
+def loopback_interface() -> str:
+    """The network interface gloo's local ranks talk over: GLOO_SOCKET_IFNAME when set, else
+    this machine's loopback, found by name (Linux calls it `lo`, macOS and the BSDs `lo0`)."""
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return os.environ["GLOO_SOCKET_IFNAME"]
+    names = [name for _, name in socket.if_nameindex()]
+    for name in ("lo", "lo0", *sorted(n for n in names if n.startswith("lo"))):
+        if name in names:
+            return name
+    raise RuntimeError(f"no loopback interface among this machine's {names}: set GLOO_SOCKET_IFNAME "
+                       "to the interface that carries 127.0.0.1")
+
+
 LOG_CAP = 16 << 20  # bytes of output a rank keeps in its log (a lab that prints in a loop)
 
 
@@ -203,7 +217,7 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
     cap = _LogCap(fd, log_cap)
     sys.stdout, sys.stderr = _CappedStream(sys.stdout, cap), _CappedStream(sys.stderr, cap)
     threading.Thread(target=cap.watch, daemon=True).start()
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
     import torch
     import torch.distributed as dist
 
