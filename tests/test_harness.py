@@ -184,6 +184,30 @@ def test_the_loopback_interface_is_found_not_assumed(monkeypatch):
     assert rank.loopback_interface() == "eth0"  # the user's choice stands
 
 
+def test_the_cause_is_found_by_the_exception_type_not_its_words():
+    """Rank 1 raises a RuntimeError of its own whose text reads like gloo's; rank 0's all-reduce
+    fails as a consequence. Rank 1 is blamed, by type: the collective's failure arrives as a
+    `CollectiveError`. (Read by words, both looked like transport errors and rank 0 was blamed.)"""
+    with pytest.raises(cluster.RankError) as ei:
+        cluster.run("tests.rank_jobs:own_error_in_transport_words", 2, {"bad_rank": 1}, warm=False, timeout=30)
+    e = ei.value
+    assert (e.rank, e.kind, e.type, e.also) == (1, "raised", "builtins.RuntimeError", [0]), str(e)
+    assert "words only, a bug of this rank" in e.detail
+    shutil.rmtree(str(e).rsplit("kept in ", 1)[1].rstrip(")"), ignore_errors=True)
+
+
+@pytest.mark.fast
+def test_blame_reads_types():
+    own = {"traceback": "RuntimeError: Connection closed by peer", "type": "builtins.RuntimeError",
+           "collective": False}
+    fallout = {"traceback": "CollectiveError: all_reduce failed", "type": "zeroedu.runtime.rank.CollectiveError",
+               "collective": True}
+    assert cluster.blame({0: fallout, 1: own}, {}, {0, 1}) == (1, "raised")
+    assert cluster.blame({0: fallout}, {1: -9}, {0, 1}) == (1, "exited")
+    assert cluster.blame({0: fallout}, {}, {0, 1}) == (1, "hung")
+    assert cluster.blame({1: fallout, 0: fallout}, {}, {0, 1}) == (0, "collective")
+
+
 def _log_folders() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "zeroedu-ranks-*")))
 

@@ -61,10 +61,11 @@ def _start_hint(pool) -> str:
 
 
 class RankError(RuntimeError):
-    """One rank failed; `rank` names it and `detail` carries its traceback or exit reason."""
+    """One rank failed; `rank` names it and `detail` carries its traceback or exit reason;
+    `type` is the class of the exception it raised ("module.Class"; None if it raised none)."""
 
-    def __init__(self, rank: int | None, kind: str, detail: str, log_tail: str = ""):
-        self.rank, self.kind, self.detail, self.log_tail = rank, kind, detail, log_tail
+    def __init__(self, rank: int | None, kind: str, detail: str, log_tail: str = "", type_: str | None = None):
+        self.rank, self.kind, self.detail, self.log_tail, self.type = rank, kind, detail, log_tail, type_
         who = f"rank {rank}" if rank is not None else "ranks"
         msg = f"{who} {kind}:\n{detail.rstrip()}"
         if log_tail.strip():
@@ -77,8 +78,24 @@ class RunStopped(RankError):
     says why, with no traceback. `reason` is the job's own message, `type` its class name."""
 
     def __init__(self, rank: int, reason: str, type_: str = "JobStopped"):
-        self.reason, self.type = reason, type_
-        super().__init__(rank, "stopped the run", reason)
+        self.reason = reason
+        super().__init__(rank, "stopped the run", reason, type_=type_)
+
+
+def blame(errors: dict[int, dict], dead: dict[int, int], waiting_for: set[int]) -> tuple[int, str]:
+    """The rank that caused a failed job, and how: ("raised") the lowest rank whose own code
+    raised, i.e. whose exception is not a collective's (`rank.failure` says which, by the
+    exception's type); else ("exited") the lowest rank that died; else ("hung") the lowest rank
+    that never reported while its peers' collectives failed; else ("collective") the lowest rank
+    whose collective failed."""
+    own = sorted(r for r, e in errors.items() if not e["collective"])
+    if own:
+        return own[0], "raised"
+    if dead:
+        return min(dead), "exited"
+    if waiting_for - set(errors):
+        return min(waiting_for - set(errors)), "hung"
+    return min(errors), "collective"
 
 
 def fn_ref(fn: Callable | str) -> str:
@@ -232,13 +249,10 @@ class Pool:
                                      "collective for a peer that never arrived)",
                                      self._tail(hung[0]) if hung else ""))
 
-    # When one rank fails, its peers soon fail too ("connection closed by peer" inside gloo).
-    # Collect for a moment, then blame the root cause: a rank's own exception first, then a rank
-    # that died, and only then a transport error seen by a bystander.
-    _TRANSPORT = ("Connection closed by peer", "Connection reset", "Gloo", "gloo", "NCCL",
-                  "ProcessGroup", "DistBackendError", "Broken pipe")
-
-    def _diagnose(self, errors: dict[int, str], waiting_for: set[int], grace: float = 1.0):
+    # When one rank fails, its peers soon fail too (a collective whose peer is gone). Collect for
+    # a moment, then blame the root cause (`blame`): a rank's own exception first, then a rank
+    # that died, and only then a collective's failure seen by a bystander.
+    def _diagnose(self, errors: dict[int, dict], waiting_for: set[int], grace: float = 1.0):
         end = time.monotonic() + grace
         while time.monotonic() < end:
             try:
@@ -247,34 +261,30 @@ class Pool:
                 continue
             if kind in ("error", "stopped") and job_id in (-1, self._job):
                 errors.setdefault(rank, payload)
-        stopped = {r: p for r, p in errors.items() if isinstance(p, dict)}
+        stopped = {r: p for r, p in errors.items() if "traceback" not in p}
         if stopped:  # a rank stopped the job on purpose: its reason, not its peers' fallout
             r = min(stopped)
             err = RunStopped(r, stopped[r]["message"], stopped[r]["type"])
             err.also = sorted(set(errors) - {r})
             self._fail(err)
-        own = {r: tb for r, tb in errors.items() if not any(k in tb for k in self._TRANSPORT)}
         dead = {r: p.exitcode for r, p in enumerate(self.procs)
                 if p.exitcode is not None and r not in errors}
-        others = lambda r: sorted(set(errors) | set(dead) - {r})  # noqa: E731
-        if own:
-            r = min(own)
-            err = RankError(r, "raised", own[r], self._tail(r))
-        elif dead:
-            r = min(dead)
+        others = lambda r: sorted((set(errors) | set(dead)) - {r})  # noqa: E731
+        r, why = blame(errors, dead, waiting_for)
+        if why == "raised":
+            err = RankError(r, "raised", errors[r]["traceback"], self._tail(r), type_=errors[r]["type"])
+        elif why == "exited":
             err = RankError(r, f"exited with code {dead[r]}",
                             "the process ended without reporting a result "
                             "(killed, os._exit, or a crash in native code)" + _start_hint(self), self._tail(r))
-        elif waiting_for - set(errors):
-            # Peers timed out inside a collective while these ranks said nothing: they hung.
+        elif why == "hung":
             hung = sorted(waiting_for - set(errors))
-            r = hung[0]
             err = RankError(r, f"did not finish within {self._limit:g} s",
                             f"rank(s) {hung} never reached the collective their peers timed out "
-                            f"in (hung); the peers reported:\n{errors[min(errors)]}", self._tail(r))
-        else:
-            r = min(errors)
-            err = RankError(r, "raised", errors[r], self._tail(r))
+                            f"in (hung); the peers reported:\n{errors[min(errors)]['traceback']}",
+                            self._tail(r))
+        else:  # only collectives failed, and every rank reported: the first one's
+            err = RankError(r, "raised", errors[r]["traceback"], self._tail(r), type_=errors[r]["type"])
         err.also = others(r)  # ranks that failed as a consequence
         self._fail(err)
 

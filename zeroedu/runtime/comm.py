@@ -59,6 +59,7 @@ import torch.distributed as dist
 from ..kinds import IMPLEMENTATIONS  # noqa: F401  (re-exported: `zeroedu.kinds.Implementation`)
 from . import ring, wire
 from .ledger import CommRecord, Ledger
+from .rank import CollectiveError
 
 # One compatibility point for the renamed collectives (torch >= 2.13 has the *_single names).
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -184,6 +185,16 @@ class Handle:
         return self.work is None or self.work.is_completed()
 
     def wait(self):
+        try:
+            self._wait()
+        except RuntimeError as e:
+            raise _failed(self.rec, e) from e
+        if not self._waited:
+            self._waited = True
+            self.comm._finished(self)
+        return self
+
+    def _wait(self):
         if self._thread is not None:
             self._thread.join()
             if self._error is not None:
@@ -192,10 +203,19 @@ class Handle:
             self.work.wait()
             if self.rec.t_end is None:  # callback not run yet: it finished no later than now
                 self.rec.t_end = self.ledger.now()
-        if not self._waited:
-            self._waited = True
-            self.comm._finished(self)
-        return self
+
+
+def _issue(rec: CommRecord, start):
+    """Start a collective; an error the backend raises at once (a peer gone, a sync ring op run
+    inline) becomes a `CollectiveError`, as one raised when it is waited for does."""
+    try:
+        return start()
+    except RuntimeError as e:
+        raise _failed(rec, e) from e
+
+
+def _failed(rec: CommRecord, e: RuntimeError) -> CollectiveError:
+    return e if isinstance(e, CollectiveError) else CollectiveError(rec.op, rec.axis, rec.tag, e)
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -262,7 +282,7 @@ class Comm:
         g = axis.size
         rec = self._record("all_reduce", tag, axis, _nbytes(t), Fraction(2 * (g - 1), g), t.numel(),
                            t.element_size())
-        work = dist.all_reduce(t, group=axis.group, async_op=True) if g > 1 else None
+        work = _issue(rec, lambda: dist.all_reduce(t, group=axis.group, async_op=True) if g > 1 else None)
         return self._finish(work, rec, async_op)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, axis: Axis, tag: str,
@@ -277,9 +297,9 @@ class Comm:
             out.copy_(inp)
             work = None
         elif rec.implementation == "ring":
-            work = ring.ring_reduce_scatter(out, inp, group=axis.group, async_op=async_op)
+            work = _issue(rec, lambda: ring.ring_reduce_scatter(out, inp, group=axis.group, async_op=async_op))
         else:
-            work = _reduce_scatter_single(out, inp, group=axis.group, async_op=True)
+            work = _issue(rec, lambda: _reduce_scatter_single(out, inp, group=axis.group, async_op=True))
         return self._finish(work, rec, async_op)
 
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, axis: Axis, tag: str,
@@ -294,36 +314,36 @@ class Comm:
             out.copy_(inp)
             work = None
         elif rec.implementation == "ring":
-            work = ring.ring_all_gather(out, inp, group=axis.group, async_op=async_op)
+            work = _issue(rec, lambda: ring.ring_all_gather(out, inp, group=axis.group, async_op=async_op))
         else:
-            work = _all_gather_single(out, inp, group=axis.group, async_op=True)
+            work = _issue(rec, lambda: _all_gather_single(out, inp, group=axis.group, async_op=True))
         return self._finish(work, rec, async_op)
 
     def broadcast(self, t: torch.Tensor, src_axis_rank: int, axis: Axis, tag: str):
         rec = self._record("broadcast", tag, axis, _nbytes(t), Fraction(0), t.numel(), t.element_size())
         rec.sent = Fraction(_nbytes(t)) if axis.rank == src_axis_rank and axis.size > 1 else Fraction(0)
-        work = (dist.broadcast(t, src=axis.global_rank(src_axis_rank), group=axis.group, async_op=True)
-                if axis.size > 1 else None)
+        work = _issue(rec, lambda: dist.broadcast(t, src=axis.global_rank(src_axis_rank), group=axis.group,
+                                                  async_op=True) if axis.size > 1 else None)
         return self._finish(work, rec, False)
 
     def send(self, t: torch.Tensor, dst_axis_rank: int, axis: Axis, tag: str):
         rec = self._record("send", tag, axis, _nbytes(t), Fraction(1), t.numel(), t.element_size())
-        work = dist.isend(t, dst=axis.global_rank(dst_axis_rank), group=axis.group)
+        work = _issue(rec, lambda: dist.isend(t, dst=axis.global_rank(dst_axis_rank), group=axis.group))
         return self._finish(work, rec, False)
 
     def recv(self, t: torch.Tensor, src_axis_rank: int, axis: Axis, tag: str):
         rec = self._record("recv", tag, axis, _nbytes(t), Fraction(0), t.numel(), t.element_size())
-        work = dist.irecv(t, src=axis.global_rank(src_axis_rank), group=axis.group)
+        work = _issue(rec, lambda: dist.irecv(t, src=axis.global_rank(src_axis_rank), group=axis.group))
         return self._finish(work, rec, False)
 
     def isend(self, t, dst_axis_rank, axis, tag):
         rec = self._record("send", tag, axis, _nbytes(t), Fraction(1), t.numel(), t.element_size())
-        work = dist.isend(t, dst=axis.global_rank(dst_axis_rank), group=axis.group)
+        work = _issue(rec, lambda: dist.isend(t, dst=axis.global_rank(dst_axis_rank), group=axis.group))
         return self._finish(work, rec, True)
 
     def irecv(self, t, src_axis_rank, axis, tag):
         rec = self._record("recv", tag, axis, _nbytes(t), Fraction(0), t.numel(), t.element_size())
-        work = dist.irecv(t, src=axis.global_rank(src_axis_rank), group=axis.group)
+        work = _issue(rec, lambda: dist.irecv(t, src=axis.global_rank(src_axis_rank), group=axis.group))
         return self._finish(work, rec, True)
 
 

@@ -27,6 +27,35 @@ class JobStopped(Exception):
     the parent raises `cluster.RunStopped` with this message alone, naming the rank."""
 
 
+class CollectiveError(RuntimeError):
+    """A collective failed on this rank (`comm` raises it from the backend's error): most often
+    the fallout of a peer that raised, died or hung, so the parent blames another rank first.
+    Failures are told apart by this type, never by the words of a traceback."""
+
+    def __init__(self, op: str, axis: str, tag: str, cause: BaseException):
+        self.op, self.axis, self.tag = op, axis, tag
+        super().__init__(f"{op} on axis {axis} ({tag}) failed: {type(cause).__name__}: {cause}")
+
+
+def failure(exc: BaseException | None) -> dict:
+    """What a rank reports of a failed job: the traceback, the exception's class, and whether it
+    is a communication failure: a `CollectiveError` (zeroedu's collectives), torch's own
+    `DistError`, or any exception raised inside torch.distributed by code that calls it directly
+    (the torch references, the harness's plumbing: gloo raises a plain RuntimeError there), read
+    from the module of the innermost Python frame, never from the message."""
+    import torch.distributed as dist
+
+    tb = exc.__traceback__ if exc is not None else None
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    raised_in = tb.tb_frame.f_globals.get("__name__", "") if tb is not None else ""
+    collective = (isinstance(exc, (CollectiveError, getattr(dist, "DistError", CollectiveError)))
+                  or raised_in == "torch.distributed" or raised_in.startswith("torch.distributed."))
+    return {"traceback": traceback.format_exc(),
+            "type": f"{type(exc).__module__}.{type(exc).__qualname__}" if exc is not None else None,
+            "collective": collective}
+
+
 BACKENDS = ("gloo", "nccl")
 
 
@@ -234,8 +263,9 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
         # timeout and the parent can name the rank that never arrived.
         dist.init_process_group(backend, store=store, rank=rank, world_size=n,
                                 timeout=datetime.timedelta(seconds=max(1.0, 0.75 * timeout)))
-    except Exception:
-        results.put(("error", rank, -1, traceback.format_exc()))
+    except Exception as e:
+        # a rank that cannot join is the cause, whatever it raised: reported as its own failure
+        results.put(("error", rank, -1, {**failure(e), "collective": False}))
         return
     results.put(("ready", rank, -1, None))
     ctx = RankContext(rank, n, backend, device)
@@ -252,9 +282,9 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
             print(f"[job {job_id} stopped] {e}", flush=True)
             results.put(("stopped", rank, job_id, {"message": str(e), "type": type(e).__name__}))
             continue
-        except BaseException:
+        except BaseException as e:
             print(f"[job {job_id} failed]", flush=True)
-            results.put(("error", rank, job_id, traceback.format_exc()))
+            results.put(("error", rank, job_id, failure(e)))
             continue
         print(f"[job {job_id} done]", flush=True)  # before the result: the log is complete when the parent reads it
         results.put(("result", rank, job_id, out))
