@@ -8,7 +8,7 @@ import pytest
 from zeroedu import catalog, theory
 from zeroedu.models import MLPConfig, unit_shapes
 from zeroedu.runtime import cluster
-from zeroedu.runtime.collectives import hidden_names_job, ring_equivalence_job, wire_payload_job
+from tests.rank_jobs import hidden_names_job, ring_equivalence_job, wire_payload_job
 from zeroedu.runtime.ledger import Ledger
 from zeroedu.runtime.wire import FRAMING_PER_MESSAGE, WireMeter
 from zeroedu.train import RunConfig, run

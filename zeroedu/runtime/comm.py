@@ -59,7 +59,7 @@ import torch.distributed as dist
 from ..kinds import IMPLEMENTATIONS  # noqa: F401  (re-exported: `zeroedu.kinds.Implementation`)
 from . import ring, wire
 from .ledger import CommRecord, Ledger
-from .rank import CollectiveError
+from .errors import CollectiveError
 
 # One compatibility point for the renamed collectives (torch >= 2.13 has the *_single names).
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor

@@ -21,20 +21,12 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .errors import CollectiveError
+
 
 class JobStopped(Exception):
     """A job ends itself for a reason the user must read, not a crash (e.g. a non-finite loss):
     the parent raises `cluster.RunStopped` with this message alone, naming the rank."""
-
-
-class CollectiveError(RuntimeError):
-    """A collective failed on this rank (`comm` raises it from the backend's error): most often
-    the fallout of a peer that raised, died or hung, so the parent blames another rank first.
-    Failures are told apart by this type, never by the words of a traceback."""
-
-    def __init__(self, op: str, axis: str, tag: str, cause: BaseException):
-        self.op, self.axis, self.tag = op, axis, tag
-        super().__init__(f"{op} on axis {axis} ({tag}) failed: {type(cause).__name__}: {cause}")
 
 
 def failure(exc: BaseException | None) -> dict:
