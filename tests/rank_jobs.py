@@ -126,3 +126,26 @@ def hidden_names_job(ctx) -> dict:
         for name, fn in hidden.items():
             setattr(dist, name, fn)
         importlib.reload(comm_mod)
+
+
+def ring_threads(ctx) -> dict:
+    """A ring reduce-scatter through a Comm, then the Comm dropped: which ring threads remain."""
+    import gc
+    import threading
+
+    from zeroedu.runtime import ring
+    from zeroedu.runtime.comm import Comm
+    from zeroedu.runtime.ledger import Ledger
+
+    comm = Comm(Ledger(ctx.rank), collectives="ring")
+    x = torch.ones(4 * ctx.world_size)
+    out = torch.empty(4)
+    h = comm.reduce_scatter(out, x, ctx.world_axis(), "test/ring", async_op=True)
+    h.wait()
+    during = [t.name for t in threading.enumerate() if t.name == "ring-comm"]
+    own = comm.stream is not ring._default_stream
+    del comm, h
+    gc.collect()
+    time.sleep(0.2)
+    return {"during": during, "own_stream": own, "ok": bool((out == ctx.world_size).all()),
+            "after": [t.name for t in threading.enumerate() if t.name == "ring-comm"]}

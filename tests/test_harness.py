@@ -208,6 +208,20 @@ def test_blame_reads_types():
     assert cluster.blame({1: fallout, 0: fallout}, {}, {0, 1}) == (0, "collective")
 
 
+def test_a_comm_owns_its_ring_thread_and_a_script_owns_its_ranks():
+    import zeroedu
+
+    before = _log_folders()
+    with zeroedu.ranks(2) as pool:
+        first = pool.run("tests.rank_jobs:ring_threads")
+        second = pool.run("tests.rank_jobs:ring_threads")
+        procs = list(pool.procs)
+    assert pool.closed and not any(p.is_alive() for p in procs) and _log_folders() == before
+    for r in first + second:
+        assert r["ok"] and r["own_stream"] and r["during"] == ["ring-comm"]
+        assert r["after"] == []  # the thread ended with its Comm: job after job, none piles up
+
+
 def _log_folders() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "zeroedu-ranks-*")))
 

@@ -13,3 +13,17 @@ The subpackages are the layers, lowest first (README, "How it is built"):
 A module imports only from its own layer's package and the layers below it.
 """
 __version__ = "0.1.0"
+
+
+def ranks(n: int, **options):
+    """N local ranks for a script, owned by a `with` block that ends them:
+
+        with zeroedu.ranks(4) as pool:
+            report = zeroedu.train.run(cfg, pool=pool)   # or pool.run(job, kwargs)
+
+    The pool's options (`backend`, `timeout`, `log_dir`, `log_cap`) are
+    `zeroedu.runtime.cluster.Pool`'s. Leaving the block closes the ranks and removes their logs
+    (a failed run keeps them and names them in its error)."""
+    from .runtime.cluster import Pool
+
+    return Pool(n, **options)

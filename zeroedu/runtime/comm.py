@@ -52,6 +52,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from fractions import Fraction
 import threading
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -232,6 +233,22 @@ class Comm:
         self.meter = meter if meter is not None and meter.available else None
         self._open: set = set()  # handles issued and not yet waited
         self._window = None  # (meter snapshot, records) of the collectives in flight
+        self._stream: ring.CommStream | None = None
+
+    @property
+    def stream(self) -> "ring.CommStream":
+        """This Comm's thread for zeroedu's ring collectives, started at the first one: their
+        issue order, as a CUDA stream orders NCCL's. It ends when the Comm is closed or
+        collected, so a warm rank that runs job after job keeps no thread of a finished one."""
+        if self._stream is None:
+            self._stream = ring.CommStream()
+            weakref.finalize(self, self._stream.close, False)
+        return self._stream
+
+    def close(self) -> None:
+        """End the ring thread once its queued collectives are done."""
+        if self._stream is not None:
+            self._stream.close()
 
     # ---------------------------------------------------------------- records and the wire
     # The wire is read in *windows*: from the moment a collective is issued while none is in
@@ -297,7 +314,8 @@ class Comm:
             out.copy_(inp)
             work = None
         elif rec.implementation == "ring":
-            work = _issue(rec, lambda: ring.ring_reduce_scatter(out, inp, group=axis.group, async_op=async_op))
+            work = _issue(rec, lambda: ring.ring_reduce_scatter(out, inp, group=axis.group, async_op=async_op,
+                                                                stream=self.stream))
         else:
             work = _issue(rec, lambda: _reduce_scatter_single(out, inp, group=axis.group, async_op=True))
         return self._finish(work, rec, async_op)
@@ -314,7 +332,8 @@ class Comm:
             out.copy_(inp)
             work = None
         elif rec.implementation == "ring":
-            work = _issue(rec, lambda: ring.ring_all_gather(out, inp, group=axis.group, async_op=async_op))
+            work = _issue(rec, lambda: ring.ring_all_gather(out, inp, group=axis.group, async_op=async_op,
+                                                            stream=self.stream))
         else:
             work = _issue(rec, lambda: _all_gather_single(out, inp, group=axis.group, async_op=True))
         return self._finish(work, rec, async_op)

@@ -197,17 +197,21 @@ class CommStream:
             while self._pending:
                 self._cv.wait()
 
-    def close(self):
+    def close(self, join: bool = True):
+        """No more ops; the thread ends once the queued ones are done (`join`: wait for that)."""
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        self._thread.join()
+        if join and threading.current_thread() is not self._thread:
+            self._thread.join()
 
 
 _default_stream: CommStream | None = None
 
 
 def default_stream() -> CommStream:
+    """The stream of ring calls made without one (direct calls, tests); every `Comm` owns its
+    own (`Comm.stream`), which ends with it."""
     global _default_stream
     if _default_stream is None or _default_stream._pid != os.getpid():  # not inherited by fork
         _default_stream = CommStream()
