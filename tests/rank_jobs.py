@@ -149,3 +149,46 @@ def ring_threads(ctx) -> dict:
     time.sleep(0.2)
     return {"during": during, "own_stream": own, "ok": bool((out == ctx.world_size).all()),
             "after": [t.name for t in threading.enumerate() if t.name == "ring-comm"]}
+
+
+def paced(ctx, op: str, nbytes: int, alpha: float, beta: float) -> dict:
+    """One collective (or rank 0 -> 1 message) of `nbytes` on an emulated link, after a barrier
+    (unrecorded): when this rank joined and finished (CLOCK_MONOTONIC, one clock for every
+    process), its process CPU time meanwhile, the result, and the wire bytes it wrote."""
+    import torch.distributed as dist
+
+    from zeroedu.runtime.comm import Comm
+    from zeroedu.runtime.ledger import Ledger
+    from zeroedu.runtime.links import Link, Links
+
+    paced = alpha is not None
+    link = Link(alpha, beta) if paced else None
+    comm = Comm(Ledger(ctx.rank), collectives="ring", meter=ctx.wire,
+                links=Links(link, link) if paced else None, pacer=ctx.pacer() if paced else None)
+    axis = ctx.world_axis()
+    g, r = ctx.world_size, ctx.rank
+    numel = nbytes // 4
+    x = torch.arange(numel, dtype=torch.float32) * (r + 1) + r
+    dist.barrier()
+    snap = ctx.wire.snapshot()
+    t0, c0 = time.monotonic(), time.process_time()
+    if op == "all_reduce":
+        comm.all_reduce(x, axis, "test/paced")
+        out = x
+    elif op == "reduce_scatter":
+        out = torch.empty(numel // g)
+        comm.reduce_scatter(out, x, axis, "test/paced")
+    elif op == "all_gather":
+        out = torch.empty(numel * g)
+        comm.all_gather(out, x, axis, "test/paced")
+    elif op == "p2p":
+        out = x
+        if r == 0:
+            comm.send(x, 1, axis, "test/paced")
+        elif r == 1:
+            comm.recv(x, 0, axis, "test/paced")
+    t1, c1 = time.monotonic(), time.process_time()
+    sent = ctx.wire.sent_since(snap).sent
+    comm.close()
+    return {"t0": t0, "t1": t1, "cpu": c1 - c0, "out": out, "sent": sent,
+            "held": comm.pacer.held if paced else 0.0}

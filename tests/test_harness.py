@@ -239,7 +239,7 @@ def test_no_log_folder_outlives_a_run_that_worked_and_a_failed_run_names_its_own
     assert len(kept) == 1, kept  # the failed run's logs, for the reader to look into
     folder = kept.pop()
     assert f"every rank's log is kept in {folder}" in str(ei.value)
-    assert sorted(os.listdir(folder)) == ["rank0.log", "rank1.log"]
+    assert sorted(os.listdir(folder)) == ["links.board", "rank0.log", "rank1.log"]
     shutil.rmtree(folder)
 
 

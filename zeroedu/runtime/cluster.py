@@ -42,6 +42,7 @@ import time
 from typing import Any, Callable
 
 # Re-exported: callers start ranks here and may need the rank side's names.
+from .links import create_board
 from .rank import (LOG_CAP, JobStopped, RankContext, choose_backend, loopback_interface,  # noqa: F401
                    run_torchrun, stale_torchrun_variables, under_torchrun, worker_main)
 
@@ -193,6 +194,7 @@ class Pool:
         self._results = ctx.Queue()
         self._tasks = [ctx.SimpleQueue() for _ in range(self.n)]
         self.procs = []
+        create_board(self.log_dir, self.n)  # emulated links' clock (`links`): a small file
         for r in range(self.n):
             open(self.log_paths[r], "w").close()
             p = ctx.Process(target=worker_main, daemon=True, name=f"zeroedu-rank{r}",

@@ -61,6 +61,7 @@ from ..kinds import IMPLEMENTATIONS  # noqa: F401  (re-exported: `zeroedu.kinds.
 from . import ring, wire
 from .ledger import CommRecord, Ledger
 from .errors import CollectiveError
+from .links import Links, Pacer
 
 # One compatibility point for the renamed collectives (torch >= 2.13 has the *_single names).
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -154,8 +155,8 @@ class Handle:
     """An in-flight collective. `wait()` blocks until done; the record's end time is already set;
     `done()` says, without blocking, whether the work has finished."""
 
-    def __init__(self, work, rec: CommRecord, comm: "Comm"):
-        self.work, self.rec, self.comm = work, rec, comm
+    def __init__(self, work, rec: CommRecord, comm: "Comm", hold=None):
+        self.work, self.rec, self.comm, self._hold = work, rec, comm, hold
         self.ledger = comm.ledger
         self._thread, self._error, self._waited = None, None, False
         if work is None:
@@ -190,6 +191,10 @@ class Handle:
             self._wait()
         except RuntimeError as e:
             raise _failed(self.rec, e) from e
+        if self._hold is not None:  # a paced message: held until the link delivers it
+            hold, self._hold = self._hold, None
+            hold()
+            self.rec.t_end = self.ledger.now()
         if not self._waited:
             self._waited = True
             self.comm._finished(self)
@@ -227,9 +232,19 @@ class Comm:
     """The collectives one rank uses, each recorded in `ledger` (and measured on the wire)."""
 
     def __init__(self, ledger: Ledger, collectives: str = "auto", backend: str = "gloo",
-                 meter: "wire.WireMeter | None" = None):
+                 meter: "wire.WireMeter | None" = None, links: "Links | None" = None,
+                 pacer: "Pacer | None" = None):
         self.ledger, self.backend = ledger, backend
         self.implementation = resolve_implementation(collectives, backend)
+        # Emulated links (`runtime.links`): every collective on a paced axis runs zeroedu's ring,
+        # whose messages the pacer holds until the link would have delivered them.
+        self.links, self.pacer = links, pacer
+        if links is not None:
+            if pacer is None:
+                raise ValueError("emulated links need a pacer (RankContext.pacer())")
+            if self.implementation != "ring" or backend != "gloo":
+                raise ValueError("emulated links pace zeroedu's ring collectives on gloo: "
+                                 "use --collectives ring or auto, on CPU ranks")
         self.meter = meter if meter is not None and meter.available else None
         self._open: set = set()  # handles issued and not yet waited
         self._window = None  # (meter snapshot, records) of the collectives in flight
@@ -244,6 +259,13 @@ class Comm:
             self._stream = ring.CommStream()
             weakref.finalize(self, self._stream.close, False)
         return self._stream
+
+    def _pace(self, axis: Axis):
+        """The pace of `axis`'s emulated link, or None (not paced)."""
+        if self.links is None:
+            return None
+        link = self.links.for_axis(axis.name)
+        return None if link is None else self.pacer.on(link)
 
     def close(self) -> None:
         """End the ring thread once its queued collectives are done."""
@@ -282,11 +304,11 @@ class Comm:
             recs[0].wire = sent
         self.ledger.add_wire_window(recs, sent)
 
-    def _finish(self, work, rec, async_op):
+    def _finish(self, work, rec, async_op, hold=None):
         rec.blocking = not async_op
         if work is None and rec.t_end is None:  # group of one, or ran inline: it is done
             rec.t_end = self.ledger.now()
-        h = Handle(work, rec, self)
+        h = Handle(work, rec, self, hold)
         self._open.add(h)
         if async_op:
             return h
@@ -299,7 +321,15 @@ class Comm:
         g = axis.size
         rec = self._record("all_reduce", tag, axis, _nbytes(t), Fraction(2 * (g - 1), g), t.numel(),
                            t.element_size())
-        work = _issue(rec, lambda: dist.all_reduce(t, group=axis.group, async_op=True) if g > 1 else None)
+        pace = self._pace(axis)
+        if pace is not None and g > 1:
+            # zeroedu's ring, cut into gloo's chunks and segments: gloo's messages (and bytes on
+            # the wire) and gloo's sum, bitwise, but each message paced by the link
+            work = _issue(rec, lambda: ring.ring_all_reduce(t, group=axis.group, async_op=async_op,
+                                                            stream=self.stream, chunks="gloo",
+                                                            segment_bytes="gloo", pace=pace))
+        else:
+            work = _issue(rec, lambda: dist.all_reduce(t, group=axis.group, async_op=True) if g > 1 else None)
         return self._finish(work, rec, async_op)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, axis: Axis, tag: str,
@@ -315,7 +345,7 @@ class Comm:
             work = None
         elif rec.implementation == "ring":
             work = _issue(rec, lambda: ring.ring_reduce_scatter(out, inp, group=axis.group, async_op=async_op,
-                                                                stream=self.stream))
+                                                                stream=self.stream, pace=self._pace(axis)))
         else:
             work = _issue(rec, lambda: _reduce_scatter_single(out, inp, group=axis.group, async_op=True))
         return self._finish(work, rec, async_op)
@@ -333,7 +363,7 @@ class Comm:
             work = None
         elif rec.implementation == "ring":
             work = _issue(rec, lambda: ring.ring_all_gather(out, inp, group=axis.group, async_op=async_op,
-                                                            stream=self.stream))
+                                                            stream=self.stream, pace=self._pace(axis)))
         else:
             work = _issue(rec, lambda: _all_gather_single(out, inp, group=axis.group, async_op=True))
         return self._finish(work, rec, async_op)
@@ -345,25 +375,36 @@ class Comm:
                                                   async_op=True) if axis.size > 1 else None)
         return self._finish(work, rec, False)
 
+    # Point-to-point messages on a paced axis: the sender posts the start, the receiver's wait
+    # holds the message until the link would have delivered it (`Handle.wait`).
     def send(self, t: torch.Tensor, dst_axis_rank: int, axis: Axis, tag: str):
-        rec = self._record("send", tag, axis, _nbytes(t), Fraction(1), t.numel(), t.element_size())
-        work = _issue(rec, lambda: dist.isend(t, dst=axis.global_rank(dst_axis_rank), group=axis.group))
-        return self._finish(work, rec, False)
+        return self._send(t, dst_axis_rank, axis, tag, False)
 
     def recv(self, t: torch.Tensor, src_axis_rank: int, axis: Axis, tag: str):
-        rec = self._record("recv", tag, axis, _nbytes(t), Fraction(0), t.numel(), t.element_size())
-        work = _issue(rec, lambda: dist.irecv(t, src=axis.global_rank(src_axis_rank), group=axis.group))
-        return self._finish(work, rec, False)
+        return self._recv(t, src_axis_rank, axis, tag, False)
 
     def isend(self, t, dst_axis_rank, axis, tag):
-        rec = self._record("send", tag, axis, _nbytes(t), Fraction(1), t.numel(), t.element_size())
-        work = _issue(rec, lambda: dist.isend(t, dst=axis.global_rank(dst_axis_rank), group=axis.group))
-        return self._finish(work, rec, True)
+        return self._send(t, dst_axis_rank, axis, tag, True)
 
     def irecv(self, t, src_axis_rank, axis, tag):
+        return self._recv(t, src_axis_rank, axis, tag, True)
+
+    def _send(self, t, dst_axis_rank, axis, tag, async_op):
+        rec = self._record("send", tag, axis, _nbytes(t), Fraction(1), t.numel(), t.element_size())
+        dst = axis.global_rank(dst_axis_rank)
+        pace = self._pace(axis)
+        if pace is not None and t.numel():
+            pace.sending(dst, _nbytes(t))
+        work = _issue(rec, lambda: dist.isend(t, dst=dst, group=axis.group))
+        return self._finish(work, rec, async_op)
+
+    def _recv(self, t, src_axis_rank, axis, tag, async_op):
         rec = self._record("recv", tag, axis, _nbytes(t), Fraction(0), t.numel(), t.element_size())
-        work = _issue(rec, lambda: dist.irecv(t, src=axis.global_rank(src_axis_rank), group=axis.group))
-        return self._finish(work, rec, True)
+        src = axis.global_rank(src_axis_rank)
+        pace = self._pace(axis)
+        work = _issue(rec, lambda: dist.irecv(t, src=src, group=axis.group))
+        hold = (lambda: pace.received(src, _nbytes(t))) if pace is not None and t.numel() else None
+        return self._finish(work, rec, async_op, hold)
 
 
 def ring_all_reduce(comm: Comm, t: torch.Tensor, axis: Axis, tag: str = "ring") -> torch.Tensor:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .errors import CollectiveError
+from .links import BOARD_NAME
 
 
 class JobStopped(Exception):
@@ -78,6 +79,20 @@ class RankContext:
     _emit: Callable[[dict], None] | None = None
     _meshes: dict = field(default_factory=dict)
     wire: Any = None  # this rank's WireMeter (zeroedu.runtime.wire), made after the group exists
+    board_path: str | None = None  # the pool's clock board for emulated links (`runtime.links`)
+    _board: Any = None
+
+    def pacer(self):
+        """A fresh `links.Pacer` for one job's Comm, on this rank's map of the pool's clock board.
+        Emulated links need the ranks of a local pool, which share the board."""
+        if self.board_path is None:
+            raise RuntimeError("emulated links pace the ranks of a local pool (they share a clock board); "
+                               "under torchrun the links are real: run without --link")
+        from .links import Board, Pacer
+
+        if self._board is None:
+            self._board = Board(self.board_path, self.world_size)
+        return Pacer(self._board, self.rank)
 
     def __post_init__(self):
         from .wire import WireMeter
@@ -260,7 +275,7 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
         results.put(("error", rank, -1, {**failure(e), "collective": False}))
         return
     results.put(("ready", rank, -1, None))
-    ctx = RankContext(rank, n, backend, device)
+    ctx = RankContext(rank, n, backend, device, board_path=os.path.join(os.path.dirname(log_path), BOARD_NAME))
     while True:
         task = tasks.get()
         if task is None:

@@ -255,7 +255,7 @@ def _segment(t: torch.Tensor, j: int, m: int) -> torch.Tensor:
 
 
 def _relay(c: _GroupCtx, tag: int, steps: int, m: int, first, recv_into, on_recv,
-           recycled: bool):
+           recycled: bool, pace=None):
     """Run `steps` ring steps, each chunk cut into `m` segments that travel independently.
 
     Step s: receive segment (s, j) from the right neighbour into `recv_into(s, j)`, then
@@ -264,16 +264,21 @@ def _relay(c: _GroupCtx, tag: int, steps: int, m: int, first, recv_into, on_recv
     segment is on the wire while this one is being added. `recycled`: the receive buffer of step
     s+1 is the one sent at step s, so that send must have completed before the receive is posted.
     Empty segments are skipped on both ends alike. Every message has its own tag.
+    `pace` (an emulated link, `zeroedu.runtime.links.Pace`): each message's start is posted as
+    it is sent, and an arrived message is held until the link would have delivered it.
     """
-    sends, recvs = {}, {}
+    sends, recvs, sizes = {}, {}, {}
 
     def post_recv(s, j):
         t = recv_into(s, j)
         if t.numel():
             recvs[s, j] = c.pg.recv([t], c.right, tag + s * m + j)
+            sizes[s, j] = t.numel() * t.element_size()
 
     def post_send(s, j, t):
         if t.numel():
+            if pace is not None:
+                pace.sending(c.global_ranks[c.left], t.numel() * t.element_size())
             sends[s, j] = c.pg.send([t], c.left, tag + s * m + j)
 
     for j in range(m):
@@ -289,6 +294,8 @@ def _relay(c: _GroupCtx, tag: int, steps: int, m: int, first, recv_into, on_recv
             w = recvs.pop((s, j), None)
             if w is not None:
                 w.wait()
+                if pace is not None:
+                    pace.received(c.global_ranks[c.right], sizes[s, j])
             nxt = on_recv(s, j)
             if nxt is not None and s + 1 < steps:
                 post_send(s + 1, j, nxt)
@@ -310,7 +317,8 @@ def _flat(t: torch.Tensor) -> torch.Tensor:
 
 
 def ring_reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: bool = False,
-                        stream: CommStream | None = None, segment_bytes: int | None = DEFAULT_SEGMENT_BYTES):
+                        stream: CommStream | None = None, segment_bytes: int | None = DEFAULT_SEGMENT_BYTES,
+                        pace=None):
     """SUM of `inp` (numel g*k) over the group; this rank gets chunk `rank` (numel k) in `out`.
 
     Same convention as dist.reduce_scatter_single. Sends g-1 chunks of k elements (in m
@@ -346,13 +354,14 @@ def ring_reduce_scatter(out: torch.Tensor, inp: torch.Tensor, group=None, async_
 
         # step 0 sends our own contribution to chunk r+1, which starts its walk down the ring
         _relay(c, tag, g - 1, m, lambda j: _segment(chunk(r + 1), j, m),
-               lambda s, j: _segment(bufs[s % 2], j, m), on_recv, recycled=True)
+               lambda s, j: _segment(bufs[s % 2], j, m), on_recv, recycled=True, pace=pace)
 
     return _launch(run, "ring_reduce_scatter", async_op, stream)
 
 
 def ring_all_gather(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: bool = False,
-                    stream: CommStream | None = None, segment_bytes: int | None = DEFAULT_SEGMENT_BYTES):
+                    stream: CommStream | None = None, segment_bytes: int | None = DEFAULT_SEGMENT_BYTES,
+                    pace=None):
     """`out` (numel g*k) = every rank's `inp` (numel k) concatenated in group-rank order.
 
     Same convention as dist.all_gather_single. Sends g-1 chunks of k elements; no scratch.
@@ -375,7 +384,7 @@ def ring_all_gather(out: torch.Tensor, inp: torch.Tensor, group=None, async_op: 
         # step s receives chunk r+1+s straight into `out` and forwards it left at step s+1
         _relay(c, tag, g - 1, m, lambda j: _segment(chunk(r), j, m),
                lambda s, j: _segment(chunk(r + 1 + s), j, m),
-               lambda s, j: _segment(chunk(r + 1 + s), j, m), recycled=False)
+               lambda s, j: _segment(chunk(r + 1 + s), j, m), recycled=False, pace=pace)
 
     return _launch(run, "ring_all_gather", async_op, stream)
 
@@ -426,12 +435,15 @@ def even_chunk_bounds(numel: int, g: int) -> list[tuple[int, int]]:
 
 def ring_all_reduce(t: torch.Tensor, group=None, async_op: bool = False,
                     stream: CommStream | None = None, chunks: str = "gloo",
-                    segment_bytes: int | None = DEFAULT_SEGMENT_BYTES):
+                    segment_bytes: int | None = DEFAULT_SEGMENT_BYTES, pace=None):
     """In-place SUM all-reduce: ring reduce-scatter then ring all-gather, on one buffer.
 
     Any numel (chunks may be uneven). chunks="gloo" cuts like gloo's ring, so the result equals
     dist.all_reduce on gloo bitwise; chunks="even" cuts into near-equal chunks (exactly
-    2(g-1)/g*S per rank when g divides numel). Scratch: two chunks.
+    2(g-1)/g*S per rank when g divides numel). segment_bytes="gloo" (with chunks="gloo") also
+    cuts each chunk into gloo's own segments, one message each, so the messages and their sizes
+    are gloo's, and with them the bytes on the wire (what an emulated link needs: the same wire
+    whether or not the link is paced). Scratch: two chunks.
     """
     c = _ctx(group)
     g, r = c.size, c.rank
@@ -444,7 +456,17 @@ def ring_all_reduce(t: torch.Tensor, group=None, async_op: bool = False,
     else:
         raise ValueError(f"chunks must be 'gloo' or 'even', not {chunks!r}")
     longest = max(e - s for s, e in bounds)
-    m = _num_segments(longest * x.element_size(), segment_bytes)
+    if segment_bytes == "gloo":
+        if chunks != "gloo":
+            raise ValueError("segment_bytes='gloo' cuts gloo's chunks: use it with chunks='gloo'")
+        m = gloo_segments_per_rank(n, x.element_size(), g)
+        e = x.element_size()  # gloo's segment, in elements (as `gloo_chunk_bounds` cuts it)
+        seg = _round_up(_ceil_div(n * e, m * g), e) // e if n else 0
+        # segment j of a chunk: gloo's j-th segment of it (the chunk's last ones can be short or empty)
+        cut = lambda t, j, m: t[min(j * seg, t.numel()):min((j + 1) * seg, t.numel())]  # noqa: E731
+    else:
+        m = _num_segments(longest * x.element_size(), segment_bytes)
+        cut = _segment
     tag = c.next_tag(2 * (g - 1) * m) if g > 1 and n > 0 else None
 
     def run():
@@ -452,18 +474,18 @@ def ring_all_reduce(t: torch.Tensor, group=None, async_op: bool = False,
             return
         chunk = lambda i: x[bounds[i % g][0]:bounds[i % g][1]]  # noqa: E731
         scratch = torch.empty(2, longest, dtype=x.dtype, device=x.device)
-        recv_into = lambda s, j: _segment(scratch[s % 2, :chunk(r + 2 + s).numel()], j, m)  # noqa: E731
+        recv_into = lambda s, j: cut(scratch[s % 2, :chunk(r + 2 + s).numel()], j, m)  # noqa: E731
 
         def on_recv(s, j):  # chunk r+2+s += partial from the right, in place; sent on next step
-            dst = _segment(chunk(r + 2 + s), j, m)
+            dst = cut(chunk(r + 2 + s), j, m)
             return dst.add_(recv_into(s, j))
 
         # reduce-scatter phase: afterwards chunk r of t holds the full sum
-        _relay(c, tag, g - 1, m, lambda j: _segment(chunk(r + 1), j, m), recv_into, on_recv,
-               recycled=False)
+        _relay(c, tag, g - 1, m, lambda j: cut(chunk(r + 1), j, m), recv_into, on_recv,
+               recycled=False, pace=pace)
         # all-gather phase: forward the finished chunks leftwards, straight into t
-        _relay(c, tag + (g - 1) * m, g - 1, m, lambda j: _segment(chunk(r), j, m),
-               lambda s, j: _segment(chunk(r + 1 + s), j, m),
-               lambda s, j: _segment(chunk(r + 1 + s), j, m), recycled=False)
+        _relay(c, tag + (g - 1) * m, g - 1, m, lambda j: cut(chunk(r), j, m),
+               lambda s, j: cut(chunk(r + 1 + s), j, m),
+               lambda s, j: cut(chunk(r + 1 + s), j, m), recycled=False, pace=pace)
 
     return _launch(run, "ring_all_reduce", async_op, stream)
