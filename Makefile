@@ -63,10 +63,10 @@ tour: setup
 	$(VENV)/bin/zeroedu tour --world-size 4
 
 # zeroedu vs torch (DDP, fully_shard, HSDP), ring vs gloo collectives, what the instrumentation
-# costs, the N = 1..8 scaling table (benchmarks/results/*.json), cold vs warm start: about
-# 6 minutes on 2 cores. Quick pass (about 3 minutes): make bench BENCH_ARGS=--quick
+# costs, the N = 1..8 scaling table (benchmarks/results/*.json), cold vs warm start, overlap on
+# emulated links (bucketed vs one-bucket DDP, FSDP prefetch on/off): about 8 minutes on 2 cores. Quick pass (about 3 minutes): make bench BENCH_ARGS=--quick
 BENCH_ARGS ?=
-BENCHES ?= compare collectives instrumentation scaling launch
+BENCHES ?= compare collectives instrumentation scaling launch links
 
 bench: setup
 	@for b in $(BENCHES); do echo "== benchmarks/bench_$$b.py"; \

@@ -72,3 +72,14 @@ def test_scaling_writes_the_documented_json(bench):
 def test_launch(bench):
     load, _ = bench
     assert load("bench_launch").main(["--n", "2", "--reps", "1"]) > 0
+
+
+def test_links(bench):
+    load, out = bench
+    rows = load("bench_links").main(["--n", "2", "--model", "gpt-tiny", "--rounds", "1", "--steps", "1"])
+    arms = {r["arm"]: r for r in rows if "median" in r}
+    assert set(arms) == {"ddp, one bucket", "ddp, 1 MiB buckets", "fsdp2, no prefetch", "fsdp2, prefetch"}
+    for r in arms.values():
+        assert r["steps"] == 1 and r["median"] > 0 and r["comm"] > 0 and r["exposed"] <= r["median"]
+    assert [q["against"] for q in rows if "ratio" in q] == ["ddp, one bucket", "fsdp2, no prefetch"]
+    assert len(json.load(open(out / "links.json"))["rows"]) == 4

@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-SCHEMA = 1  # the JSON's shape (README, "JSON report"); a change of shape changes it
+SCHEMA = 2  # the JSON's shape (README, "JSON report"); a change of shape changes it
+# 2: each rank's "time" (compute, exposed communication, communication by axis, per step) and
+#    the run's "links" (the emulated links it ran on, or null)
 
 
 def _plain_fields(obj, drop_none: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -108,6 +110,63 @@ class WireReport:
 
 
 @dataclass
+class StepTime:
+    """One optimizer step's time on one rank, read from its timeline (seconds):
+    `seconds` from the step's start to the end of its optimizer step; `exposed` the time the
+    rank waited for communication (a blocking collective from start to end, an asynchronous
+    one from the wait to its end), the union of those intervals; `compute` the rest of the step
+    (forward, backward, optimizer, the loop); `comm` by mesh axis the union of the intervals
+    its collectives were in flight, waited for or hidden behind compute."""
+    step: int
+    seconds: float
+    compute: float
+    exposed: float
+    comm: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def hidden(self) -> float:
+        """Communication time that overlapped compute: in flight, not waited for."""
+        return max(0.0, self.comm_total - self.exposed)
+
+    @property
+    def comm_total(self) -> float:
+        return sum(self.comm.values())
+
+    def plain(self) -> dict[str, Any]:
+        return _plain_fields(self)
+
+
+@dataclass
+class TimeReport:
+    """Every step's `StepTime` on one rank, and the median over the steps after the first (the
+    first pays one-off costs: buffers allocated, threads started), or the one step there is."""
+    steps: list[StepTime] = field(default_factory=list)
+
+    def median(self) -> StepTime | None:
+        steps = self.steps[1:] or self.steps
+        if not steps:
+            return None
+
+        def med(xs):
+            xs = sorted(xs)
+            k = len(xs) // 2
+            return xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2
+
+        axes = sorted({a for s in steps for a in s.comm})
+        return StepTime(-1, med([s.seconds for s in steps]), med([s.compute for s in steps]),
+                        med([s.exposed for s in steps]), {a: med([s.comm.get(a, 0.0) for s in steps]) for a in axes})
+
+    def plain(self) -> dict[str, Any]:
+        return {"steps": [s.plain() for s in self.steps]}
+
+    @classmethod
+    def from_plain(cls, d: "dict | TimeReport") -> "TimeReport":
+        if isinstance(d, TimeReport):
+            return d
+        return cls([StepTime(**_known(StepTime, s)) for s in d.get("steps", [])])
+
+
+@dataclass
 class Timeline:
     """What the ledger recorded: events (bytes by category at each lifecycle point), marks
     (points without bytes) and collectives, each a plain record (`Ledger.timeline`)."""
@@ -135,6 +194,7 @@ class RankReport:
     losses: list[float] = field(default_factory=list)
     timeline: Timeline = field(default_factory=Timeline)
     overlap: float | None = None  # share of gradient communication hidden behind backward
+    time: TimeReport = field(default_factory=TimeReport)  # per step: compute, exposed comm, comm by axis
     cuda_max_memory_allocated: int | None = None  # the CUDA allocator's own peak (GPU runs)
     extra: Any = None  # what the strategy adds (`Strategy.report_extra`)
     params: list | None = None  # the full parameters (asked with return_params)
@@ -154,6 +214,8 @@ class RankReport:
         d["wire"] = WireReport.from_plain(d["wire"])
         if "timeline" in d:
             d["timeline"] = Timeline.from_plain(d["timeline"])
+        if "time" in d:
+            d["time"] = TimeReport.from_plain(d["time"])
         return cls(**d)
 
 
@@ -201,6 +263,7 @@ class RunReport:
     params: list | None = None  # rank 0's full parameters (return_params)
     reference_params: list | None = None  # single-process training's
     replica_max_diff: float | None = None  # largest difference of any rank's from rank 0's
+    links: dict | None = None  # the emulated links the run used (`runtime.links.Links.plain`), or None
 
     @property
     def rank0(self) -> RankReport:

@@ -19,6 +19,7 @@ from ..models import DEFAULT_MODEL, PRESETS, RECOMPUTE_MODES, MLPConfig, get_mod
 from ..notebook.report import plain, summary
 from ..optim import AdamConfig
 from ..runtime import cluster
+from ..runtime.links import PRESETS as LINK_PRESETS
 from ..runtime.comm import IMPLEMENTATIONS
 from ..runtime.ledger import TIMELINE_MODES
 from ..train import ResolvedConfig, RunConfig, assemble, config_to_dict, run, train_job
@@ -59,7 +60,7 @@ def config_from_args(args, world_size: int) -> ResolvedConfig:
                      global_batch=args.global_batch, model=model, adam=adam, options=_options(args),
                      micro_batches=args.micro_batches, recompute=args.recompute,
                      clip_grad_norm=args.clip_grad_norm, collectives=args.collectives,
-                     timeline=args.record).resolved()
+                     links=getattr(args, "link", None), timeline=args.record).resolved()
 
 
 class Progress:
@@ -115,6 +116,9 @@ def cmd_run(args) -> int:
 
 def _run_torchrun(args) -> int:
     cfg = config_from_args(args, int(os.environ["WORLD_SIZE"]))
+    if cfg.links is not None:
+        raise ValueError("--link emulates links between the local ranks of one machine; under torchrun "
+                         "the links are real: run without --link")
     ranks = cluster.run_torchrun(train_job, {"cfg": config_to_dict(cfg)})
     if ranks is not None:  # rank 0 prints for everyone
         _emit(assemble(cfg, ranks), args)
@@ -169,6 +173,11 @@ def add_parser(subparsers) -> None:
                    help="FSDP: keep unsharded params from forward to backward")
     p.add_argument("--prefetch", choices=["none", "backward", "forward", "both"], default=None,
                    help="FSDP all-gather prefetch")
+    p.add_argument("--link", action="append", default=None, metavar="LINK",
+                   help="emulated links, on which communication overlaps compute: a preset "
+                        f"({', '.join(LINK_PRESETS)}), one link for every axis (200MB/s,50us), or one "
+                        "per axis (dp_shard=200MB/s,50us --link dp_outer=20MB/s,500us); each message "
+                        "arrives alpha + bytes/beta after it starts. Needs zeroedu's ring collectives")
     p.add_argument("--timeout", type=positive_float, default=cluster.DEFAULT_TIMEOUT,
                    help="seconds before a silent rank counts as hung (default 60)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -96,8 +96,32 @@ def summary(report: RunReport) -> str:
     if report.rank0.overlap is not None:
         out.append("overlap (comm hidden behind backward): "
                    + "  ".join(f"rank {r.rank} {r.overlap:.0%}" for r in report.ranks if r.overlap is not None))
+    out += time_lines(report)
     out.append(f"predicted vs measured — match: {all_match(report)}")
     return "\n".join(out)
+
+
+def time_lines(report: RunReport) -> list[str]:
+    """Step time per rank, measured on its timeline: the median over the steps after the first."""
+    meds = [(r.rank, r.time.median()) for r in report.ranks]
+    if not all(m is not None for _, m in meds):
+        return []
+    axes = sorted({a for _, m in meds for a in m.comm})
+    rows = [[str(rank), f"{1e3 * m.seconds:.1f}", f"{1e3 * m.compute:.1f}", f"{1e3 * m.exposed:.1f}",
+             *[f"{1e3 * m.comm.get(a, 0.0):.1f}" for a in axes], f"{1e3 * m.hidden:.1f}"] for rank, m in meds]
+    k = report.steps - 1 if report.steps > 1 else 1
+    link = "no emulated link" if report.links is None else f"links {_links_text(report.links)}"
+    return [f"time per step, ms (median of {k} step{'s' if k > 1 else ''}{' after the first' if report.steps > 1 else ''}; "
+            f"{link}): exposed = waited for communication, compute = the rest of the step, "
+            "hidden = communication in flight while the rank computed",
+            table(rows, ["rank", "step", "compute", "exposed", *[f"comm {a}" for a in axes], "hidden"])]
+
+
+def _links_text(links: dict) -> str:
+    if links.get("preset"):
+        return links["preset"]
+    return " ".join(f"{a}={x['beta'] / 1e6:g}MB/s,{x['alpha'] * 1e6:g}us"
+                    for a in ("dp_shard", "dp_outer") if (x := links.get(a)) is not None)
 
 
 def wire_lines(report: RunReport) -> list[str]:

@@ -187,6 +187,7 @@ class Handle:
         return self.work is None or self.work.is_completed()
 
     def wait(self):
+        t0 = self.ledger.now()
         try:
             self._wait()
         except RuntimeError as e:
@@ -195,6 +196,8 @@ class Handle:
             hold, self._hold = self._hold, None
             hold()
             self.rec.t_end = self.ledger.now()
+        if not self.rec.blocking:  # an asynchronous collective's wait: exposed from here to its end
+            self.ledger.add_wait(t0, self.ledger.now())
         if not self._waited:
             self._waited = True
             self.comm._finished(self)
@@ -313,6 +316,9 @@ class Comm:
         if async_op:
             return h
         h.wait()
+        # A blocking collective stops this thread from its start (it may have run inline,
+        # inside `_issue`) to its end: exposed, all of it.
+        self.ledger.add_wait(rec.t_start, self.ledger.now())
         return None
 
     # ---------------------------------------------------------------- collectives

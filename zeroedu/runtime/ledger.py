@@ -105,7 +105,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..kinds import CATEGORIES, MODEL_STATE, OPTIM_PARTS, TIMELINE_MODES, TRANSIENT, EventKind  # noqa: F401
-from ..reports import Measured, Timeline, WireReport
+from ..reports import Measured, StepTime, TimeReport, Timeline, WireReport
 
 # The step's frame under the names strategies (and the notebooks' code) already use.
 BACKWARD_BEGIN = EventKind.BACKWARD_BEGIN
@@ -249,6 +249,19 @@ class _BackwardWatch(TorchDispatchMode):
 REPORT_EVENTS = (FORWARD_END, OPTIMIZER_STEP)
 
 
+def _union(intervals) -> float:
+    """Total length of the union of (start, end) intervals."""
+    total, end = 0.0, float("-inf")
+    for s, e in sorted(i for i in intervals if i[1] > i[0]):
+        if s > end:
+            total += e - s
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
 @dataclass
 class Ledger:
     rank: int = 0
@@ -283,6 +296,11 @@ class Ledger:
         self.resyncs = 0  # times a full walk found the running count wrong (then rebuilt it)
         self._watch = None  # the backward watch while it runs
         self._watched_step = None  # the step whose backward passes are watched (the first)
+        # Time (`time_report`): each step's window on this rank and the intervals it spent
+        # waiting for communication, both kept in either timeline mode (a few floats a step).
+        self.step_windows: list[tuple[int, float, float]] = []
+        self.waits: list[tuple[int, float, float]] = []
+        self._step_start: float | None = None
 
     @property
     def per_collective_wire(self) -> bool:
@@ -506,6 +524,33 @@ class Ledger:
         if self.wire is not None:
             self._wire_start = self.wire.snapshot()
         self.mark(EventKind.STEP_BEGIN)
+        self._step_start = self.now()
+
+    def end_step(self) -> None:
+        """The step's optimizer update is done: its window closes (the runner calls this)."""
+        if self._step_start is not None:
+            self.step_windows.append((self.step, self._step_start, self.now()))
+            self._step_start = None
+
+    def add_wait(self, t0: float, t1: float) -> None:
+        """This rank's thread waited for communication from t0 to t1 (`comm`)."""
+        if t1 > t0:
+            self.waits.append((self.step, t0, t1))
+
+    def time_report(self) -> TimeReport:
+        """Every finished step's time split (`reports.StepTime`), read from the step windows,
+        the waits and the collectives' start and end times."""
+        out = []
+        for step, a, b in self.step_windows:
+            waits = [(max(a, s), min(b, e)) for st, s, e in self.waits if st == step]
+            by_axis: dict[str, list] = {}
+            for r in self.comm:
+                if r.step == step and r.t_end is not None and r.t_end > r.t_start:
+                    by_axis.setdefault(r.axis, []).append((max(a, r.t_start), min(b, r.t_end)))
+            exposed = _union(waits)
+            out.append(StepTime(step, b - a, (b - a) - exposed, exposed,
+                                {ax: _union(iv) for ax, iv in sorted(by_axis.items())}))
+        return TimeReport(out)
 
     def record_model_states(self) -> dict[str, int]:
         """Call at the optimizer step, when param, grad and optimizer state are all alive."""

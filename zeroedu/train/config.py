@@ -25,6 +25,7 @@ from ..optim import AdamConfig
 from ..recipes import get_recipe
 from ..runtime.comm import IMPLEMENTATIONS
 from ..runtime.ledger import TIMELINE_MODES
+from ..runtime.links import Links, parse_links
 
 
 @dataclass
@@ -42,6 +43,9 @@ class RunConfig:
     recompute: str = "none"  # activation recompute: none | selective | full
     clip_grad_norm: float | None = None  # clip the global gradient norm to this value
     collectives: str = "auto"  # ring (zeroedu's ring reduce-scatter/all-gather) | backend | auto
+    # Emulated links (`runtime.links`): a preset name, a bare link for every axis
+    # ("200MB/s,50us"), per-axis links (["dp_shard=...", "dp_outer=..."]) or a Links. None: none.
+    links: object = None
     # What the ledger records: "full" (every lifecycle event, the wire per collective, the first
     # backward op by op) or "minimal" (the report's figures only; cheaper: `runtime.ledger`).
     timeline: str = "full"
@@ -87,6 +91,7 @@ class ResolvedConfig:
     recompute: str
     clip_grad_norm: float | None
     collectives: str
+    links: Links | None
     timeline: str
     strategy_class: str | None
     stream: bool
@@ -149,6 +154,17 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         raise ValueError(f"collectives must be one of {', '.join(IMPLEMENTATIONS)}, got {cfg.collectives!r}")
     if cfg.timeline not in TIMELINE_MODES:
         raise ValueError(f"timeline must be one of {', '.join(TIMELINE_MODES)}, got {cfg.timeline!r}")
+    links = parse_links(cfg.links)
+    if links is not None:
+        if cfg.collectives == "backend":
+            raise ValueError("emulated links pace zeroedu's ring collectives; gloo's own (--collectives "
+                             "backend) cannot be paced: use --collectives ring or auto")
+        if links.dp_outer is not None and links.dp_shard is not None and not spec.hybrid \
+                and links.dp_outer != links.dp_shard:
+            raise ValueError(f"{spec.name} has one axis, dp_shard; dp_outer is a hybrid strategy's: "
+                             "give --link dp_shard=... or one link for every axis")
+        if links.dp_shard is None and not spec.hybrid:
+            raise ValueError(f"{spec.name} has one axis, dp_shard: give it a link (dp_shard=...)")
     if cfg.clip_grad_norm is not None and not cfg.clip_grad_norm > 0:
         raise ValueError(f"clip-grad-norm must be > 0, got {cfg.clip_grad_norm!r}")
     recipe = get_recipe(cfg.recipe or spec.default_recipe).name
@@ -170,7 +186,7 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         strategy=spec.name, world_size=cfg.world_size, steps=cfg.steps, recipe=recipe, m=m,
         global_batch=batch, model=model, adam=cfg.adam if cfg.adam is not None else model.default_adam(),
         options=dict(cfg.options), micro_batches=k, recompute=cfg.recompute,
-        clip_grad_norm=cfg.clip_grad_norm, collectives=cfg.collectives, timeline=cfg.timeline,
+        clip_grad_norm=cfg.clip_grad_norm, collectives=cfg.collectives, links=links, timeline=cfg.timeline,
         strategy_class=cfg.strategy_class, stream=cfg.stream, return_params=cfg.return_params)
 
 
@@ -192,4 +208,5 @@ def config_from_dict(d: dict) -> ResolvedConfig:
     d["model"] = get_model(d.get("model", DEFAULT_MODEL))
     adam = d.get("adam")
     d["adam"] = AdamConfig(**adam) if isinstance(adam, dict) else adam
+    d["links"] = Links.from_plain(d["links"])
     return ResolvedConfig(**d)

@@ -85,6 +85,7 @@ def train_job(ctx, cfg: dict) -> dict:
         "losses": losses,
         "timeline": ledger.timeline(),
         "wire": ledger.wire_report(),
+        "time": ledger.time_report().plain(),
     }
     if ctx.device.startswith("cuda"):
         import torch
@@ -137,6 +138,7 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
         micro_batches=cfg.micro_batches, recompute=cfg.recompute, clip_grad_norm=cfg.clip_grad_norm,
         collectives=resolve_implementation(cfg.collectives, backend), backend=backend,
         options=dict(cfg.options), timeline_mode=cfg.timeline,
+        links=None if cfg.links is None else cfg.links.plain(),
         psi=sum(p.numel() for p in ref_params), ranks=reports, losses=losses, reference_losses=ref_losses,
         match=Match(
             model_states=all(r.measured.model_states() == r.predicted.model_states() for r in reports),

@@ -65,7 +65,8 @@ def local_micro_batches(cfg: ResolvedConfig, step: int, rank: int, world_size: i
 def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
     """The axes this rank communicates on: the world, or (dp_outer, dp_shard) of the mesh; the
     comm that records (and measures) every collective on them."""
-    comm = Comm(ledger, cfg.collectives, ctx.backend, ctx.wire)
+    comm = Comm(ledger, cfg.collectives, ctx.backend, ctx.wire, links=cfg.links,
+                pacer=ctx.pacer() if cfg.links is not None else None)
     if get_spec(cfg.strategy).hybrid:
         outer, inner = ctx.mesh(cfg.m)
         # the world group carries only a hybrid's one gradient-norm all-reduce
@@ -115,6 +116,7 @@ def train_step(run: RankRun, step: int, micro: list | None = None) -> float:
         with strategy.no_sync() if k < len(micro) - 1 else nullcontext():
             losses.append(strategy.forward_backward(x, y))
     strategy.step()
+    run.ledger.end_step()
     return sum(losses) / len(losses)
 
 

@@ -1,0 +1,55 @@
+"""Training on emulated links (`zeroedu.runtime.links`, `RunConfig.links`): the same bytes on the
+wire as without a link for every strategy, and a step time split that holds together."""
+from __future__ import annotations
+
+import pytest
+
+from zeroedu import catalog
+from zeroedu.runtime.links import Link, Links
+from zeroedu.train import RunConfig, config_from_dict, config_to_dict, run
+
+FAST = "1GB/s,10us"  # bytes are what these tests read: a quick link
+
+
+@pytest.mark.fast
+def test_links_are_resolved_with_the_configuration():
+    r = RunConfig("hsdp", 4, m=2, model="mlp", links=["dp_shard=100MB/s,20us", "dp_outer=10MB/s,200us"]).resolved()
+    assert r.links == Links(Link(20e-6, 100e6), Link(200e-6, 10e6))
+    assert config_from_dict(config_to_dict(r)) == r  # crosses to the ranks as plain data
+    assert RunConfig("ddp", 2, model="mlp", links="domain").resolved().links.preset == "domain"
+    with pytest.raises(ValueError, match="gloo's own .*cannot be paced"):
+        RunConfig("ddp", 2, model="mlp", links="domain", collectives="backend").resolved()
+    with pytest.raises(ValueError, match="ddp has one axis, dp_shard"):
+        RunConfig("ddp", 2, model="mlp", links=["dp_outer=10MB/s,1us"]).resolved()
+
+
+@pytest.mark.parametrize("strategy", catalog.STRATEGIES)
+def test_a_link_changes_no_byte_on_the_wire(runs, strategy):
+    m = 2 if catalog.get_spec(strategy).hybrid else 1
+    base = dict(steps=5, recipe="fp32", model="mlp", m=m)
+    plain = runs(RunConfig(strategy, 4, **base))
+    paced = run(RunConfig(strategy, 4, links=FAST, **base))
+    assert paced.links == Links(Link(10e-6, 1e9), Link(10e-6, 1e9)).plain()
+    assert [r.wire.sent for r in paced.ranks] == [r.wire.sent for r in plain.ranks]
+    assert paced.match.all() and paced.losses == plain.losses
+
+
+@pytest.mark.parametrize("strategy,bucket", [("ddp", None), ("ddp_bucketed", 1024)])
+def test_the_step_time_split_holds_together(strategy, bucket):
+    """Per rank and step: exposed communication within the step and within the time a collective
+    was in flight; naive DDP (every all-reduce blocks) exposes all of it; bucketed DDP on a slow
+    link hides some behind backward."""
+    opts = {} if bucket is None else {"bucket_bytes": bucket}
+    rep = run(RunConfig(strategy, 2, steps=3, recipe="fp32", model="mlp", links="5MB/s,100us",
+                        options=opts, timeline="minimal"))
+    resolution = 2e-3  # time stamps taken a few Python calls apart
+    for r in rep.ranks:
+        assert [s.step for s in r.time.steps] == [0, 1, 2]
+        for s in r.time.steps:
+            assert s.compute >= 0 and abs(s.compute + s.exposed - s.seconds) < 1e-9
+            assert s.exposed <= s.comm_total + resolution  # waited only while something was in flight
+            assert set(s.comm) == {"dp_shard"} and s.comm["dp_shard"] > 0
+            if strategy == "ddp":
+                assert s.exposed == pytest.approx(s.comm_total, abs=resolution)
+        if strategy == "ddp_bucketed":
+            assert max(s.hidden for s in r.time.steps) > 0
