@@ -23,6 +23,11 @@ the gradients, nothing is duplicated. Communication per rank: Σ over buckets of
 2(N-1)/N · bucket bytes = 2(N-1)/N · Ψ·G, the same total as one big all-reduce — bucketing
 changes *when* bytes move, not how many.
 
+Time (`theory.schedule.ddp`): bucket i's all-reduce is issued when backward has produced its
+last gradient and runs on the link while backward computes the rest; buckets queue on the link
+in order; the optimizer waits for the last. One bucket hides nothing (it is ready only when
+backward ends); tiny buckets pay a latency α per ring step each.
+
 Frozen parameters (``requires_grad=False``) are left out of the buckets, as torch's Reducer
 leaves them out: no gradient, hook, optimizer state or all-reduce. With Ψ_t trainable of Ψ, a
 rank holds PΨ + (G + K)Ψ_t and sends 2(N-1)/N · Ψ_t·G, as `ddp`.

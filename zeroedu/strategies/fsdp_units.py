@@ -15,6 +15,11 @@ parameters; around each use the unit goes through (FSDP paper, Zhao et al. 2023,
     post_backward  reduce-scatter the full gradient (SUM, in the recipe's grad dtype) into this
                    rank's grad shard; free the full gradient and reshard
 
+Time (`theory.schedule.fsdp`): a unit's all-gather is waited for before its compute; with
+prefetch the next unit's all-gather is issued as this one starts computing and rides beside it;
+each unit's reduce-scatter is issued after its backward; all of them share the axis's link in
+issue order; the optimizer waits for every reduce-scatter.
+
 The root unit reshards after forward too, although backward gathers it again at once: the
 closed forms (`theory.exact_comm`) count two all-gathers per unit and so do we. Real FSDP keeps
 the root's parameters (FSDP2 sets reshard_after_forward=False for the root's own group).

@@ -10,6 +10,9 @@ Megatron-FSDP's per-axis ZeRO levels, inner ``optim_grads_params``):
                       chunk of c = padded/N elements. Flat buffers are padded to a multiple of
                       N·M (not N), so the chunk c splits evenly once more across the M domains.
 
+    Time (`theory.schedule.fsdp(..., outer=M)`): the inner collectives share dp_shard's link,
+    each unit's outer reduction starts on dp_outer's link when its reduce-scatter ends.
+
     outer (dp_outer)  HSDP, level ``no_shard``: the M ranks holding the same chunk in different
                       domains are plain DDP replicas of it: after a unit's post_backward,
                       all-reduce (SUM) its c-element grad shard over dp_outer, async, waited in

@@ -10,6 +10,8 @@ measured runs against. Submodules, each stating its formulas and paper sections:
 * `comm`: bytes each rank sends per step under the ring model, per mesh axis and collective
   (with an optional gradient reduce dtype);
 * `timing`: seconds from bytes and link bandwidths, and the α–β latency model;
+* `schedule`: a step's time from its schedule, an event simulator with one compute stream and
+  one communication stream per mesh axis (`simulate`; `ddp`, `fsdp` build the strategies');
 * `extensions`: ZeRO-Offload / ZeRO-Infinity, composing with TP/PP (GPU count), and what one
   GPU holds: model states + activations + the gathered unit, and whether it fits;
 * `hybrid`: flat ZeRO-3 vs HSDP vs HFSDP across domains, in bytes and seconds.
