@@ -122,6 +122,7 @@ class StepTime:
     compute: float
     exposed: float
     comm: dict[str, float] = field(default_factory=dict)
+    start: float = 0.0  # when the step began, on the rank's timeline (seconds, as Timeline's t)
 
     @property
     def hidden(self) -> float:
@@ -154,7 +155,8 @@ class TimeReport:
 
         axes = sorted({a for s in steps for a in s.comm})
         return StepTime(-1, med([s.seconds for s in steps]), med([s.compute for s in steps]),
-                        med([s.exposed for s in steps]), {a: med([s.comm.get(a, 0.0) for s in steps]) for a in axes})
+                        med([s.exposed for s in steps]), {a: med([s.comm.get(a, 0.0) for s in steps]) for a in axes},
+                        start=steps[0].start)  # the medians have no one start: the first counted step's
 
     def plain(self) -> dict[str, Any]:
         return {"steps": [s.plain() for s in self.steps]}
@@ -173,6 +175,11 @@ class Timeline:
     events: list[dict] = field(default_factory=list)
     marks: list[dict] = field(default_factory=list)
     comm: list[dict] = field(default_factory=list)
+    # The timeline's zero on the machine's monotonic clock (time.perf_counter, CLOCK_MONOTONIC on
+    # Linux: one clock for every process), and the same moment on the wall clock (ns since the
+    # epoch): ranks' timelines line up by `origin`, a trace dates them by `origin_ns`.
+    origin: float = 0.0
+    origin_ns: int = 0
 
     def plain(self) -> dict[str, Any]:
         return _plain_fields(self)

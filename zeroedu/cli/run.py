@@ -126,6 +126,13 @@ def _run_torchrun(args) -> int:
 
 
 def _emit(report, args):
+    if getattr(args, "trace", None):
+        from ..notebook import trace
+
+        per_rank = os.path.isdir(args.trace) or not args.trace.endswith(".json")
+        files = trace.write(report, args.trace, per_rank=per_rank)
+        print(f"trace: {', '.join(files)} (Chrome trace-event JSON: Perfetto, chrome://tracing"
+              f"{', Holistic Trace Analysis' if per_rank else ''})", file=sys.stderr)
     if args.json:
         print(json.dumps(plain(report, timeline=args.json_timelines), indent=1, allow_nan=False))
     else:
@@ -178,6 +185,9 @@ def add_parser(subparsers) -> None:
                         f"({', '.join(LINK_PRESETS)}), one link for every axis (200MB/s,50us), or one "
                         "per axis (dp_shard=200MB/s,50us --link dp_outer=20MB/s,500us); each message "
                         "arrives alpha + bytes/beta after it starts. Needs zeroedu's ring collectives")
+    p.add_argument("--trace", default=None, metavar="PATH",
+                   help="write the ranks' timelines as a Chrome trace: PATH.json one file for every "
+                        "rank; a folder, one rank<r>.json per rank (Holistic Trace Analysis's layout)")
     p.add_argument("--timeout", type=positive_float, default=cluster.DEFAULT_TIMEOUT,
                    help="seconds before a silent rank counts as hung (default 60)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -549,7 +549,7 @@ class Ledger:
                     by_axis.setdefault(r.axis, []).append((max(a, r.t_start), min(b, r.t_end)))
             exposed = _union(waits)
             out.append(StepTime(step, b - a, (b - a) - exposed, exposed,
-                                {ax: _union(iv) for ax, iv in sorted(by_axis.items())}))
+                                {ax: _union(iv) for ax, iv in sorted(by_axis.items())}, start=a))
         return TimeReport(out)
 
     def record_model_states(self) -> dict[str, int]:
@@ -629,4 +629,5 @@ class Ledger:
 
     def timeline(self) -> Timeline:
         return Timeline(events=[e.plain() for e in self.events], marks=[m.plain() for m in self.marks],
-                        comm=[r.plain() for r in self.comm])
+                        comm=[r.plain() for r in self.comm], origin=self.t0,
+                        origin_ns=time.time_ns() - round((time.perf_counter() - self.t0) * 1e9))

@@ -1,0 +1,62 @@
+"""`zeroedu run --trace` (`zeroedu.notebook.trace`): a Chrome trace shaped as torch.profiler's, with
+every collective the ledger recorded once and the ledger's memory as a counter track."""
+from __future__ import annotations
+
+import collections
+import json
+import os
+
+import torch
+
+from zeroedu.kinds import CATEGORIES
+from zeroedu.notebook import trace
+from zeroedu.train import RunConfig
+
+
+def _torch_trace(path) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+        x = torch.randn(32, 32, requires_grad=True)
+        (x @ x).sum().backward()
+    p.export_chrome_trace(str(path))
+    return json.load(open(path))
+
+
+def test_the_trace_is_torch_profilers_shape_with_every_collective_and_the_ledgers_memory(runs, tmp_path):
+    rep = runs(RunConfig("fsdp2", 4, steps=5, recipe="fp32", model="mlp"))
+    files = trace.write(rep, str(tmp_path / "run.json"))
+    ours = json.load(open(files[0]))  # valid JSON (written with allow_nan=False)
+    theirs = _torch_trace(tmp_path / "torch.json")
+    assert list(ours) == list(theirs)  # the same top-level keys, in the same order
+    phases = collections.Counter(e["ph"] for e in ours["traceEvents"])
+    torch_phases = {e["ph"] for e in theirs["traceEvents"]}
+    assert set(phases) - {"C"} <= torch_phases and phases["X"] and phases["M"]  # C: our memory counter
+    meta = {e["name"] for e in ours["traceEvents"] if e["ph"] == "M"}
+    assert meta == {e["name"] for e in theirs["traceEvents"] if e["ph"] == "M"}
+    names = {e["pid"]: e["args"]["name"] for e in ours["traceEvents"] if e["name"] == "process_name"}
+    assert names == {r: f"rank {r}" for r in range(4)}  # one process per rank
+    for r in rep.ranks:
+        mine = [e for e in ours["traceEvents"] if e["pid"] == r.rank]
+        slices = sorted((e["args"]["collective"], e["args"]["bytes"], e["args"]["step"])
+                        for e in mine if e.get("cat") == "collective")
+        recorded = sorted((c["op"], c["payload"], c["step"]) for c in r.timeline.comm if c["t_end"] is not None)
+        assert slices == recorded and len(recorded) > 0  # every collective, once, with its bytes
+        counters = [e["args"] for e in mine if e["ph"] == "C"]
+        assert counters == [{c: e["bytes"].get(c, 0) for c in CATEGORIES} for e in r.timeline.events]
+        steps = [e for e in mine if e.get("cat") == "step"]
+        assert [e["args"]["step"] for e in steps] == [0, 1, 2, 3, 4]
+        for cat in ("forward", "backward", "optimizer"):
+            assert sum(e.get("cat") == cat for e in mine) == 5
+
+
+def test_a_folder_gets_one_trace_per_rank_with_its_distributed_info(runs, tmp_path):
+    rep = runs(RunConfig("hsdp", 4, m=2, steps=5, recipe="fp32", model="mlp"))
+    files = trace.write(rep, str(tmp_path / "traces"), per_rank=True)
+    assert sorted(os.listdir(tmp_path / "traces")) == [f"rank{r}.json" for r in range(4)]
+    for r, f in enumerate(files):
+        d = json.load(open(f))
+        assert d["distributedInfo"] == {"rank": r, "world_size": 4, "backend": "gloo"}
+        assert {e["pid"] for e in d["traceEvents"]} == {r}
+        threads = {e["args"]["name"] for e in d["traceEvents"] if e["name"] == "thread_name"}
+        assert {"compute", "comm dp_shard", "comm dp_outer"} <= threads
