@@ -44,7 +44,7 @@ WIRE_MODEL = "gpt-small"
 WIRE_N = 4
 WIRE_STEPS = 2
 
-DS = "deepspeedai/DeepSpeed v0.16.4 (commit 38327e07f)"
+DS = "deepspeedai/DeepSpeed v0.16.4 (the tag's commit e2dc3eeb1)"
 
 # Claim 6: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3.
 DEEPSPEED_PIPE_SOURCE = {

@@ -32,9 +32,15 @@ Which implementation runs (``collectives``):
 * ``"backend"``: torch's collectives. On gloo, `reduce_scatter_single` is an all-reduce with one
   chunk kept (ProcessGroupGloo's reduce_scatter_tensor_coalesced: clone, all-reduce, copy), so
   it sends an all-reduce's bytes, 2(g-1)/g·S, twice the ring bound; its all-gather is on it.
-* ``"auto"`` (the default): "ring" on gloo, where it halves the reduce-scatter's bytes and is
-  faster (measured 0.62x the time of gloo's at 4 MB, N = 4; all-gather about equal), and
-  "backend" on NCCL, whose collectives are on the ring bound for large messages.
+* ``"auto"`` (the default): "ring" on gloo, where it halves the reduce-scatter's bytes. Notebook
+  01's committed run (3 MiB, N = 4) took 0.50x gloo's time for the reduce-scatter and 1.41x for
+  the all-gather, which sends the same bytes either way and pays here a Python hand-off per
+  message against gloo's C++ loop; over whole training steps (benchmarks/results/collectives.json,
+  gpt-small, N = 4) ring runs ZeRO-2 and FSDP2 in 0.88x the backend's step time.
+  "backend" on NCCL. NCCL picks per call among its algorithms (Ring, Tree, CollNet, NVLS,
+  NVLSTree and, in recent releases, PAT); NVLS and CollNet reduce inside the switch, so an
+  all-reduce sends about S per GPU rather than the ring's 2(g-1)/g·S, and the ring model holds
+  under ``NCCL_ALGO=Ring`` (what NVIDIA advises for measuring the network: nccl-tests issue 196).
 
 `ring_all_reduce` below builds an all-reduce by hand from send/recv through this class (every
 message recorded), for notebook 01 to show where 2(g-1)/g comes from.

@@ -1,0 +1,38 @@
+"""Figures the prose states, checked against what produced them (issue: teaching truth)."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from zeroedu.theory.activations import korthikanti_extra_bytes
+
+pytestmark = pytest.mark.fast
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_ring_against_gloo_figures_are_the_committed_outputs():
+    """README and runtime/comm.py quote notebook 01's timing at 3 MiB, N = 4, and the whole-step
+    ratios of benchmarks/results/collectives.json: the numbers must be those outputs'."""
+    nb = json.loads((ROOT / "notebooks/solutions/01_collectives.ipynb").read_text())
+    text = "".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+    ratio = {op: m for op, m in re.findall(r"^\s*4\s+(reduce_scatter|all_gather)\s+[\d.]+\s+[\d.]+\s+([\d.]+)$",
+                                            text, re.M)}
+    assert ratio == {"reduce_scatter": "0.50", "all_gather": "1.41"}
+    rows = json.loads((ROOT / "benchmarks/results/collectives.json").read_text())["rows"]
+    steps = {r["strategy"]: f"{r['ratio']:.2f}" for r in rows}
+    assert steps["zero2"] == steps["fsdp2"] == "0.88"
+    for doc in ("README.md", "zeroedu/runtime/comm.py"):
+        prose = " ".join((ROOT / doc).read_text().split())
+        for figure in ("0.50", "1.41", "0.88"):
+            assert re.search(rf"\b{re.escape(figure)}(×|x)", prose), (doc, figure)
+
+
+def test_korthikantis_outside_layer_terms_at_their_22b_shape():
+    """theory/activations.py says 2.3 % of the layers' 34sbhL at the paper's 22B shape."""
+    s, h, layers, v = 2048, 6144, 48, 51200
+    extra = sum(korthikanti_extra_bytes(s, 1, h, v, 1).values())
+    assert f"{100 * extra / (34 * s * h * layers):.1f} %" == "2.3 %"
+    assert "2.3 % of the layers' 34sbhL" in " ".join((ROOT / "zeroedu/theory/activations.py").read_text().split())
