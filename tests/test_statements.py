@@ -36,3 +36,17 @@ def test_korthikantis_outside_layer_terms_at_their_22b_shape():
     extra = sum(korthikanti_extra_bytes(s, 1, h, v, 1).values())
     assert f"{100 * extra / (34 * s * h * layers):.1f} %" == "2.3 %"
     assert "2.3 % of the layers' 34sbhL" in " ".join((ROOT / "zeroedu/theory/activations.py").read_text().split())
+
+
+def test_the_flight_recorder_is_on_by_default_with_2000_entries_in_this_torch():
+    """Card debug_hang: the number is torch's own default, read from the installed headers."""
+    import torch
+
+    from zeroedu.quiz.deck import get_card
+
+    header = Path(torch.__file__).parent / "include/torch/csrc/distributed/c10d/FlightRecorder.hpp"
+    code = " ".join(header.read_text().split())
+    assert 'getCvarInt( {"TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE"}, 2000)' in code
+    assert "enabled_ = max_entries_ > 0;" in code
+    answer = get_card("debug_hang").answer
+    assert "on by default in torch 2.13 (2000 entries; TORCH_FR_BUFFER_SIZE" in answer

@@ -995,10 +995,11 @@ CARDS: list[Card] = [
             "called collectives in a different order) while its peers wait. Set a timeout in "
             "init_process_group and keep the watchdog's error handling on "
             "(TORCH_NCCL_ASYNC_ERROR_HANDLING), so a stuck collective becomes an error that names the "
-            "operation and its sequence number instead of hanging forever. Turn on the flight recorder "
-            "(TORCH_NCCL_TRACE_BUFFER_SIZE > 0, TORCH_NCCL_DUMP_ON_TIMEOUT=1): each rank dumps its "
-            "recent collectives, and the rank whose sequence number lags or whose op differs is the "
-            "culprit. NCCL_DEBUG=INFO logs NCCL's setup (topology, transports) and errors; py-spy dump "
+            "operation and its sequence number instead of hanging forever. The flight recorder keeps "
+            "each rank's recent collectives, on by default in torch 2.13 (2000 entries; "
+            "TORCH_FR_BUFFER_SIZE, formerly TORCH_NCCL_TRACE_BUFFER_SIZE, sets how many, 0 turns it "
+            "off); TORCH_NCCL_DUMP_ON_TIMEOUT=1 makes each rank dump it when a collective times out, "
+            "and the rank whose sequence number lags or whose op differs is the culprit. NCCL_DEBUG=INFO logs NCCL's setup (topology, transports) and errors; py-spy dump "
             "shows where the silent rank's Python is. A healthy collective is short: a {bucket} bucket's "
             "all-reduce over 8 GPUs on NVLink takes {t_ar} in the α–β model, so a wait of seconds "
             "means a missing rank, not a slow link. For a straggler rather than a hang, compare "
@@ -1022,7 +1023,9 @@ CARDS: list[Card] = [
                   Evidence("module", "zeroedu/runtime/faults.py", "hang_on"),
                   rehearsal("debug_hang"),
                   Evidence("source", "torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp",
-                           "TORCH_NCCL_ASYNC_ERROR_HANDLING, TORCH_NCCL_DUMP_ON_TIMEOUT, TORCH_NCCL_TRACE_BUFFER_SIZE")),
+                           "TORCH_NCCL_ASYNC_ERROR_HANDLING, TORCH_NCCL_DUMP_ON_TIMEOUT"),
+                  Evidence("source", "torch/csrc/distributed/c10d/FlightRecorder.hpp",
+                           "max_entries_ = getCvarInt({\"TORCH_FR_BUFFER_SIZE\", \"TORCH_NCCL_TRACE_BUFFER_SIZE\"}, 2000)")),
         figures={"bucket": _in(TORCH_BUCKET, "MiB", 2 ** 20, "torch DDP bucket_cap_mb default"),
                  "t_ar": Fig(f"theory.ring_allreduce_time({TORCH_BUCKET}, 8, theory.DEFAULT_BANDWIDTH['dp_shard'], "
                              "theory.DEFAULT_ALPHA['dp_shard'])", unit="ms", scale=1e-3)},
