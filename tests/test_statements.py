@@ -50,3 +50,18 @@ def test_the_flight_recorder_is_on_by_default_with_2000_entries_in_this_torch():
     assert "enabled_ = max_entries_ > 0;" in code
     answer = get_card("debug_hang").answer
     assert "on by default in torch 2.13 (2000 entries; TORCH_FR_BUFFER_SIZE" in answer
+
+
+def test_torchs_grad_scaler_halves_at_the_first_overflow():
+    """Card loss_scaling: torch's side of the comparison, read from the installed torch."""
+    import inspect
+
+    import torch
+
+    from zeroedu.quiz.deck import get_card
+
+    defaults = {k: v.default for k, v in inspect.signature(torch.amp.GradScaler.__init__).parameters.items()}
+    assert (defaults["init_scale"], defaults["backoff_factor"], defaults["growth_interval"]) == (2.0 ** 16, 0.5, 2000)
+    answer = " ".join(get_card("loss_scaling").answer.split())
+    assert "torch's GradScaler halves the scale at the first overflow" in answer
+    assert "`hysteresis` overflows (default 2)" in answer

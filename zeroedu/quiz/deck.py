@@ -1281,9 +1281,12 @@ CARDS: list[Card] = [
         answer=(
             "fp16 has 5 exponent bits, so small gradients underflow to zero. fp16 training multiplies "
             "the loss by a scale S before backward and divides the gradients by S before the step. "
-            "Dynamic scaling starts high (2^16 in torch's GradScaler and in DeepSpeed), halves the scale "
-            "and skips the step when a gradient is inf or NaN, and raises it again after a run of good "
-            "steps (2000 in torch, a window of 1000 in DeepSpeed). bf16 has fp32's 8 exponent bits and "
+            "Dynamic scaling starts high (2^16 in torch's GradScaler and in DeepSpeed), skips the step "
+            "when a gradient is inf or NaN and lowers the scale, and raises it again after a run of "
+            "good steps (2000 in torch, a window of 1000 in DeepSpeed). When it lowers it differs: "
+            "torch's GradScaler halves the scale at the first overflow; DeepSpeed waits for "
+            "`hysteresis` overflows (default 2), so its first overflow skips the step and keeps the "
+            "scale. bf16 has fp32's 8 exponent bits and "
             "needs no scaling; DeepSpeed's ZeRO asserts that only fp16 uses dynamic loss scaling. The "
             "reduction dtype is a separate choice: summing many bf16 gradients loses precision, so "
             "Megatron-LM reduces in fp32 with --bf16 and torchtitan sets FSDP's reduce dtype to fp32. "
@@ -1303,6 +1306,10 @@ CARDS: list[Card] = [
                   Evidence("run", "zeroedu run --strategy megatron_distopt --world-size 4", "fp32 gradient reduce-scatter"),
                   rehearsal("loss_scaling"),
                   Evidence("source", "torch/amp/grad_scaler.py", "init_scale=2.0**16, growth_interval=2000, backoff_factor=0.5"),
+                  Evidence("source", "deepspeed/runtime/constants.py", "FP16_HYSTERESIS_DEFAULT = 2"),
+                  Evidence("source", "deepspeed/runtime/fp16/loss_scaler.py",
+                           "DynamicLossScaler.update_scale: the scale drops only when cur_hysteresis is 1, "
+                           "else cur_hysteresis -= 1"),
                   Evidence("source", "deepspeed/runtime/zero/stage_1_and_2.py", f"{DS}: only fp16 uses dynamic loss scaling (l.541)"),
                   Evidence("source", "megatron/training/arguments.py", "bf16: accumulate_allreduce_grads_in_fp32")),
         figures={"rs_fp32": Fig("theory.sent_bytes('reduce_scatter', 7e9 * recipes.get_recipe('megatron-bf16').grad_bytes, 8)"),
