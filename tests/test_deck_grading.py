@@ -30,7 +30,7 @@ WRONG_ACCOUNTS = {
     # "stage 2 shards the weights too", the DDP figure for ZeRO-1, ZeRO-3's for ZeRO-2
     "zero_stages": ["a,b,c", "12 bytes", "112 GB", "14 GB"],
     # the optimizer-ownership card: the old keyword grader gave "if ddp shard" 3/3
-    "own_optimizer": ["if ddp shard", "if ddp shard"],
+    "own_optimizer": ["if ddp shard"],
     "zero3_comm": ["2x", "c", "24.5 GB", "1.5"],
     "megatron_level": ["ZeRO-2", "38.5 GB", "12.25 GB", "a,b,c"],
     "zero1_vs_zero2_comm": ["36.75 GB", "24.5 GB", "a", "a"],

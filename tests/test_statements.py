@@ -65,3 +65,19 @@ def test_torchs_grad_scaler_halves_at_the_first_overflow():
     answer = " ".join(get_card("loss_scaling").answer.split())
     assert "torch's GradScaler halves the scale at the first overflow" in answer
     assert "`hysteresis` overflows (default 2)" in answer
+
+
+def test_zero2_sends_like_ddp_once_and_k_plus_one_psi_with_accumulation():
+    """Card fit_stage: 2Ψ like DDP per step, (K+1)Ψ with K micro-batches (by the closed forms,
+    on a real model's shapes, padding aside)."""
+    from zeroedu import theory
+    from zeroedu.models import get_model, unit_shapes
+    from zeroedu.quiz.deck import get_card
+
+    shapes = unit_shapes(get_model("gpt-tiny").build())
+    ddp = theory.exact_comm("ddp", shapes, 4, recipe="fp32").total()
+    for k in (1, 2, 4):
+        zero2 = theory.exact_comm("zero2", shapes, 4, recipe="fp32", micro_batches=k).total()
+        assert abs(float(zero2 / ddp) - (k + 1) / 2) < 1e-3
+    answer = " ".join(get_card("fit_stage").answer.split())
+    assert "2Ψ per step" in answer and "(K+1)Ψ" in answer and "about 3Ψ" in answer

@@ -782,8 +782,8 @@ CARDS: list[Card] = [
             "cuts its shard ranges out of the contiguous parameter-and-gradient buffer that Megatron's "
             "DDP owns (ParamAndGradBuffer). Under FSDP the parameters themselves are sharded and the "
             "buffers belong to FSDP, so reusing it meant routing around DDP code paths with branches "
-            "(v1's reuse was shallow). A dedicated optimizer works directly on the FSDP shards, and the "
-            "same code serves every per-axis level. The layout also sets the memory: for 7B on 8 GPUs "
+            "(v1's reuse was shallow). A dedicated optimizer works directly on the FSDP shards. The "
+            "layout also sets the memory: for 7B on 8 GPUs "
             "the distributed optimizer over DDP's buffer keeps {distopt} per GPU (bf16 parameters and "
             "fp32 gradients stay whole on every rank), Megatron-FSDP sharding all three {fsdp}. The "
             "general point: the optimizer must know who owns which elements."),
@@ -791,9 +791,6 @@ CARDS: list[Card] = [
             Choice("What does Megatron's DistributedOptimizer assume?",
                    ("DDP's contiguous parameter-and-gradient buffer, out of which it cuts its ranges",
                     "FSDP's per-parameter DTensors", "nothing about the wrapper", "CPU offload"), (0,)),
-            Choice("Which sharding levels does Megatron-FSDP's own optimizer serve?",
-                   ("only optim", "every per-axis level, from no_shard to optim_grads_params",
-                    "only optim_grads_params"), (1,)),
         ),
         must_hit=_pts("distributed optimizer assumes DDP's param/grad buffer",
                       "under FSDP the params are sharded and FSDP owns the buffers",
@@ -1155,8 +1152,11 @@ CARDS: list[Card] = [
             "Start from the bytes per GPU of each stage and compare them with the GPU minus room for "
             "activations, gathered units, buffers and fragmentation. For 13B on 8 GPUs: DDP {ddp}, "
             "ZeRO-1 {z1}, ZeRO-2 {z2}, ZeRO-3 {z3}. Keeping {reserve} of an {gpu} GPU for activations, "
-            "ZeRO-1 does not fit and ZeRO-2 does, so take ZeRO-2: it communicates like DDP (2Ψ), while "
-            "ZeRO-3 would add half again and gather every micro-batch. Take the lowest stage that fits; "
+            "ZeRO-1 does not fit and ZeRO-2 does, so take ZeRO-2. On a ring it sends what DDP sends, 2Ψ "
+            "per step (a reduce-scatter of the gradients and an all-gather of the parameters); with K "
+            "micro-batches accumulated it reduce-scatters each one, (K+1)Ψ; with DeepSpeed's default "
+            "gradient path (each bucket all-reduced, each rank keeping its slice) about 3Ψ. ZeRO-3 "
+            "would add half again and gather every micro-batch. Take the lowest stage that fits; "
             "go to ZeRO-3 when ZeRO-2 does not, then add offload, tensor or pipeline parallelism."),
         checks=(
             Number("ZeRO-1 model-state bytes per GPU, 13B, N = 8", "z1"),
