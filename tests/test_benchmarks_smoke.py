@@ -83,3 +83,15 @@ def test_links(bench):
         assert r["steps"] == 1 and r["median"] > 0 and r["comm"] > 0 and r["exposed"] <= r["median"]
     assert [q["against"] for q in rows if "ratio" in q] == ["ddp, one bucket", "fsdp2, no prefetch"]
     assert len(json.load(open(out / "links.json"))["rows"]) == 4
+
+
+def test_predict(bench):
+    load, out = bench
+    rows = load("bench_predict").main(["--n", "2", "--model", "gpt-tiny", "--steps", "2", "--strategies",
+                                       "ddp_bucketed,fsdp2", "--link", "domain"])
+    assert [(r["strategy"], r["n"], r["link"]) for r in rows] == [("ddp_bucketed", 2, "domain"), ("fsdp2", 2, "domain")]
+    for r in rows:
+        assert r["step_measured"] > 0 and r["step_predicted"] > 0 and r["ratio"] == r["step_predicted"] / r["step_measured"]
+        assert r["predicted_comm"] > 0 and r["predicted_exposed"] <= r["step_predicted"]
+    saved = json.load(open(out / "predict.json"))
+    assert len(saved["rows"]) == 2 and saved["max_error"] >= saved["median_error"] >= 0

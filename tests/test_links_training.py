@@ -53,3 +53,26 @@ def test_the_step_time_split_holds_together(strategy, bucket):
                 assert s.exposed == pytest.approx(s.comm_total, abs=resolution)
         if strategy == "ddp_bucketed":
             assert max(s.hidden for s in r.time.steps) > 0
+
+
+def test_predict_replays_the_calibration_runs_schedule_on_the_links():
+    """run(predict=True): every rank gets one predicted step per measured step, each the
+    calibration run's schedule on the links; on naive DDP (every all-reduce blocks, issued in
+    backward's order) the prediction's communication is at least the ring model of every
+    collective the step sends, the text report prints both, and without links it is refused."""
+    from zeroedu.notebook.report import summary
+    from zeroedu.theory.timing import ring_time
+    cfg = RunConfig("ddp", 2, steps=3, recipe="fp32", model="mlp", links="20MB/s,100us")
+    rep = run(cfg, predict=True)
+    link = Links.from_plain(rep.links).dp_shard
+    for r in rep.ranks:
+        assert [p.step for p in r.time.predicted] == [s.step for s in r.time.steps]
+        for p in r.time.predicted:
+            model = sum(ring_time(c["op"], c["payload"], c["group_size"], link.beta, link.alpha)
+                        for c in r.timeline.comm if c["step"] == p.step)
+            assert p.comm_total >= model - 1e-9 and p.exposed >= model - 1e-9  # all blocking
+            assert p.seconds == pytest.approx(p.compute + p.exposed)
+    text = summary(rep)
+    assert "predicted (" in text and "measured" in text
+    with pytest.raises(ValueError, match="emulated links"):
+        run(RunConfig("ddp", 2, steps=1, model="mlp"), predict=True)

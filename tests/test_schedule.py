@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from zeroedu.reports import StepTime
 from zeroedu.theory import schedule as S
 
 pytestmark = pytest.mark.fast
@@ -65,3 +66,57 @@ def test_latency_counts_per_ring_step_and_schedules_are_checked():
         S.simulate(S.Block("x", "all_reduce", 1, "dp_outer", 2), link)
     with pytest.raises(ValueError, match="waits for \\['y'\\], never issued"):
         S.simulate([S.Wait("y")], link)
+
+
+def _rec(op, payload, t_start, t_end, waited, axis="dp_shard", step=1, group=2, tag="t"):
+    """A ledger record as the timeline holds it (`CommRecord.plain`), only what replay reads."""
+    return {"op": op, "payload": payload, "t_start": t_start, "t_end": t_end, "waited": waited,
+            "axis": axis, "step": step, "group_size": group, "tag": tag}
+
+
+def test_replay_reads_compute_between_issues_and_waits_less_the_time_waited():
+    # A calibration step [10, 20]: two all-reduces issued at 12 and 15 (backward goes on),
+    # both waited for at 17; the second ended at 18, so the rank stood 1 s: 9 s of compute,
+    # 2 before the first issue, 3 between the issues, 2 to the wait, 2 after it.
+    comm = [_rec("all_reduce", 1e6, 12, 13, 17), _rec("all_reduce", 2e6, 15, 18, 17),
+            _rec("all_reduce", 5e6, 1, 2, 1, step=0)]  # another step's: left out
+    prog = S.replay(comm, 1, 10, 20)
+    assert [op.seconds for op in prog if isinstance(op, S.Compute)] == [2, 3, 2, 2]
+    assert [type(op).__name__ for op in prog] == ["Compute", "Issue", "Compute", "Issue", "Compute", "Wait",
+                                                  "Wait", "Compute"]
+    # on 1 MB/s: AR1 [2, 3], AR2 [5, 7]; waited at 7 (compute reached 7 too): step 7 + 2 = 9
+    (p,) = S.predict(comm, [StepTime(1, 10, 9, 1, start=10)], LINK)
+    assert (p.seconds, p.compute, p.exposed, p.comm) == (9, 9, 0, {"dp_shard": 3})
+    # on 0.25 MB/s: AR1 [2, 6], AR2 [6, 14] (behind AR1 on the link); the wait at 7 ends at 14
+    (q,) = S.predict(comm, [StepTime(1, 10, 9, 1, start=10)], {"dp_shard": S.Link(0, 0.25e6)})
+    assert (q.seconds, q.exposed, q.comm) == (16, 7, {"dp_shard": 12})
+
+
+def test_replay_blocking_unwaited_and_unpaced_collectives():
+    # blocking: issued and waited at 11, took 2 s (gone from compute); the async one at 14 is
+    # never waited for, so the step's end waits for it; the "world" axis has no link and keeps
+    # its recorded 0.5 s
+    comm = [_rec("reduce_scatter", 2e6, 11, 13, 11), _rec("all_gather", 2e6, 14, 14.2, None),
+            _rec("all_reduce", 4, 15, 15.5, 15, axis="world")]
+    prog = S.replay(comm, 1, 10, 17, recorded=frozenset({"world"}))
+    assert [op.seconds for op in prog if isinstance(op, S.Compute)] == [1, 1, 1, 1.5]
+    # on 1 MB/s: RS [1, 2] blocking; compute 2..3; AG issued at 3 -> [3, 4]; world [4, 4.5]
+    # blocking; compute to 6; the step waits for AG (ended at 4): 6
+    (p,) = S.predict(comm, [StepTime(1, 7, 4.5, 2.5, start=10)], LINK)
+    assert p.seconds == 6 and p.comm == {"dp_shard": 2, "world": 0.5}
+    with pytest.raises(ValueError, match="no link for axis 'world'"):
+        S.simulate(S.replay(comm, 1, 10, 17), LINK)
+
+
+def test_transport_floor_a_collective_takes_the_longer_of_the_link_and_the_machine():
+    # calibration on a free link: AR1 issued at 11 took 2 s (the machine's own cost), AR2 issued
+    # at 12 waited behind it on the axis until 13 and took 0.5 s; both waited for at 14
+    comm = [_rec("all_reduce", 1e6, 11, 13, 14), _rec("all_reduce", 1e6, 12, 13.5, 14)]
+    steps = [StepTime(1, 5, 5, 0, start=10)]
+    # on 1 MB/s each takes 1 s: with the floors AR1 takes 2 s [1, 3], AR2 1 s (> 0.5) [3, 4];
+    # waited at 4, compute 1 s more
+    (p,) = S.predict(comm, steps, LINK, transport=True)
+    assert (p.seconds, p.comm) == (5, {"dp_shard": 3})
+    # without the floors: [1, 2], [2, 3]
+    (q,) = S.predict(comm, steps, LINK)
+    assert (q.seconds, q.comm) == (5, {"dp_shard": 2})

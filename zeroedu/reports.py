@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-SCHEMA = 2  # the JSON's shape (README, "JSON report"); a change of shape changes it
+SCHEMA = 3  # the JSON's shape (README, "JSON report"); a change of shape changes it
 # 2: each rank's "time" (compute, exposed communication, communication by axis, per step) and
 #    the run's "links" (the emulated links it ran on, or null)
 
@@ -137,35 +137,52 @@ class StepTime:
         return _plain_fields(self)
 
 
+def _median_step(steps: list[StepTime]) -> StepTime | None:
+    """The medians over the steps after the first (the first pays one-off costs: buffers
+    allocated, threads started), or of the one step there is."""
+    steps = steps[1:] or steps
+    if not steps:
+        return None
+
+    def med(xs):
+        xs = sorted(xs)
+        k = len(xs) // 2
+        return xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2
+
+    axes = sorted({a for s in steps for a in s.comm})
+    return StepTime(-1, med([s.seconds for s in steps]), med([s.compute for s in steps]),
+                    med([s.exposed for s in steps]), {a: med([s.comm.get(a, 0.0) for s in steps]) for a in axes},
+                    start=steps[0].start)  # the medians have no one start: the first counted step's
+
+
 @dataclass
 class TimeReport:
-    """Every step's `StepTime` on one rank, and the median over the steps after the first (the
-    first pays one-off costs: buffers allocated, threads started), or the one step there is."""
+    """One rank's step times: `steps`, measured on its timeline (`measured` is the same list),
+    and `predicted`, the same steps replayed on the run's links by `theory.schedule.predict`
+    from a calibration run (empty unless asked for: `train.run(..., predict=True)`). `median()`
+    and `predicted_median()`: over the steps after the first."""
     steps: list[StepTime] = field(default_factory=list)
+    predicted: list[StepTime] = field(default_factory=list)
+
+    @property
+    def measured(self) -> list[StepTime]:
+        return self.steps
 
     def median(self) -> StepTime | None:
-        steps = self.steps[1:] or self.steps
-        if not steps:
-            return None
+        return _median_step(self.steps)
 
-        def med(xs):
-            xs = sorted(xs)
-            k = len(xs) // 2
-            return xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2
-
-        axes = sorted({a for s in steps for a in s.comm})
-        return StepTime(-1, med([s.seconds for s in steps]), med([s.compute for s in steps]),
-                        med([s.exposed for s in steps]), {a: med([s.comm.get(a, 0.0) for s in steps]) for a in axes},
-                        start=steps[0].start)  # the medians have no one start: the first counted step's
+    def predicted_median(self) -> StepTime | None:
+        return _median_step(self.predicted)
 
     def plain(self) -> dict[str, Any]:
-        return {"steps": [s.plain() for s in self.steps]}
+        return {"steps": [s.plain() for s in self.steps], "predicted": [s.plain() for s in self.predicted]}
 
     @classmethod
     def from_plain(cls, d: "dict | TimeReport") -> "TimeReport":
         if isinstance(d, TimeReport):
             return d
-        return cls([StepTime(**_known(StepTime, s)) for s in d.get("steps", [])])
+        return cls([StepTime(**_known(StepTime, s)) for s in d.get("steps", [])],
+                   [StepTime(**_known(StepTime, s)) for s in d.get("predicted", [])])
 
 
 @dataclass

@@ -109,7 +109,12 @@ def cmd_run(args) -> int:
     if not args.quiet:
         print(f"starting {cfg.world_size} ranks: {cfg.strategy}, {cfg.model.name} "
               f"(Ψ = {cfg.model.param_count():,}), {cfg.steps} steps ...", file=sys.stderr, flush=True)
-    report = run(cfg, warm=False, timeout=args.timeout, on_event=None if args.quiet else Progress(cfg.steps))
+    if args.predict and cfg.links is None:
+        raise ValueError("--predict replays the run's schedule on its emulated links: add --link")
+    if args.predict and not args.quiet:
+        print("calibration run (no emulated link) for --predict ...", file=sys.stderr, flush=True)
+    report = run(cfg, warm=False, timeout=args.timeout, on_event=None if args.quiet else Progress(cfg.steps),
+                 predict=args.predict)
     _emit(report, args)
     return 0
 
@@ -185,6 +190,9 @@ def add_parser(subparsers) -> None:
                         f"({', '.join(LINK_PRESETS)}), one link for every axis (200MB/s,50us), or one "
                         "per axis (dp_shard=200MB/s,50us --link dp_outer=20MB/s,500us); each message "
                         "arrives alpha + bytes/beta after it starts. Needs zeroedu's ring collectives")
+    p.add_argument("--predict", action="store_true",
+                   help="with --link: also predict each step's time, replaying a calibration run's "
+                        "schedule (the same run, no link) on the links; printed beside the measured time")
     p.add_argument("--trace", default=None, metavar="PATH",
                    help="write the ranks' timelines as a Chrome trace: PATH.json one file for every "
                         "rank; a folder, one rank<r>.json per rank (Holistic Trace Analysis's layout)")

@@ -106,15 +106,29 @@ def time_lines(report: RunReport) -> list[str]:
     meds = [(r.rank, r.time.median()) for r in report.ranks]
     if not all(m is not None for _, m in meds):
         return []
+    preds = {r.rank: r.time.predicted_median() for r in report.ranks}
     axes = sorted({a for _, m in meds for a in m.comm})
-    rows = [[str(rank), f"{1e3 * m.seconds:.1f}", f"{1e3 * m.compute:.1f}", f"{1e3 * m.exposed:.1f}",
-             *[f"{1e3 * m.comm.get(a, 0.0):.1f}" for a in axes], f"{1e3 * m.hidden:.1f}"] for rank, m in meds]
+    rows = []
+    for rank, m in meds:
+        rows.append([str(rank), "measured" if preds[rank] else "", f"{1e3 * m.seconds:.1f}", f"{1e3 * m.compute:.1f}",
+                     f"{1e3 * m.exposed:.1f}", *[f"{1e3 * m.comm.get(a, 0.0):.1f}" for a in axes],
+                     f"{1e3 * m.hidden:.1f}"])
+        if (p := preds[rank]) is not None:
+            rows.append(["", f"predicted ({p.seconds / m.seconds:.2f}x)", f"{1e3 * p.seconds:.1f}",
+                         f"{1e3 * p.compute:.1f}", f"{1e3 * p.exposed:.1f}",
+                         *[f"{1e3 * p.comm.get(a, 0.0):.1f}" for a in axes], f"{1e3 * p.hidden:.1f}"])
     k = report.steps - 1 if report.steps > 1 else 1
     link = "no emulated link" if report.links is None else f"links {_links_text(report.links)}"
-    return [f"time per step, ms (median of {k} step{'s' if k > 1 else ''}{' after the first' if report.steps > 1 else ''}; "
+    head = [f"time per step, ms (median of {k} step{'s' if k > 1 else ''}{' after the first' if report.steps > 1 else ''}; "
             f"{link}): exposed = waited for communication, compute = the rest of the step, "
-            "hidden = communication in flight while the rank computed",
-            table(rows, ["rank", "step", "compute", "exposed", *[f"comm {a}" for a in axes], "hidden"])]
+            "hidden = communication in flight while the rank computed"]
+    if any(preds.values()):
+        head.append("predicted: a calibration run's schedule (no link) replayed on the links, "
+                    "each collective its ring steps' alpha + bytes/beta (zeroedu.theory.schedule)")
+    else:
+        rows = [[r[0], *r[2:]] for r in rows]
+    return head + [table(rows, ["rank", *(["time"] if any(preds.values()) else []), "step", "compute", "exposed",
+                                *[f"comm {a}" for a in axes], "hidden"])]
 
 
 def _links_text(links: dict) -> str:

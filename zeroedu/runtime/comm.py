@@ -194,6 +194,8 @@ class Handle:
 
     def wait(self):
         t0 = self.ledger.now()
+        if self.rec.waited is None:  # the first time this thread stopped for it
+            self.rec.waited = t0
         try:
             self._wait()
         except RuntimeError as e:
@@ -257,17 +259,24 @@ class Comm:
         self.meter = meter if meter is not None and meter.available else None
         self._open: set = set()  # handles issued and not yet waited
         self._window = None  # (meter snapshot, records) of the collectives in flight
-        self._stream: ring.CommStream | None = None
+        self._streams: dict[str, ring.CommStream] = {}
 
     @property
     def stream(self) -> "ring.CommStream":
-        """This Comm's thread for zeroedu's ring collectives, started at the first one: their
-        issue order, as a CUDA stream orders NCCL's. It ends when the Comm is closed or
-        collected, so a warm rank that runs job after job keeps no thread of a finished one."""
-        if self._stream is None:
-            self._stream = ring.CommStream()
-            weakref.finalize(self, self._stream.close, False)
-        return self._stream
+        """This Comm's thread for zeroedu's ring collectives on `dp_shard` (`stream_for`)."""
+        return self.stream_for("dp_shard")
+
+    def stream_for(self, axis: str) -> "ring.CommStream":
+        """The thread that runs `axis`'s ring collectives, started at its first one: their issue
+        order, as a CUDA stream orders NCCL's. One per mesh axis, as each process group has its
+        own NCCL stream: HSDP's dp_outer all-reduce runs beside the next dp_shard reduce-scatter
+        (what `theory.schedule` simulates), not queued behind it. The threads end when the Comm
+        is closed or collected, so a warm rank that runs job after job keeps none of a finished one."""
+        s = self._streams.get(axis)
+        if s is None:
+            s = self._streams[axis] = ring.CommStream()
+            weakref.finalize(self, s.close, False)
+        return s
 
     def _pace(self, axis: Axis):
         """The pace of `axis`'s emulated link, or None (not paced)."""
@@ -277,9 +286,9 @@ class Comm:
         return None if link is None else self.pacer.on(link)
 
     def close(self) -> None:
-        """End the ring thread once its queued collectives are done."""
-        if self._stream is not None:
-            self._stream.close()
+        """End the ring threads once their queued collectives are done."""
+        for s in self._streams.values():
+            s.close()
 
     # ---------------------------------------------------------------- records and the wire
     # The wire is read in *windows*: from the moment a collective is issued while none is in
@@ -315,6 +324,8 @@ class Comm:
 
     def _finish(self, work, rec, async_op, hold=None):
         rec.blocking = not async_op
+        if not async_op:  # the caller stopped from the start (it may have run inline, in `_issue`)
+            rec.waited = rec.t_start
         if work is None and rec.t_end is None:  # group of one, or ran inline: it is done
             rec.t_end = self.ledger.now()
         h = Handle(work, rec, self, hold)
@@ -338,7 +349,7 @@ class Comm:
             # zeroedu's ring, cut into gloo's chunks and segments: gloo's messages (and bytes on
             # the wire) and gloo's sum, bitwise, but each message paced by the link
             work = _issue(rec, lambda: ring.ring_all_reduce(t, group=axis.group, async_op=async_op,
-                                                            stream=self.stream, chunks="gloo",
+                                                            stream=self.stream_for(axis.name), chunks="gloo",
                                                             segment_bytes="gloo", pace=pace))
         else:
             work = _issue(rec, lambda: dist.all_reduce(t, group=axis.group, async_op=True) if g > 1 else None)
@@ -357,7 +368,7 @@ class Comm:
             work = None
         elif rec.implementation == "ring":
             work = _issue(rec, lambda: ring.ring_reduce_scatter(out, inp, group=axis.group, async_op=async_op,
-                                                                stream=self.stream, pace=self._pace(axis)))
+                                                                stream=self.stream_for(axis.name), pace=self._pace(axis)))
         else:
             work = _issue(rec, lambda: _reduce_scatter_single(out, inp, group=axis.group, async_op=True))
         return self._finish(work, rec, async_op)
@@ -375,7 +386,7 @@ class Comm:
             work = None
         elif rec.implementation == "ring":
             work = _issue(rec, lambda: ring.ring_all_gather(out, inp, group=axis.group, async_op=async_op,
-                                                            stream=self.stream, pace=self._pace(axis)))
+                                                            stream=self.stream_for(axis.name), pace=self._pace(axis)))
         else:
             work = _issue(rec, lambda: _all_gather_single(out, inp, group=axis.group, async_op=True))
         return self._finish(work, rec, async_op)

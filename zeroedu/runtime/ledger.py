@@ -136,6 +136,9 @@ class CommRecord:
     # Issued synchronously: the caller waited for it, so no computation ran beside it (an FSDP
     # reduce-scatter inside a backward hook stalls backward rather than hiding behind it).
     blocking: bool = False
+    # When the caller's thread first stopped for it (`Handle.wait`; a blocking one: at its start).
+    # With `t_start`, where it was issued, this is the schedule `theory.schedule.replay` reads.
+    waited: float | None = None
     # From the tag's parts (`zeroedu.runtime.comm.Tag`), so readers never split the tag text:
     unit: int | None = None  # the unit whose buffer moved, when the tag names one
     moves: str | None = None  # "grads", "params" or "data"; None for a plain-text tag

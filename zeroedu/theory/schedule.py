@@ -26,7 +26,16 @@ then (the optimizer step needs every reduction).
 
 `simulate` returns the step time and, per operation, when it started and ended, so a figure can
 draw the two streams and a test can check a schedule by hand. Which schedule a strategy runs
-(where its collectives are issued and waited) is stated in its module's docstring.
+(where its collectives are issued and waited) is stated in its module's docstring; `ddp` and
+`fsdp` below write two of them out.
+
+A run's own schedule is read from its timeline (`replay`): the ledger records where each
+collective was issued and where the rank first stopped for it, and the compute between. So a
+step can be predicted on a link it never ran on (`predict`, `zeroedu.train.run(predict=True)`):
+a calibration run on links that cost nothing gives the compute and what moving each
+collective's bytes takes the machine itself; each collective then takes the link's ring time
+or that, whichever is longer (a paced message is held until the link would have delivered it,
+so the machine's own time hides inside the link's), and the simulator replays the step.
 """
 from __future__ import annotations
 
@@ -58,6 +67,8 @@ class Issue:
     axis: str
     group: int
     after: tuple[str, ...] = ()
+    seconds: float | None = None  # its time when known rather than modelled (an axis with no link)
+    floor: float = 0.0  # what moving the bytes takes the machine itself: the modelled time, if longer
 
 
 @dataclass(frozen=True)
@@ -128,15 +139,13 @@ def simulate(program, links: dict[str, Link]) -> Result:
         elif isinstance(op, Issue):
             if op.name in ends:
                 raise ValueError(f"two collectives named {op.name!r}")
-            if op.axis not in links:
+            if op.seconds is None and op.axis not in links:
                 raise ValueError(f"{op.name}: no link for axis {op.axis!r} (links: {sorted(links)})")
             missing = [a for a in op.after if a not in ends]
             if missing:
                 raise ValueError(f"{op.name} waits after {missing}, not issued before it")
-            link = links[op.axis]
             start = max([t, free.get(op.axis, 0.0)] + [ends[a] for a in op.after])
-            end = start + (ring_time(op.collective, op.nbytes, op.group, link.beta, link.alpha)
-                           if op.group > 1 and op.nbytes > 0 else 0.0)
+            end = start + (op.seconds if op.seconds is not None else max(op.floor, _time(op, links[op.axis])))
             free[op.axis] = ends[op.name] = end
             pending.add(op.name)
             spans.append(Span(op.name, op.axis, start, end))
@@ -151,6 +160,75 @@ def simulate(program, links: dict[str, Link]) -> Result:
     if pending:
         raise ValueError(f"the step ends with collectives never waited for: {sorted(pending)}")
     return Result(t, spans)
+
+
+def _time(op: Issue, link: Link) -> float:
+    """A collective on its link: a ring collective's steps (`timing.ring_time`); a point-to-point
+    message α + bytes/β, paid by the receiver (the sender's isend returns at once)."""
+    if op.group <= 1 or op.nbytes <= 0 or op.collective in ("send", "broadcast"):
+        return 0.0
+    if op.collective == "recv":
+        return link.alpha + op.nbytes / link.beta
+    return ring_time(op.collective, op.nbytes, op.group, link.beta, link.alpha)
+
+
+# --------------------------------------------------------------------------- a recorded schedule
+def _union_before(intervals: list[tuple[float, float]], t: float) -> float:
+    """Length of the union of `intervals` (sorted by start) that lies before t."""
+    total, reach = 0.0, float("-inf")
+    for a, b in intervals:
+        a, b = max(a, reach), min(b, t)
+        if b > a:
+            total += b - a
+        reach = max(reach, min(b, t))
+    return total
+
+
+def replay(comm: list[dict], step: int, start: float, end: float, recorded: frozenset = frozenset(),
+           transport: bool = False) -> list:
+    """The program one rank ran in one step, read from its timeline (`Timeline.comm`, the
+    ledger's records: where each collective was issued, `t_start`, and where the rank first
+    stopped for it, `waited`), with the step's window [start, end] (`StepTime`): compute
+    segments are the time between those points less the time the rank stood waiting (from
+    `waited` to the collective's end), so they hold what the rank computed, whatever the link
+    was. A collective never waited for is waited for at the step's end.
+
+    What each collective took is read too: from when its axis's stream could start it (its
+    issue, or the end of the one before it on the axis) to its end. `recorded`: axes whose
+    collectives keep that time instead of a modelled one (an axis with no link). `transport`:
+    every other collective gets it as its `floor` (a calibration run on links that cost nothing
+    took only what moving the bytes costs this machine): an emulated link holds each message
+    until the link would have delivered it, so the machine's own time hides inside the link's
+    unless it is longer."""
+    recs = [r for r in comm if r["step"] == step]
+    clamp = lambda t: min(max(t, start), end)  # noqa: E731
+    waits = sorted((clamp(r["waited"]), clamp(max(r["waited"], r["t_end"] or r["waited"])))
+                   for r in recs if r.get("waited") is not None)
+    clock = lambda t: (t - start) - _union_before(waits, t)  # noqa: E731 - compute time since start
+    took, free = {}, {}
+    for k in sorted(range(len(recs)), key=lambda k: recs[k]["t_start"]):
+        r = recs[k]
+        began = max(r["t_start"], free.get(r["axis"], r["t_start"]))
+        end_k = max(began, r["t_end"] if r["t_end"] is not None else began)
+        took[k], free[r["axis"]] = end_k - began, end_k
+    names = [f"{r['op']} {k} ({r['tag']})" for k, r in enumerate(recs)]
+    points = []  # (time, 0 issue / 1 wait, order, op)
+    for k, (r, name) in enumerate(zip(recs, names)):
+        kept = r["axis"] in recorded
+        points.append((clamp(r["t_start"]), 0, k, Issue(name, r["op"], r["payload"], r["axis"], r["group_size"],
+                                                      seconds=took[k] if kept else None,
+                                                      floor=took[k] if transport and not kept else 0.0)))
+        w = r.get("waited")
+        points.append((end if w is None else clamp(w), 1, k, Wait(name)))
+    prog, at = [], start
+    for t, _, k, op in sorted(points, key=lambda p: p[:3]):
+        if clock(t) > clock(at):
+            prog.append(Compute(f"compute to {op.names[0] if isinstance(op, Wait) else op.name}", clock(t) - clock(at)))
+        prog.append(op)
+        at = t
+    if clock(end) > clock(at):
+        prog.append(Compute("to the step's end", clock(end) - clock(at)))
+    return prog
 
 
 # --------------------------------------------------------------------------- strategies' schedules
@@ -221,3 +299,19 @@ def fsdp(forward: list[float], backward: list[float], unit_bytes: list[float], o
         for u in reversed(range(u_count)):
             backward_unit(u)
     return prog + [Wait(*reductions), Compute("optimizer", optimizer)]
+
+
+def predict(comm: list[dict], steps, links: dict[str, Link], transport: bool = False):
+    """Each step of a calibration run (its timeline's records, its `reports.StepTime`s) replayed
+    on `links` (by axis; an axis without one keeps its recorded times): the `StepTime` the
+    schedule predicts there, with its compute, exposed communication and time per axis.
+    `transport`: each collective takes at least what it took in the calibration run (`replay`)."""
+    from ..reports import StepTime
+    out = []
+    for st in steps:
+        axes = {r["axis"] for r in comm if r["step"] == st.step}
+        res = simulate(replay(comm, st.step, st.start, st.start + st.seconds,
+                              recorded=frozenset(a for a in axes if a not in links), transport=transport), links)
+        out.append(StepTime(st.step, res.seconds, res.compute, res.exposed,
+                            {a: res.comm(a) for a in sorted(axes)}, start=st.start))
+    return out

@@ -5,14 +5,15 @@ single-process reference, and the launcher that assembles the report.
   which crosses to the ranks as a plain dict and is never resolved again.
 * `runner`: `build_run` / `train_steps`, the one rank-side loop.
 * `reference`: single-process `torch.optim.Adam` on the global batch, the independent check.
-* `launch`: `train_job` (what `zeroedu run` runs on every rank), `run`, `assemble`, `predicted`.
+* `launch`: `train_job` (what `zeroedu run` runs on every rank), `run`, `assemble`, `predicted`,
+  `predict_time`.
 * `jobs`: the other rank jobs the notebooks and tests use, built on the runner.
 """
 from .config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict, resolve
-from .launch import assemble, predicted, run, theory_comm_options, train_job
+from .launch import assemble, predict_time, predicted, run, theory_comm_options, train_job
 from .reference import reference
 from .runner import RankRun, build_run, dist_state, train_steps
 
-__all__ = ["RunConfig", "ResolvedConfig", "resolve", "config_from_dict", "config_to_dict", "assemble", "predicted", "run",
+__all__ = ["RunConfig", "ResolvedConfig", "resolve", "config_from_dict", "config_to_dict", "assemble", "predict_time", "predicted", "run",
            "theory_comm_options", "train_job", "reference", "RankRun", "build_run", "dist_state",
            "train_steps"]

@@ -77,7 +77,7 @@ class ResolvedConfig:
     the model as a `ModelSpec`, the global batch, Adam's settings, M = 1 on a flat strategy.
     Made once in the parent; the launcher, the ranks and the references read it as it is.
     (`dataclasses.replace` on one skips validation: use it for what `resolve` does not check,
-    `stream`, `return_params`, `timeline`, or go back through `RunConfig`.)"""
+    `stream`, `return_params`, `timeline`, `links=None`, or go back through `RunConfig`.)"""
     strategy: str
     world_size: int
     steps: int

@@ -18,8 +18,10 @@ from ..recipes import TOLERANCE, get_recipe
 from ..reports import Match, Predicted, RankReport, RunReport
 from ..runtime import analysis, cluster
 from ..runtime.comm import resolve_implementation
+from ..runtime.links import Links
 from ..runtime.wire import FRAMING_PER_MESSAGE
 from ..theory import comm as theory_comm
+from ..theory import schedule
 from .config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict, resolve
 from .reference import reference
 from .runner import build_run, strategy_cls, train_steps
@@ -103,19 +105,51 @@ def train_job(ctx, cfg: dict) -> dict:
 
 
 def run(cfg: RunConfig | ResolvedConfig, *, pool: cluster.Pool | None = None, on_event: Callable | None = None,
-        warm: bool = True, timeout: float | None = None) -> RunReport:
+        warm: bool = True, timeout: float | None = None, predict: bool = False) -> RunReport:
     """Train on `cfg.world_size` real ranks; return the report (see README, "JSON report").
-    The configuration is resolved here, once (a `ResolvedConfig` is taken as it is)."""
+    The configuration is resolved here, once (a `ResolvedConfig` is taken as it is).
+
+    `predict` (a run on emulated links): first a calibration run, the same configuration on
+    links that cost nothing (`Links.instant`), then the run; each rank's `time.predicted` is the
+    calibration's schedule replayed on the links (`predict_time`), beside `time.steps` measured."""
     cfg = resolve(cfg)
     check_trainable(cfg.model.build(), strategy_cls(cfg).TRAINS_FROZEN)  # before any rank starts
+    if predict and cfg.links is None:
+        raise ValueError("a step-time prediction replays the run's schedule on its emulated links: "
+                         "give the run links (RunConfig(links=...), --link)")
+    calibration = None
+    if predict:
+        calibration = _ranks(replace(cfg, links=cfg.links.instant(), stream=False, return_params=False),
+                             pool, None, warm, timeout)
     if on_event is not None:
         cfg = replace(cfg, stream=True)
+    report = assemble(cfg, _ranks(cfg, pool, on_event, warm, timeout))
+    if calibration is not None:
+        predict_time(report, [RankReport.from_plain({k: v for k, v in r.items() if k != "backend"}) for r in calibration])
+    return report
+
+
+def _ranks(cfg: ResolvedConfig, pool, on_event, warm, timeout) -> list[dict]:
     payload = {"cfg": config_to_dict(cfg)}
     if pool is not None:
-        ranks = pool.run(train_job, payload, on_event=on_event, timeout=timeout)
-    else:
-        ranks = cluster.run(train_job, cfg.world_size, payload, warm=warm, on_event=on_event, timeout=timeout)
-    return assemble(cfg, ranks)
+        return pool.run(train_job, payload, on_event=on_event, timeout=timeout)
+    return cluster.run(train_job, cfg.world_size, payload, warm=warm, on_event=on_event, timeout=timeout)
+
+
+def predict_time(report: RunReport, calibration: list[RankReport]) -> None:
+    """Fill each rank's `time.predicted`: its calibration run's steps (the same configuration on
+    links that cost nothing: where each collective was issued and waited for, what was computed
+    between, what each collective took this machine) replayed on `report.links` by
+    `theory.schedule.predict`, each collective the link's ring time or what it took in the
+    calibration, whichever is longer. The calibration is another run, so the prediction can
+    miss: what the links' pacing changes in compute (threads woken later, messages held) is not in it."""
+    links = Links.from_plain(report.links)
+    if links is None:
+        raise ValueError("the run had no emulated links to predict its step time on")
+    for r, cal in zip(report.ranks, calibration):
+        axes = {c["axis"] for c in cal.timeline.comm}
+        on = {a: schedule.Link(x.alpha, x.beta) for a in axes if (x := links.for_axis(a)) is not None}
+        r.time.predicted = schedule.predict(cal.timeline.comm, cal.time.steps, on, transport=True)
 
 
 def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
