@@ -44,8 +44,8 @@ def test_the_trace_is_torch_profilers_shape_with_every_collective_and_the_ledger
         assert slices == recorded and len(recorded) > 0  # every collective, once, with its bytes
         counters = [e["args"] for e in mine if e["ph"] == "C"]
         assert counters == [{c: e["bytes"].get(c, 0) for c in CATEGORIES} for e in r.timeline.events]
-        steps = [e for e in mine if e.get("cat") == "step"]
-        assert [e["args"]["step"] for e in steps] == [0, 1, 2, 3, 4]
+        steps = [e for e in mine if e.get("cat") == "user_annotation"]  # torch.profiler's step slices
+        assert [(e["name"], e["args"]["step"]) for e in steps] == [(f"ProfilerStep#{k}", k) for k in range(5)]
         for cat in ("forward", "backward", "optimizer"):
             assert sum(e.get("cat") == cat for e in mine) == 5
 
@@ -60,3 +60,25 @@ def test_a_folder_gets_one_trace_per_rank_with_its_distributed_info(runs, tmp_pa
         assert {e["pid"] for e in d["traceEvents"]} == {r}
         threads = {e["args"]["name"] for e in d["traceEvents"] if e["name"] == "thread_name"}
         assert {"compute", "comm dp_shard", "comm dp_outer"} <= threads
+
+
+
+def test_holistic_trace_analysis_loads_the_per_rank_folder(runs, tmp_path):
+    """The folder layout is the one Holistic Trace Analysis reads: `TraceAnalysis` finds every
+    rank by its distributedInfo and keeps each rank's slices (the `X` events it analyses), all of
+    them, and finds the steps by torch.profiler's `ProfilerStep#k` names. (By default HTA drops
+    the last step as possibly incomplete, `Trace.align_and_filter_trace`; asked to keep it, it
+    keeps every slice.)"""
+    from hta.trace_analysis import TraceAnalysis
+
+    rep = runs(RunConfig("fsdp2", 2, steps=3, recipe="fp32", model="mlp"))
+    files = trace.write(rep, str(tmp_path / "traces"), per_rank=True)
+    analysis = TraceAnalysis(trace_dir=str(tmp_path / "traces"), include_last_profiler_step=True)
+    assert sorted(analysis.t.traces) == [0, 1]
+    for r, f in enumerate(files):
+        ours = [e for e in json.load(open(f))["traceEvents"] if e["ph"] == "X"]
+        df = analysis.t.get_trace(r)
+        names = analysis.t.symbol_table.get_sym_table()
+        assert len(df) == len(ours) > 0
+        assert sorted(names[i] for i in df["name"]) == sorted(e["name"] for e in ours)
+        assert sorted(analysis.t.get_iterations(r)) == [0, 1, 2]

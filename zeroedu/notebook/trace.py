@@ -7,7 +7,8 @@ The shape is torch.profiler's `export_chrome_trace` (torch 2.13): the same top-l
 `M` metadata events naming processes and threads, `X` slices with `dur`. Per rank:
 
 * one process (`pid` = rank, `process_name` "rank r");
-* a **compute** track (`tid` 0): one slice per step, and inside it forward, backward and the
+* a **compute** track (`tid` 0): one slice per step, named as torch.profiler names it
+  (`ProfilerStep#k`, category `user_annotation`), and inside it forward, backward and the
   optimizer step (from the ledger's marks; with K micro-batches, K forward/backward pairs);
   the ledger's lifecycle events (unshard, reshard, bucket ready ...) as instant events `i`;
 * one track per **communication axis** (`comm dp_shard`, `comm dp_outer`, `comm world`): every
@@ -52,7 +53,8 @@ def _compute_slices(r: RankReport, shift: float) -> list[dict]:
     marks = sorted(r.timeline.marks, key=lambda m: m["t"])
     for st in r.time.steps:
         a, b = st.start, st.start + st.seconds
-        ev = {"ph": "X", "cat": "step", "name": f"step {st.step}", "pid": r.rank, "tid": COMPUTE_TID,
+        # torch.profiler's name for a step (`prof.step()`), by which Holistic Trace Analysis finds iterations
+        ev = {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{st.step}", "pid": r.rank, "tid": COMPUTE_TID,
               "ts": _us(a + shift), "dur": _us(b - a),
               "args": {"step": st.step, "compute_s": st.compute, "exposed_s": st.exposed}}
         out.append(ev)
