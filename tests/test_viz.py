@@ -137,6 +137,22 @@ def test_overlap_timeline_draws_every_collective_of_the_step():
     _png(fig)
 
 
+def test_trace_figure_draws_every_slice_of_the_step_on_its_track():
+    from zeroedu.notebook import trace
+    rep = _report("fsdp2", 2)
+    tr = trace.trace(rep)
+    fig = viz.trace_figure(tr, step=2)
+    bars = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
+    # per rank: forward, backward, optimizer, and every collective of step 2 (issued inside the step)
+    collectives = sum(1 for r in rep.ranks for c in r.timeline.comm if c["step"] == 2)
+    assert len(bars) == 2 * 3 + collectives
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert labels[0] == "rank 0 compute" and "rank 1 comm dp_shard" in labels
+    with pytest.raises(ValueError, match="no step 9"):
+        viz.trace_figure(tr, step=9)
+    _png(fig)
+
+
 @pytest.mark.parametrize("reshard", [True, False])
 def test_fsdp_lifecycle_counts_gathers(reshard):
     fig = viz.fsdp_lifecycle(4, reshard_after_forward=reshard)

@@ -123,8 +123,9 @@ def time_lines(report: RunReport) -> list[str]:
             f"{link}): exposed = waited for communication, compute = the rest of the step, "
             "hidden = communication in flight while the rank computed"]
     if any(preds.values()):
-        head.append("predicted: a calibration run's schedule (no link) replayed on the links, "
-                    "each collective its ring steps' alpha + bytes/beta (zeroedu.theory.schedule)")
+        head.append("predicted: a calibration run's schedule (the same run on links that cost nothing) replayed "
+                    "on the links, each collective its ring steps' alpha + bytes/beta or what it took the "
+                    "machine, whichever is longer (zeroedu.theory.schedule)")
     else:
         rows = [[r[0], *r[2:]] for r in rows]
     return head + [table(rows, ["rank", *(["time"] if any(preds.values()) else []), "step", "compute", "exposed",

@@ -11,7 +11,10 @@ measured runs against. Submodules, each stating its formulas and paper sections:
   (with an optional gradient reduce dtype);
 * `timing`: seconds from bytes and link bandwidths, and the α–β latency model;
 * `schedule`: a step's time from its schedule, an event simulator with one compute stream and
-  one communication stream per mesh axis (`simulate`; `ddp`, `fsdp` build the strategies');
+  one communication stream per mesh axis (`simulate`; `ddp`, `fsdp` build the strategies';
+  `replay`, `predict` read a run's own schedule from its timeline and replay it on other links);
+* `projection`: the FSDP schedule filled with a 7B shape and stated H100 inputs, a step on a
+  cluster as a model, with the input that dominates it;
 * `extensions`: ZeRO-Offload / ZeRO-Infinity, composing with TP/PP (GPU count), and what one
   GPU holds: model states + activations + the gathered unit, and whether it fits;
 * `hybrid`: flat ZeRO-3 vs HSDP vs HFSDP across domains, in bytes and seconds.

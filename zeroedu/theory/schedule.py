@@ -253,7 +253,7 @@ def ddp(forward: float, backward: list[float], bucket_bytes: list[float], optimi
 
 def fsdp(forward: list[float], backward: list[float], unit_bytes: list[float], optimizer: float,
          group: int, prefetch: bool = True, reshard_after_forward: bool = True, axis: str = "dp_shard",
-         outer: int = 1, outer_axis: str = "dp_outer") -> list:
+         outer: int = 1, outer_axis: str = "dp_outer", grad_bytes: list[float] | None = None) -> list:
     """ZeRO-3 / FSDP over units 0..U-1 (`strategies.fsdp_units`), unit u's parameters
     `unit_bytes[u]` when gathered. Forward: each unit's all-gather, waited for before its
     compute; with `prefetch` the next unit's all-gather is issued as this unit starts computing.
@@ -261,8 +261,12 @@ def fsdp(forward: list[float], backward: list[float], unit_bytes: list[float], o
     (prefetched the same way), then its backward computes and its gradients' reduce-scatter is
     issued. With `outer` > 1 (HSDP) each reduce-scatter's shard is then all-reduced over
     `outer_axis`, starting when the reduce-scatter ends. The optimizer step waits for every
-    reduction."""
+    reduction. `grad_bytes`: the gradients' bytes per unit when they differ from the
+    parameters' (a recipe that reduces in another precision)."""
     u_count = len(unit_bytes)
+    grad_bytes = unit_bytes if grad_bytes is None else grad_bytes
+    if len(grad_bytes) != u_count:
+        raise ValueError("one gradient size per unit")
     if not len(forward) == len(backward) == u_count:
         raise ValueError("one forward and one backward time per unit")
     prog: list = []
@@ -285,11 +289,11 @@ def fsdp(forward: list[float], backward: list[float], unit_bytes: list[float], o
     def backward_unit(u):
         prog.append(Compute(f"backward unit {u}", backward[u]))
         rs = f"reduce_scatter unit {u}"
-        prog.append(Issue(rs, "reduce_scatter", unit_bytes[u], axis, group))
+        prog.append(Issue(rs, "reduce_scatter", grad_bytes[u], axis, group))
         reductions.append(rs)
         if outer > 1:
             ar = f"all_reduce unit {u} over {outer_axis}"
-            prog.append(Issue(ar, "all_reduce", unit_bytes[u] / group, outer_axis, outer, after=(rs,)))
+            prog.append(Issue(ar, "all_reduce", grad_bytes[u] / group, outer_axis, outer, after=(rs,)))
             reductions.append(ar)
 
     gathers("forward", list(range(u_count)), lambda u: prog.append(Compute(f"forward unit {u}", forward[u])))

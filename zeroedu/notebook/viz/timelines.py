@@ -351,3 +351,56 @@ def overlap_timeline(report: RunReport, rank: int = 0, step: int | None = None) 
     return fig
 
 
+
+
+_PHASE_COLORS = {"forward": "#A1C9F4", "backward": "#8DE5A1", "optimizer": "#FFB482"}
+
+
+def trace_figure(trace: dict, step: int | None = None) -> Figure:
+    """A Chrome trace (`zeroedu.notebook.trace.trace`) drawn as Perfetto draws it: one row per
+    track (each rank's compute, then its communication axes), the slices of one step (default:
+    the last) as bars: forward, backward and the optimizer step on compute; every collective,
+    coloured by kind, on its axis's rows (hatched when it blocked the rank). The same data the
+    trace file holds, from the step's start on the earliest rank, in milliseconds."""
+    events = trace["traceEvents"]
+    names = {(e["pid"], e.get("tid")): e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    steps = [e for e in events if e["ph"] == "X" and e.get("cat") == "user_annotation"]
+    if not steps:
+        raise ValueError("the trace has no step slices (ProfilerStep#k) to draw")
+    step = max(e["args"]["step"] for e in steps) if step is None else step
+    windows = {e["pid"]: (e["ts"], e["ts"] + e["dur"]) for e in steps if e["args"]["step"] == step}
+    if not windows:
+        raise ValueError(f"the trace has no step {step}")
+    t0 = min(a for a, _ in windows.values())
+
+    def shown(e) -> bool:  # a slice of this step on its rank's tracks
+        if e["ph"] != "X" or e["pid"] not in windows or e.get("cat") == "user_annotation":
+            return False
+        a, b = windows[e["pid"]]
+        return e["ts"] + e["dur"] >= a and e["ts"] <= b
+
+    rows = sorted({(e["pid"], e["tid"]) for e in events if shown(e)})
+    fig = new_figure(8.0, 1.0 + 0.32 * len(rows))
+    ax = fig.add_subplot()
+    kinds = set()
+    row = {key: y for y, key in enumerate(rows)}
+    for e in events:
+        if shown(e):
+            y = row[e["pid"], e["tid"]]
+            if e.get("cat") == "collective":
+                kind = e["args"]["collective"]
+                color, hatch = COLORS.get(kind, "#4C72B0"), "///" if e["args"].get("blocking") else None
+            else:
+                kind = e.get("cat", "")
+                color, hatch = _PHASE_COLORS.get(kind, "#CCCCCC"), None
+            kinds.add(kind)
+            ax.broken_barh([((e["ts"] - t0) / 1e3, max(e["dur"] / 1e3, 1e-3))], (y - 0.4, 0.8), facecolor=color,
+                           edgecolor="black" if hatch else "none", hatch=hatch, linewidth=0.3)
+    ax.set_yticks(range(len(rows)), [f"rank {pid} {names.get((pid, tid), tid)}" for pid, tid in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"milliseconds from step {step}'s start")
+    ax.set_title(f"the trace, step {step}: compute and communication tracks per rank", fontsize=9)
+    handles = [Patch(color=_PHASE_COLORS[k], label=k) for k in _PHASE_COLORS if k in kinds]
+    handles += [Patch(color=COLORS.get(k, "#4C72B0"), label=k) for k in sorted(kinds - set(_PHASE_COLORS))]
+    outside_legend(ax, handles)
+    return fig
