@@ -6,7 +6,9 @@ For every strategy at N = 2 and 4 (hybrids at 2 x 2 only), on two links (flat st
 whose schedule (where each collective was issued and waited for, what was computed between) is
 replayed on the links, each collective its ring steps' alpha + bytes/beta; then the run on the
 links, measured on the ranks' timelines. Per row: the slowest rank's median step after the
-first, measured and predicted, and their ratio; then the median and largest error over the rows.
+first, measured and predicted, and their ratio; the overlap bound (`theory.schedule.bound`: the
+best step any overlap of the same work reaches on the links) and the overlap efficiency, bound
+over measured; then the median and largest error over the rows.
 Written to benchmarks/results/predict.json.
 
     .venv/bin/python benchmarks/bench_predict.py [--quick] [--steps 4] [--strategies ddp_bucketed,fsdp2]
@@ -69,7 +71,9 @@ def main(argv=None) -> list[dict]:
                 rows.append({"strategy": s, "n": n, "m": m, "link": link, "step_measured": meas, "step_predicted": pred,
                              "ratio": pred / meas, "compute": me.compute, "predicted_compute": pe.compute,
                              "comm": me.comm_total, "predicted_comm": pe.comm_total,
-                             "exposed": me.exposed, "predicted_exposed": pe.exposed})
+                             "exposed": me.exposed, "predicted_exposed": pe.exposed,
+                             # the best any overlap reaches (theory.schedule.bound), over the measured step
+                             "bound": pe.bound, "efficiency": pe.bound / me.seconds})
                 r = rows[-1]
                 print(f"  {s} N={n} {link}: measured {1e3 * meas:.0f} ms, predicted {1e3 * pred:.0f} ms "
                       f"({r['ratio']:.2f})", flush=True)
@@ -78,9 +82,10 @@ def main(argv=None) -> list[dict]:
     print(table([[r["strategy"], f"{r['n']}" + (f" = {r['m']}x{r['n'] // r['m']}" if r["m"] > 1 else ""), r["link"],
                   f"{1e3 * r['step_measured']:.0f}", f"{1e3 * r['step_predicted']:.0f}", f"{r['ratio']:.2f}",
                   f"{1e3 * r['comm']:.0f} / {1e3 * r['predicted_comm']:.0f}",
-                  f"{1e3 * r['exposed']:.0f} / {1e3 * r['predicted_exposed']:.0f}"] for r in rows],
+                  f"{1e3 * r['exposed']:.0f} / {1e3 * r['predicted_exposed']:.0f}",
+                  f"{1e3 * r['bound']:.0f}", f"{r['efficiency']:.2f}"] for r in rows],
                 ["strategy", "N", "link", "measured ms", "predicted ms", "pred/meas",
-                 "comm meas / pred", "exposed meas / pred"]))
+                 "comm meas / pred", "exposed meas / pred", "bound ms", "bound/meas"]))
     summary = {"median_error": statistics.median(errors), "max_error": max(errors)}
     print(f"error |predicted/measured - 1|: median {summary['median_error']:.1%}, largest {summary['max_error']:.1%} "
           f"over {len(rows)} rows")

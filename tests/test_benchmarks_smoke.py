@@ -93,5 +93,6 @@ def test_predict(bench):
     for r in rows:
         assert r["step_measured"] > 0 and r["step_predicted"] > 0 and r["ratio"] == r["step_predicted"] / r["step_measured"]
         assert r["predicted_comm"] > 0 and r["predicted_exposed"] <= r["step_predicted"]
+        assert 0 < r["bound"] <= r["step_predicted"] + 1e-9 and r["efficiency"] == r["bound"] / r["step_measured"]
     saved = json.load(open(out / "predict.json"))
     assert len(saved["rows"]) == 2 and saved["max_error"] >= saved["median_error"] >= 0

@@ -72,7 +72,9 @@ def test_predict_replays_the_calibration_runs_schedule_on_the_links():
                         for c in r.timeline.comm if c["step"] == p.step)
             assert p.comm_total >= model - 1e-9 and p.exposed >= model - 1e-9  # all blocking
             assert p.seconds == pytest.approx(p.compute + p.exposed)
+            assert model <= p.bound <= p.seconds + 1e-9  # the link alone, and no better than the schedule
+        assert 0 < r.time.efficiency() <= 1.5
     text = summary(rep)
-    assert "predicted (" in text and "measured" in text
+    assert "predicted (" in text and "measured" in text and "overlap efficiency" in text
     with pytest.raises(ValueError, match="emulated links"):
         run(RunConfig("ddp", 2, steps=1, model="mlp"), predict=True)

@@ -120,3 +120,19 @@ def test_transport_floor_a_collective_takes_the_longer_of_the_link_and_the_machi
     # without the floors: [1, 2], [2, 3]
     (q,) = S.predict(comm, steps, LINK)
     assert (q.seconds, q.comm) == (5, {"dp_shard": 2})
+
+
+def test_the_overlap_bound_is_the_busiest_resource_plus_what_cannot_overlap():
+    # DDP: compute P = 1 + 3 + 0.5; the first bucket exists after forward and its backward share,
+    # the optimizer needs the last: three 1 MB buckets give max(4.5, 2 + 3 + 0.5) = 5.5, which
+    # the schedule reaches; one 3 MB bucket max(4.5, 4 + 3 + 0.5) = 7.5, reached too
+    three = S.ddp(1, [1, 1, 1], [1e6] * 3, 0.5, group=2)
+    assert S.bound(three, LINK) == 5.5 == S.simulate(three, LINK).seconds
+    one = S.ddp(1, [3], [3e6], 0.5, group=2)
+    assert S.bound(one, LINK) == 7.5 == S.simulate(one, LINK).seconds
+    # FSDP, two units: P = 6.5, the link's 6 s of gathers and reduce-scatters can start at once
+    # and end before the optimizer's 0.5: bound 6.5; prefetch reaches 9.5 of it
+    pre = S.fsdp([1, 1], [2, 2], [2e6, 2e6], 0.5, group=2, prefetch=True)
+    assert S.bound(pre, LINK) == 6.5 and S.simulate(pre, LINK).seconds == 9.5
+    # a slow link: the link is the bound, 0 + 24 + 0.5
+    assert S.bound(pre, {"dp_shard": S.Link(0, 0.25e6)}) == 24.5

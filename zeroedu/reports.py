@@ -123,6 +123,9 @@ class StepTime:
     exposed: float
     comm: dict[str, float] = field(default_factory=dict)
     start: float = 0.0  # when the step began, on the rank's timeline (seconds, as Timeline's t)
+    # A predicted step only: the best step any overlap of its work reaches on the links
+    # (`theory.schedule.bound`); measured `seconds` over it is the overlap's shortfall.
+    bound: float | None = None
 
     @property
     def hidden(self) -> float:
@@ -134,7 +137,7 @@ class StepTime:
         return sum(self.comm.values())
 
     def plain(self) -> dict[str, Any]:
-        return _plain_fields(self)
+        return _plain_fields(self, drop_none=("bound",))
 
 
 def _median_step(steps: list[StepTime]) -> StepTime | None:
@@ -150,9 +153,11 @@ def _median_step(steps: list[StepTime]) -> StepTime | None:
         return xs[k] if len(xs) % 2 else (xs[k - 1] + xs[k]) / 2
 
     axes = sorted({a for s in steps for a in s.comm})
+    bounds = [s.bound for s in steps if s.bound is not None]
     return StepTime(-1, med([s.seconds for s in steps]), med([s.compute for s in steps]),
                     med([s.exposed for s in steps]), {a: med([s.comm.get(a, 0.0) for s in steps]) for a in axes},
-                    start=steps[0].start)  # the medians have no one start: the first counted step's
+                    start=steps[0].start,  # the medians have no one start: the first counted step's
+                    bound=med(bounds) if len(bounds) == len(steps) else None)
 
 
 @dataclass
@@ -173,6 +178,12 @@ class TimeReport:
 
     def predicted_median(self) -> StepTime | None:
         return _median_step(self.predicted)
+
+    def efficiency(self) -> float | None:
+        """Overlap efficiency: the bound (`theory.schedule.bound`, with the prediction) over the
+        measured step, medians after the first step; None without a prediction."""
+        p, m = self.predicted_median(), self.median()
+        return None if p is None or p.bound is None or m is None else p.bound / m.seconds
 
     def plain(self) -> dict[str, Any]:
         return {"steps": [s.plain() for s in self.steps], "predicted": [s.plain() for s in self.predicted]}

@@ -128,8 +128,14 @@ def time_lines(report: RunReport) -> list[str]:
                     "machine, whichever is longer (zeroedu.theory.schedule)")
     else:
         rows = [[r[0], *r[2:]] for r in rows]
-    return head + [table(rows, ["rank", *(["time"] if any(preds.values()) else []), "step", "compute", "exposed",
-                                *[f"comm {a}" for a in axes], "hidden"])]
+    out = head + [table(rows, ["rank", *(["time"] if any(preds.values()) else []), "step", "compute", "exposed",
+                               *[f"comm {a}" for a in axes], "hidden"])]
+    effs = [(r.rank, r.time.efficiency()) for r in report.ranks]
+    if all(e is not None for _, e in effs):
+        out.append("overlap efficiency (the best step any overlap reaches on these links, max(compute, "
+                   "head + busiest link + tail), over the measured step): "
+                   + "  ".join(f"rank {k} {e:.0%}" for k, e in effs))
+    return out
 
 
 def _links_text(links: dict) -> str:

@@ -305,6 +305,30 @@ def fsdp(forward: list[float], backward: list[float], unit_bytes: list[float], o
     return prog + [Wait(*reductions), Compute("optimizer", optimizer)]
 
 
+def bound(program, links: dict[str, Link]) -> float:
+    """The best step any schedule of `program`'s work could reach on `links`: max(P, H + C + T)
+    with P all its compute, C the time of one axis's collectives back to back (the busiest axis),
+    H the compute before its first collective is issued (its data does not exist earlier: the
+    first gradients, the first unit's shard) and T the compute after its last wait (the
+    optimizer step needs every reduction). No overlap can hide more: compute runs one thing at a
+    time, and so does a link. A measured step over this bound is the overlap's efficiency."""
+    ops = _flatten(program)
+    compute = [op for op in ops if isinstance(op, Compute)]
+    p = sum(op.seconds for op in compute)
+    first_issue = next((k for k, op in enumerate(ops) if isinstance(op, Issue)), None)
+    if first_issue is None:
+        return p
+    last_wait = max(k for k, op in enumerate(ops) if isinstance(op, Wait))
+    head = sum(op.seconds for op in ops[:first_issue] if isinstance(op, Compute))
+    tail = sum(op.seconds for op in ops[last_wait:] if isinstance(op, Compute))
+    busy: dict[str, float] = {}
+    for op in ops:
+        if isinstance(op, Issue):
+            t = op.seconds if op.seconds is not None else max(op.floor, _time(op, links[op.axis]))
+            busy[op.axis] = busy.get(op.axis, 0.0) + t
+    return max(p, head + max(busy.values()) + tail)
+
+
 def predict(comm: list[dict], steps, links: dict[str, Link], transport: bool = False):
     """Each step of a calibration run (its timeline's records, its `reports.StepTime`s) replayed
     on `links` (by axis; an axis without one keeps its recorded times): the `StepTime` the
@@ -314,8 +338,9 @@ def predict(comm: list[dict], steps, links: dict[str, Link], transport: bool = F
     out = []
     for st in steps:
         axes = {r["axis"] for r in comm if r["step"] == st.step}
-        res = simulate(replay(comm, st.step, st.start, st.start + st.seconds,
-                              recorded=frozenset(a for a in axes if a not in links), transport=transport), links)
+        prog = replay(comm, st.step, st.start, st.start + st.seconds,
+                      recorded=frozenset(a for a in axes if a not in links), transport=transport)
+        res = simulate(prog, links)
         out.append(StepTime(st.step, res.seconds, res.compute, res.exposed,
-                            {a: res.comm(a) for a in sorted(axes)}, start=st.start))
+                            {a: res.comm(a) for a in sorted(axes)}, start=st.start, bound=bound(prog, links)))
     return out
