@@ -320,23 +320,52 @@ GRADE = {1: _grade_lab1, 2: _grade_lab2, 3: _grade_lab3}
 
 
 # ------------------------------------------------------------------ lab 4: a pure function
-def grade_lab4(res: LabResult, mod, cases_: list[Case], error) -> None:
-    """Call the student's function in this process on every case; compare with theory."""
-    fn = mod.hfsdp_bytes_per_gpu
-    for case in cases_:
+def lab4_job(ctx, path: str, cases: list[dict]) -> list[dict]:
+    """In a process of its own (never the grader's): the student's function on every case, each
+    result as plain numbers ({"value": {key: float | str}}) or the error it raised."""
+    from .student import error, load
+
+    try:
+        mod = load(path)
+        fn = mod.hfsdp_bytes_per_gpu
+    except BaseException as e:  # noqa: BLE001 - reported to the student, never re-raised
+        return [{"load_error": error(e, path)}] * len(cases)
+    out = []
+    for c in cases:
+        try:
+            got = fn(c["psi"], c["n"], c["m"], c["recipe"])
+        except BaseException as e:  # noqa: BLE001
+            out.append({"error": error(e, path)})
+            continue
+        if not isinstance(got, dict):
+            out.append({"not_a_dict": repr(got)[:120]})
+            continue
+        plain = {}
+        for k, v in got.items():
+            try:
+                plain[str(k)] = float(v)
+            except (TypeError, ValueError):
+                plain[str(k)] = repr(v)[:60]
+        out.append({"value": plain})
+    return out
+
+
+def grade_lab4(res: LabResult, results: list[dict], cases_: list[Case]) -> None:
+    """Compare what the student's function returned (`lab4_job`, per case) with theory."""
+    for case, r in zip(cases_, results):
         psi, nn, m, recipe = case.params["psi"], case.n, case.params["m"], case.params["recipe"]
         where = f"Ψ={psi:g}, N={nn}, M={m}, {recipe}"
-        try:
-            got = fn(psi, nn, m, recipe)
-        except BaseException as e:  # noqa: BLE001
-            err = error(e)
+        if "error" in r:
+            err = r["error"]
             if err["error"] == "not_implemented":
                 res.fail_case(case, Diagnosis(f"not implemented yet: {err['message']}"), "not_implemented")
             else:
                 res.fail_case(case, Diagnosis(f"{where}: raised {err['message']}{err.get('where', '')}"))
             continue
-        if not isinstance(got, dict) or not {"param", "grad", "optim", "total"} <= set(got):
-            res.fail_case(case, Diagnosis(f"{where}: returned {got!r:.120}; return a dict with keys param, grad, "
+        got = r.get("value")
+        if got is None or not {"param", "grad", "optim", "total"} <= set(got):
+            shown = r.get("not_a_dict") or repr(got)[:120]
+            res.fail_case(case, Diagnosis(f"{where}: returned {shown}; return a dict with keys param, grad, "
                                           "optim, total"))
             continue
         exp = theory.model_states("hfsdp", psi, nn, m, recipe)
@@ -357,11 +386,10 @@ def grade_lab4(res: LabResult, mod, cases_: list[Case], error) -> None:
         }
         for key in ("param", "grad", "optim", "total"):
             g, e = got[key], getattr(exp, key)
-            try:
-                close = abs(float(g) - float(e)) <= 1e-9 * max(1.0, abs(float(e)))
-            except (TypeError, ValueError):
-                res.record(case, key, Diagnosis(f"{where}: {key} = {g!r} is not a number"))
+            if isinstance(g, str):
+                res.record(case, key, Diagnosis(f"{where}: {key} = {g} is not a number"))
                 continue
+            close = abs(float(g) - float(e)) <= 1e-9 * max(1.0, abs(float(e)))
             if close:
                 res.record(case, key)
                 continue
@@ -374,4 +402,4 @@ def grade_lab4(res: LabResult, mod, cases_: list[Case], error) -> None:
 
 
 __all__ = ["LAB4_CASES", "cases", "compare", "check_sent", "lab1_input", "lab2_input", "lab3_inputs",
-           "lab_job", "grade_lab4", "GRADE"]
+           "lab_job", "lab4_job", "grade_lab4", "GRADE"]

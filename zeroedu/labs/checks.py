@@ -7,6 +7,11 @@ labs 1-4, `training` for labs 5-6): plain torch on the same inputs, `zeroedu.the
 single-process training, the ledger's measured bytes and memory. It returns a `LabResult` (points,
 per-test per-case diagnoses; `str()` for people, `as_dict()` for JSON).
 
+Before anything runs, a file that is not UTF-8, does not parse, or is refused by `guard` (it
+imports what the lab asks the student to write, the answer key or the grader, or reads frames)
+is that lab's error. Lab 4 runs in a process of its own, with a time limit; `grade` (the
+autograder's path) gives every lab fresh ranks.
+
 It never lets a raw traceback escape: "not implemented yet: write ...", "rank 2, element 5: expected
 12, got 4", "looks like the SUM: divide by N", the line of the student's file that raised, or that
 the ranks hung. Cases that share N run in one rank job; when every case of a job failed (a
@@ -14,18 +19,15 @@ skeleton, a crash, a hang), the remaining jobs are not started: their cases fail
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import random
 from pathlib import Path
 
 from ..runtime import cluster
-from . import basic, training
+from . import basic, guard, training
 from .generate import repo_labs
 from .grading import Case, Diagnosis, LabResult, grade_dict
 from .registry import LABS, get_lab  # noqa: F401 (get_lab: re-exported)
-from .student import error, load
 
 DEFAULT_N = 4
 DEFAULT_HIDDEN = 2  # hidden cases per lab when hidden cases are asked for without a count
@@ -126,18 +128,44 @@ def _run_ranks(res: LabResult, path: Path, cases: list[Case]) -> None:
 
 
 def _run_lab4(res: LabResult, path: Path, cases: list[Case]) -> None:
+    """Lab 4 is a pure function, but it runs in a process of its own (a one-rank pool, closed
+    after): a submission can neither patch the grader nor print into its output, and one that
+    loops or exits is cut at the time limit and reported."""
+    pool = cluster.Pool(1, BACKEND)
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            mod = load(str(path))
-    except BaseException as e:  # noqa: BLE001
-        err = error(e, str(path))
-        res.fail_all(f"your file does not load: {err['message']}{err.get('where', '')}", "error")
+        results = pool.run(basic.lab4_job, {"path": str(path), "cases": [
+            {"psi": c.params["psi"], "n": c.n, "m": c.params["m"], "recipe": c.params["recipe"]} for c in cases]},
+            timeout=TIMEOUT)[0]
+    except cluster.RankError as e:
+        hung = "did not finish" in e.kind
+        res.fail_all("your function did not return within the time limit (an endless loop?)" if hung
+                     else f"your file stopped the process that ran it ({e.kind})", "error")
         return
-    if not callable(getattr(mod, "hfsdp_bytes_per_gpu", None)):
-        res.fail_all("your file defines no function hfsdp_bytes_per_gpu", "error")
+    finally:
+        pool.close()
+    load_error = next((r["load_error"] for r in results if "load_error" in r), None)
+    if load_error is not None:
+        res.fail_all(f"your file does not load: {load_error['message']}{load_error.get('where', '')}", "error")
         return
-    with contextlib.redirect_stdout(io.StringIO()):  # a student's print() must not corrupt --json
-        basic.grade_lab4(res, mod, cases, lambda e: error(e, str(path)))
+    basic.grade_lab4(res, results, cases)
+
+
+def _readable(lab: int, p: Path) -> tuple[str | None, str]:
+    """Why the file at `p` cannot be run (missing, not UTF-8, a syntax error, refused by
+    `guard`), with the lab's status; (None, "") when it can."""
+    if not p.exists():
+        return f"no file at {p}; generate the student tree with `python -m zeroedu.labs build`", "missing"
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        return (f"your file is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): "
+                "save it as UTF-8"), "error"
+    try:
+        compile(text, str(p), "exec")
+    except SyntaxError as e:
+        return f"your file has a syntax error, line {e.lineno}: {e.msg}", "error"
+    refused = guard.refusal(lab, text)
+    return (refused, "error") if refused else (None, "")
 
 
 # ------------------------------------------------------------------ public API
@@ -158,18 +186,17 @@ def check(lab, path: str | Path | None = None, *, n: int = DEFAULT_N, hidden: in
     cases = cases_for(info.number, n, hidden, seed)
     for c in cases:
         res.add_case(c)
-    if not p.exists():
-        res.fail_all(f"no file at {p}; generate the student tree with `python -m zeroedu.labs build`", "missing")
+    if p.is_dir():
+        raise ValueError(f"{p} is a folder: --path names one lab's file (e.g. labs/student/{info.file}); "
+                         "for a folder of labs use --dir")
+    problem, status = _readable(info.number, p)
+    if problem is not None:
+        res.fail_all(problem, status)
     else:
         try:
-            compile(p.read_text(), str(p), "exec")
-        except SyntaxError as e:
-            res.fail_all(f"your file has a syntax error, line {e.lineno}: {e.msg}", "error")
-        else:
-            try:
-                (_run_lab4 if info.number == 4 else _run_ranks)(res, p, cases)
-            except Exception as e:  # noqa: BLE001
-                res.fail_all(f"the checker itself failed ({type(e).__name__}: {e}); please report it", "error")
+            (_run_lab4 if info.number == 4 else _run_ranks)(res, p, cases)
+        except Exception as e:  # noqa: BLE001
+            res.fail_all(f"the checker itself failed ({type(e).__name__}: {e}); please report it", "error")
     res.finish()
     if hidden:
         res.notes.append(f"{hidden} hidden case(s), seed {seed}")
@@ -193,7 +220,12 @@ def grade(labs=None, *, path: str | Path | None = None, directory: str | Path | 
     labs = list(labs or LABS)
     if path is not None and len(labs) != 1:
         raise ValueError("a path names one lab's file; use directory= for several labs")
-    results = [check(k, path, n=n, hidden=hidden, seed=seed, directory=directory, quiet=True) for k in labs]
+    results = []
+    for k in labs:
+        results.append(check(k, path, n=n, hidden=hidden, seed=seed, directory=directory, quiet=True))
+        # Fresh ranks for the next lab: nothing one lab's file did to a rank process (a patched
+        # function, a leaked thread) reaches the next lab's run.
+        cluster.shutdown_pools()
     return grade_dict(results, seed=seed, hidden=hidden, n=n)
 
 

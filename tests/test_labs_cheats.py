@@ -1,0 +1,91 @@
+"""Cheats a student might try on the lab grader, each of which must score 0 or be refused with its
+reason (`zeroedu.labs.guard`, lab 4 in a process of its own, `zeroedu.labs.checks`)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zeroedu.labs import checks, generate, guard
+from zeroedu.labs.__main__ import main
+from zeroedu.labs.registry import LABS
+
+
+def _key(lab: int) -> str:
+    return generate.render(generate.default_source() / LABS[lab].file, "key")
+
+
+def _file(tmp_path, lab: int, text: str):
+    p = tmp_path / LABS[lab].file
+    p.write_text(text)
+    return p
+
+
+LAB4_KEY_FN = '    """Model-state bytes on one GPU: {"param": ..., "grad": ..., "optim": ..., "total": ...}."""\n'
+
+# (lab, what is added at the top of the answer key, the reason the guard gives)
+REFUSED = [
+    (4, "from zeroedu.labs import grading\ngrading.LabResult.ok = property(lambda self: True)\n", "the grader"),
+    (4, "from zeroedu import theory\n", "zeroedu's own implementation (zeroedu.theory)"),
+    (5, "from zeroedu.strategies.zero2 import ZeRO2\n", "zeroedu's own implementation (zeroedu.strategies)"),
+    (2, "import zeroedu.strategies.zero2 as z\n", "zeroedu.strategies"),
+    (1, "import sys\ncase = lambda: sys._getframe(1).f_locals['case']\n", "frames"),
+    (1, "import inspect\nup = lambda: inspect.currentframe().f_back\n", "frames"),
+    (3, "import sys\nsys.path.insert(0, 'labs/source')\n", "sys.path"),
+    (3, "from lab3_fsdp_linear import *\n", "answer key"),
+    (6, "import importlib\nkey = importlib.import_module('zeroedu.strategies.fsdp2')\n", "importlib"),
+    (1, "run = __import__\n", "__import__"),
+]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("lab,cheat,reason", REFUSED)
+def test_each_cheat_is_refused_with_its_reason_and_scores_zero(tmp_path, lab, cheat, reason):
+    text = cheat + _key(lab)
+    why = guard.refusal(lab, text)
+    assert why is not None and why.startswith("refused: your file") and reason in why and "line " in why
+    res = checks.check(lab, _file(tmp_path, lab, text), quiet=True)  # refused before any rank starts
+    assert res.points == 0 and res.status == "error" and any(why in m for m in res.messages)
+
+
+@pytest.mark.fast
+def test_every_skeleton_and_answer_key_passes_the_guard():
+    # what the skeletons import themselves (zeroedu.shard, recipes, lab 6's three state names) is allowed
+    for lab in LABS:
+        for kind in ("student", "key"):
+            assert guard.refusal(lab, generate.render(generate.default_source() / LABS[lab].file, kind)) is None
+    assert guard.refusal(3, "import torch\nx = torch.stack([torch.ones(1)])\n") is None  # torch.stack is fine
+
+
+def test_lab4_runs_apart_from_the_grader_loops_and_exits_are_reported(tmp_path, monkeypatch, capsys):
+    key = _key(4)
+    assert key.count(LAB4_KEY_FN) == 1  # the function's docstring: what follows it runs in the function
+    # a print() in the student's function cannot corrupt the grade's JSON: it goes to the rank's log
+    printed = key.replace(LAB4_KEY_FN, LAB4_KEY_FN + "    print('{\"points\": 100}')\n", 1)
+    assert main(["check", "4", "--json", "--path", str(_file(tmp_path, 4, printed))]) == 0
+    g = json.loads(capsys.readouterr().out)
+    assert g["points"] == 10 and g["labs"][0]["status"] == "passed"
+    # os._exit(0) ends the process that ran it: that lab's error, 0 points
+    exits = key.replace(LAB4_KEY_FN, LAB4_KEY_FN + "    import os\n    os._exit(0)\n", 1)
+    res = checks.check(4, _file(tmp_path, 4, exits), quiet=True)
+    assert res.points == 0 and res.status == "error" and any("stopped the process" in m for m in res.messages)
+    # an endless loop is cut at the time limit
+    monkeypatch.setattr(checks, "TIMEOUT", 3.0)
+    loops = key.replace(LAB4_KEY_FN, LAB4_KEY_FN + "    while True:\n        pass\n", 1)
+    res = checks.check(4, _file(tmp_path, 4, loops), quiet=True)
+    assert res.points == 0 and any("time limit" in m for m in res.messages)
+
+
+def test_a_bad_byte_is_one_labs_error_inside_valid_json(tmp_path, capsys):
+    (tmp_path / LABS[4].file).write_bytes(b"x = 1  # caf\xe9\n")  # latin-1, not UTF-8
+    assert main(["check", "4", "--json", "--dir", str(tmp_path)]) == 0
+    g = json.loads(capsys.readouterr().out)
+    lab = g["labs"][0]
+    assert lab["status"] == "error" and lab["points"] == 0
+    assert "not UTF-8 text (byte 0xe9 at offset 12)" in json.dumps(lab)
+    # --path names a file: a folder is a usage error, said in one line
+    with pytest.raises(SystemExit) as e:
+        main(["check", "4", "--path", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "is a folder: --path names one lab's file" in err
