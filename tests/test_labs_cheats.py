@@ -89,3 +89,19 @@ def test_a_bad_byte_is_one_labs_error_inside_valid_json(tmp_path, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert "is a folder: --path names one lab's file" in err
+
+
+def test_garbage_padding_gets_the_same_grade_every_run(tmp_path):
+    """Lab 2 padded with torch.empty: the ranks fill uninitialised memory (NaN), so the grade does
+    not depend on what the allocator's page held: below full marks, with the padding named."""
+    src = _key(2)
+    old = "padded = torch.zeros(shard.padded_numel(numel, n), dtype=flat_grad.dtype)"
+    assert src.count(old) == 1
+    p = _file(tmp_path, 2, src.replace(old, old.replace("torch.zeros", "torch.empty")))
+    grades = []
+    for _ in range(5):
+        res = checks.check(2, p, quiet=True)
+        grades.append(res.points)
+        msgs = [d.message for c in res.tests["values"].cases for d in c.diagnosis]
+        assert any("the padding" in m and "torch.zeros" in m for m in msgs), msgs
+    assert len(set(grades)) == 1 and grades[0] < LABS[2].points

@@ -8,6 +8,8 @@ lab 3 from plain matrix products, lab 4 from `zeroedu.theory.model_states`; the 
 """
 from __future__ import annotations
 
+import contextlib
+
 import random
 from fractions import Fraction
 
@@ -151,9 +153,28 @@ def _rank_lab3(mod, ctx, case):
 _RANK = {1: _rank_lab1, 2: _rank_lab2, 3: _rank_lab3}
 
 
+@contextlib.contextmanager
+def filled_uninitialized_memory():
+    """torch.empty and its kin return NaN (floats) or the largest integer while this is on
+    (torch's deterministic mode with `torch.utils.deterministic.fill_uninitialized_memory`), so
+    a buffer the student left uninitialised gives the same wrong answer on every run instead of
+    whatever the allocator's page held."""
+    was, fill = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    warn = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+
+
 def lab_job(ctx, lab: int, path: str, cases: list[dict]) -> list[dict]:
-    """Runs on every rank: each case of lab `lab` (1-3) on the student's file at `path`."""
-    return run_cases(ctx, path, cases, lambda mod, c, case: _RANK[lab](mod, c, case), LABS[lab].functions)
+    """Runs on every rank: each case of lab `lab` (1-3) on the student's file at `path`, with
+    uninitialised memory filled (`filled_uninitialized_memory`)."""
+    with filled_uninitialized_memory():
+        return run_cases(ctx, path, cases, lambda mod, c, case: _RANK[lab](mod, c, case), LABS[lab].functions)
 
 
 # ------------------------------------------------------------------ comparing (parent side)
@@ -255,6 +276,14 @@ def _grade_lab2(res: LabResult, case: Case, results: list[dict]) -> None:
         alts += [(mean[j * c:(j + 1) * c], f"this is rank {j}'s chunk") for j in range(n) if j != r]
         d = compare(f"rank {r}, gradient shard", out["got"], exp, 1e-6, alts, rank=r,
                     shard_range=(rng.start, rng.end))
+        real = max(0, min(rng.end, numel) - rng.start)  # this shard's positions inside the gradient
+        if d is not None and real < exp.numel() and not isinstance(out["got"], dict) \
+                and tuple(out["got"].shape) == tuple(exp.shape) \
+                and torch.allclose(out["got"][:real].float(), exp[:real].float(), rtol=1e-6, atol=1e-6):
+            d = Diagnosis(f"rank {r}, gradient shard: the padding [{rng.start + real}, {rng.end}) is not zero "
+                          f"(got {out['got'][real].item():g}): pad with torch.zeros; torch.empty leaves whatever "
+                          "was in memory", rank=r, shard=(rng.start, rng.end), element=rng.start + real,
+                          expected=0.0, got=float(out["got"][real].item()))
         if d:
             values.append(d)
         ops = [x["op"] for x in out["comm"]]
