@@ -105,3 +105,26 @@ def test_garbage_padding_gets_the_same_grade_every_run(tmp_path):
         msgs = [d.message for c in res.tests["values"].cases for d in c.diagnosis]
         assert any("the padding" in m and "torch.zeros" in m for m in msgs), msgs
     assert len(set(grades)) == 1 and grades[0] < LABS[2].points
+
+
+def test_publish_hands_out_no_solution_and_its_labs_still_grade(tmp_path, capsys):
+    out = tmp_path / "course"
+    assert main(["publish", str(out)]) == 0
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert files == sorted(["labs/README.md"] + [f"labs/student/{LABS[k].file}" for k in LABS])
+    for k in LABS:  # the skeleton exactly, no solution region and no key header
+        published = (out / "labs" / "student" / LABS[k].file).read_text()
+        src = generate.default_source() / LABS[k].file
+        assert published == generate.render(src, "student") != generate.render(src, "key")
+        assert "BEGIN SOLUTION" not in published and "ANSWER KEY" not in published
+        student_lines = set(published.splitlines())
+        own = [ln for region in generate.solution_regions(src.read_text()) for ln in region.splitlines()
+               if ln.strip() and ln not in student_lines]
+        assert own  # every lab's solution has lines of its own, and none of them was published
+    capsys.readouterr()
+    assert main(["check", "4", "--json", "--dir", str(out / "labs" / "student")]) == 0  # the skeleton grades
+    g = json.loads(capsys.readouterr().out)
+    assert g["labs"][0]["status"] == "not_implemented" and g["points"] == 0
+    with pytest.raises(SystemExit) as e:  # a second time: the folder is not fresh
+        main(["publish", str(out)])
+    assert e.value.code == 2

@@ -4,6 +4,8 @@
     build [--student DIR] [--key DIR] [--source DIR]
                                                 student skeletons (default labs/student); the answer
                                                 key only with --key, only into DIR
+    publish DIR                                 what to hand a class: DIR/labs/student (the
+                                                skeletons) and DIR/labs/README.md, no source, no key
     check LAB|all [--path FILE | --dir DIR] [--hidden [K]] [--seed S] [--n N] [--json]
                                                 grade on real ranks; --json prints the grade for an
                                                 autograder (schema in zeroedu.labs.grading)
@@ -32,6 +34,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--student", metavar="DIR", default=None, help="student tree (default: labs/student)")
     b.add_argument("--key", metavar="DIR", default=None, help="write the answer key into DIR (instructors only)")
     b.add_argument("--source", metavar="DIR", default=None, help="lab sources (default: labs/source of the checkout)")
+    pub = sub.add_parser("publish", help="write the tree to hand students: skeletons and README, no solution")
+    pub.add_argument("dir", metavar="DIR", help="a fresh folder, outside this repository's labs/")
     c = sub.add_parser("check", help="grade a lab (or all) on real ranks")
     c.add_argument("lab", help=f"1-{len(LABS)} or all")
     where = c.add_mutually_exclusive_group()
@@ -67,6 +71,14 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "list":
         return _list(args.json)
+    if args.cmd == "publish":
+        try:
+            written = generate.publish(args.dir)
+        except ValueError as e:
+            p.error(str(e))
+        for path in written:
+            print(f"wrote {path}")
+        return 0
     if args.cmd == "build":
         try:
             if args.key is not None:

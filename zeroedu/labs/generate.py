@@ -137,6 +137,24 @@ def build_key(out: str | Path, source: str | Path | None = None) -> list[Path]:
     return _write("key", Path(out), source)
 
 
+def publish(out: str | Path, source: str | Path | None = None) -> list[Path]:
+    """What to hand a class, in `out`: `labs/student/` (the skeletons) and `labs/README.md`, and
+    nothing of `labs/source/` or the key. `out` must be outside the package, the repository's
+    labs folder and the sources, and hold no lab files yet."""
+    out = Path(out)
+    src = Path(source) if source is not None else default_source()
+    for folder, what in ((PACKAGE, "the zeroedu package"), (repo_labs(), "the repository's labs folder"),
+                         (src, "the lab sources")):
+        if _inside(out, folder):
+            raise ValueError(f"refusing to publish into {out}: it is inside {what} ({folder})")
+    if (out / "labs").exists():
+        raise ValueError(f"{out / 'labs'} exists: publish into a fresh folder")
+    written = build_student(out / "labs" / "student", source)
+    readme = out / "labs" / "README.md"
+    readme.write_text((repo_labs() / "README.md").read_text())
+    return written + [readme]
+
+
 def check_key_dir(out: str | Path, source: str | Path | None = None) -> None:
     """ValueError unless `out` is a place for the key: outside the package, the student tree and
     the sources."""
