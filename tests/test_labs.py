@@ -272,6 +272,17 @@ def test_mistakes_are_diagnosed(tmp_path, lab, old, new, test, expect):
     assert "Traceback" not in str(res) and "Traceback" not in json.dumps(res.as_dict())
 
 
+def test_an_early_free_costs_what_a_wrong_result_costs(tmp_path):
+    """Lab 5 freeing each full gradient while its reduce-scatter is in flight: the safety
+    criterion fails and so do the reduced shards, whose result cannot be trusted."""
+    _, old, new, _, _ = next(m for m in MISTAKES if m[3] == "no_early_free")
+    res = checks.check(5, _mutant(tmp_path, 5, old, new), quiet=True)
+    assert not res.tests["no_early_free"].passed and not res.tests["grads"].passed
+    assert any("read a freed buffer" in m for m in _messages(res, "grads")), str(res)
+    lost = LABS[5].points - res.points
+    assert lost >= [t.points for t in LABS[5].tests if t.id == "grads"][0] + 2
+
+
 def test_element_level_diagnosis_names_rank_shard_element(tmp_path):
     p = _mutant(tmp_path, 1, "chunks[(rank - s - 2) % world] += incoming",
                 "chunks[(rank - s - 2) % world] += 2 * incoming")

@@ -203,6 +203,7 @@ class ZeRO2Lab(ZeRO2):
                                               "handle.wait() returned (with NCCL the memory would be reused "
                                               "while the collective still reads it)")
 
+
     def _freed(self, k: int) -> None:
         ptr = self._buffer_ptr.pop(k)
         self.comm.launched = [w for w in self.comm.launched if w.ptr != ptr]

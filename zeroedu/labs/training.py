@@ -295,6 +295,18 @@ def grade_zero2(res: LabResult, case: Case, results: list[dict]) -> None:
     res.record(case, "freed", freed[:3])
     res.record(case, "overlap", overlap[:3])
     res.record(case, "no_early_free", v["no_early_free"])
+    if v["no_early_free"]:
+        # Safety weighs like correctness: a reduce-scatter that read a freed buffer has no result
+        # to trust (on NCCL the allocator reuses the memory while the collective reads it; on CPU
+        # the run may well come out right), so the reduced shards fail with it, whatever they
+        # hold on this run. (Overwriting the freed buffer instead would make the loss NaN and
+        # hide the cause behind "training diverged".)
+        prior = next((c.diagnosis for c in res.tests["grads"].cases if c.case.id == case.id), [])
+        first = v["no_early_free"][0]
+        res.record(case, "grads", list(prior) + [Diagnosis(
+            f"{first.message.split(':')[0]}: a reduce-scatter read a freed buffer, so its shard cannot be "
+            "trusted (with NCCL the allocator would reuse that memory while the collective reads it)",
+            rank=first.rank, unit=first.unit)])
 
 
 def grade_fsdp(res: LabResult, case: Case, results: list[dict]) -> None:
