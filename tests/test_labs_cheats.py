@@ -128,3 +128,15 @@ def test_publish_hands_out_no_solution_and_its_labs_still_grade(tmp_path, capsys
     with pytest.raises(SystemExit) as e:  # a second time: the folder is not fresh
         main(["publish", str(out)])
     assert e.value.code == 2
+
+
+def test_a_submission_that_patches_the_grader_on_its_rank_is_not_graded(tmp_path):
+    """Lab 5's functions are handed the scaffold: replacing its violation record (so an early
+    free would go unseen) through the object is found by identity before any result is read."""
+    src = _key(5)
+    anchor = "def free_finished(zero2, wait=False):\n"
+    assert src.count(anchor) == 1
+    patched = src.replace(anchor, anchor + "    type(zero2)._violate = lambda self, *a: None\n", 1)
+    res = checks.check(5, _file(tmp_path, 5, patched), quiet=True)
+    assert res.points == 0
+    assert any("replaced part of the grader" in m and "ZeRO2Lab._violate" in m for m in res.messages), str(res)

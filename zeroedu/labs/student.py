@@ -54,6 +54,47 @@ def error(e: BaseException, path: str) -> dict:
     return {"error": "raised", "message": f"{type(e).__name__}: {e}", "where": student_line(e.__traceback__, path)}
 
 
+# The grader's side inside a rank: the scaffolds the student's functions are plugged into, the
+# strategies they extend, and the measuring core whose records the grade reads.
+_GUARDED_MODULES = ("zeroedu.labs.scaffolds", "zeroedu.labs.student", "zeroedu.strategies.base",
+                    "zeroedu.strategies.zero2", "zeroedu.strategies.fsdp1", "zeroedu.strategies.fsdp_units",
+                    "zeroedu.runtime.comm", "zeroedu.runtime.ledger", "zeroedu.runtime.ring", "zeroedu.shard")
+
+
+def _code(v) -> bool:  # what a patch would replace: functions, classes, methods, properties
+    return callable(v) or isinstance(v, (staticmethod, classmethod, property))
+
+
+def grader_fingerprint() -> dict[str, int]:
+    """Every function and class of the grader's modules in this process, and each class's own
+    methods, by identity, so a submission that replaced one (patched a scaffold's method, a
+    ledger's record) is found before its results are read. Plain data (a module's cache, a
+    lazily created stream) is left out: it changes by design."""
+    import sys as _sys
+
+    out = {}
+    for name in _GUARDED_MODULES:
+        mod = _sys.modules.get(name)
+        if mod is None:
+            continue
+        for attr, v in list(vars(mod).items()):
+            if not _code(v):
+                continue
+            out[f"{name}:{attr}"] = id(v)
+            if isinstance(v, type) and v.__module__ == name:
+                for a, w in list(vars(v).items()):
+                    if _code(w):
+                        out[f"{name}:{attr}.{a}"] = id(w)
+    return out
+
+
+def changed(before: dict[str, int], after: dict[str, int]) -> list[str]:
+    """What was replaced or removed, and methods added to a class that existed before."""
+    out = [k for k in before if after.get(k) != before[k]]
+    out += [k for k in after if k not in before and "." in k.split(":")[1] and k.rsplit(".", 1)[0] in before]
+    return sorted(out)
+
+
 def missing_functions(mod, names) -> list[str]:
     return [f for f in names if not callable(getattr(mod, f, None))]
 
@@ -64,6 +105,7 @@ def run_cases(ctx, path: str, cases: list[dict], run_one, functions=()) -> list[
     import torch
     import torch.distributed as dist
 
+    before = grader_fingerprint()
     try:
         mod = load(path)
         gone = missing_functions(mod, functions)
@@ -77,6 +119,10 @@ def run_cases(ctx, path: str, cases: list[dict], run_one, functions=()) -> list[
             res = run_one(mod, ctx, case)
         except BaseException as e:  # noqa: BLE001
             res = error(e, path)
+        touched = changed(before, grader_fingerprint())
+        if touched:  # results of a patched grader are not read
+            res = {"error": "raised", "message": "your code replaced part of the grader ("
+                   + ", ".join(touched[:3]) + "): its results are not graded", "where": ""}
         out.append(res)
         # Harness plumbing, not training traffic: not recorded in any ledger.
         flag = torch.tensor([1.0 if "error" in res else 0.0])
