@@ -81,3 +81,21 @@ def test_zero2_sends_like_ddp_once_and_k_plus_one_psi_with_accumulation():
         assert abs(float(zero2 / ddp) - (k + 1) / 2) < 1e-3
     answer = " ".join(get_card("fit_stage").answer.split())
     assert "2Ψ per step" in answer and "(K+1)Ψ" in answer and "about 3Ψ" in answer
+
+
+def test_notebook02_ddp_example_keeps_torchs_first_bucket():
+    """Item 11: torch 2.13's DDP makes the first bucket 1 MiB only when bucket_cap_mb is left unset;
+    passing 25 (the default's value) makes it 25 MiB. Notebook 02's example leaves it unset."""
+    import nbformat
+    from torch.nn.parallel.distributed import _BucketCapacityConfig
+    import torch.distributed as dist
+
+    default = _BucketCapacityConfig.create(None, None, False)
+    passed = _BucketCapacityConfig.create(25, None, False)
+    assert default.first_bucket_bytes_cap == dist._DEFAULT_FIRST_BUCKET_BYTES == 1 << 20
+    assert passed.first_bucket_bytes_cap == passed.bucket_bytes_cap == 25 << 20
+    nb = nbformat.read(ROOT / "notebooks" / "solutions" / "02_ddp.ipynb", as_version=4)
+    text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    example = text[text.index("model = torch.nn.parallel.DistributedDataParallel("):]
+    assert "bucket_cap_mb=" not in example[:example.index(")")]
+    assert "_BucketCapacityConfig.create" in text
