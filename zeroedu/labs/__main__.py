@@ -6,9 +6,10 @@
                                                 key only with --key, only into DIR
     publish DIR                                 what to hand a class: DIR/labs/student (the
                                                 skeletons) and DIR/labs/README.md, no source, no key
-    check LAB|all [--path FILE | --dir DIR] [--hidden [K]] [--seed S] [--n N] [--json]
+    check LAB|all [--path FILE | --dir DIR] [--hidden [K]] [--seed S] [--n N] [--json | --out FILE]
                                                 grade on real ranks; --json prints the grade for an
-                                                autograder (schema in zeroedu.labs.grading)
+                                                autograder (schema in zeroedu.labs.grading), --out
+                                                writes it to FILE
 
 Exit status: 0 when the command ran (with --json, also when tests fail: the JSON says so); without
 --json, `check` exits 1 when a lab is not fully passed; 2 on a usage error.
@@ -47,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
                                                           "reported in the output)")
     c.add_argument("--n", type=int, default=checks.DEFAULT_N, help=f"ranks of the visible cases (default {checks.DEFAULT_N})")
     c.add_argument("--json", action="store_true", help="print the grade as JSON (exit 0 even when tests fail)")
+    c.add_argument("--out", default=None, metavar="FILE",
+                   help="write the JSON grade to FILE (written by this process, which never runs the "
+                        "submission; nothing a submission prints can reach it), exit 0 even when tests fail")
     return p
 
 
@@ -100,9 +104,14 @@ def main(argv=None) -> int:
         if args.hidden < 0:
             raise ValueError("--hidden must be >= 0")
         seed = args.seed if args.seed is not None or not args.hidden else checks.new_seed()
-        if args.json:
+        if args.json or args.out:
             grade = checks.grade(labs, path=args.path, directory=args.dir, n=args.n, hidden=args.hidden, seed=seed)
-            print(to_json(grade))
+            if args.out:
+                with open(args.out, "w", encoding="utf-8") as f:
+                    f.write(to_json(grade) + "\n")
+                print(f"wrote {args.out}: {grade['points']:g}/{grade['max_points']} points")
+            else:
+                print(to_json(grade))
             return 0
         results = [checks.check(k, args.path, n=args.n, hidden=args.hidden, seed=seed, directory=args.dir)
                    for k in labs]
