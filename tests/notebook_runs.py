@@ -103,9 +103,12 @@ def install(mode: str, folder: str) -> None:
 
     real_run, real_job = launch.run, cluster.run
 
-    def run(cfg, *, pool=None, on_event=None, warm=True, timeout=None):
+    def run(cfg, *, pool=None, on_event=None, warm=True, timeout=None, predict=False):
         k = None if (pool is not None or on_event is not None) else key(cfg)
-        return shared(real_run, k, lambda: real_run(cfg, pool=pool, on_event=on_event, warm=warm, timeout=timeout))
+        if k is not None and predict:  # a predicted run holds its calibration too: another record
+            k = _digest({"run": k, "predict": True})
+        return shared(real_run, k, lambda: real_run(cfg, pool=pool, on_event=on_event, warm=warm, timeout=timeout,
+                                                    predict=predict))
 
     def run_job(fn, n, kwargs=None, *, warm=True, on_event=None, timeout=None):
         k = None if on_event is not None else job_key(fn, n, kwargs)

@@ -78,7 +78,7 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
 
     real = []
 
-    def fake(cfg, *, pool=None, on_event=None, warm=True, timeout=None):
+    def fake(cfg, *, pool=None, on_event=None, warm=True, timeout=None, predict=False):
         real.append(cfg)
         return {"losses": [float(len(real))], "params": [torch.full((2,), float(len(real)))]}
 
@@ -101,9 +101,12 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
         first = zeroedu.train.run(cfg)
         if mode == "record":
             assert first["losses"] == [1.0] and len(real) == 1
+            # with its prediction (a calibration run inside) the same configuration is another record
+            assert zeroedu.train.run(cfg, predict=True)["losses"] == [2.0]
             zeroedu.train.run(cfg, on_event=print)  # a live run is never recorded
             continue
-        assert len(real) == 2 and first["losses"] == [1.0]  # replayed, not run
+        assert len(real) == 3 and first["losses"] == [1.0]  # replayed, not run
+        assert zeroedu.train.run(cfg, predict=True)["losses"] == [2.0] and len(real) == 3
         first["params"][0].add_(5)
         again = launch.run(RunConfig("zero2", 2, steps=2, model="mlp", recipe=cfg.resolved().recipe))
         assert torch.equal(again["params"][0], torch.ones(2))
@@ -111,5 +114,5 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
         zeroedu.train.run(RunConfig("zero2", 2, steps=3, model="mlp"))
         custom = CustomModel("__main__:build", "__main__:batch")
         assert notebook_runs.key(RunConfig("ddp", 2, steps=2, model=custom)) is None
-        assert len(real) == 4
-    assert notebook_runs.counts(str(tmp_path)) == {"recorded": 2, "replayed": 3, "live": 3}
+        assert len(real) == 5
+    assert notebook_runs.counts(str(tmp_path)) == {"recorded": 3, "replayed": 4, "live": 3}
