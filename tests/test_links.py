@@ -56,6 +56,39 @@ def test_the_pacer_holds_a_message_until_the_link_delivers_it(tmp_path):
     assert len(slept) == 2 and b.held == pytest.approx(3.3)
 
 
+@pytest.mark.fast
+def test_a_late_wake_up_is_not_carried_into_the_next_message(tmp_path):
+    """A ring step's next message is computed from the one just held: if the rank wakes late
+    from the hold (a core, the interpreter lock), the next message still starts on the link as
+    if it had woken on time, so late wake-ups do not add up over a collective's steps; and it
+    never starts before its link is free."""
+    now = [0.0]
+    slept = []
+
+    def oversleep(s):  # every sleep ends 0.3 s late
+        slept.append(s)
+        now[0] += s + 0.3
+
+    board = Board(create_board(str(tmp_path), 2), 2)
+    a = Pacer(board, 0, clock=lambda: now[0], sleep=oversleep)
+    b = Pacer(board, 1, clock=lambda: now[0], sleep=oversleep)
+    link = Link(alpha=0.5, beta=100.0)
+    a.sending(link, 1, 100)                # starts at 0: delivered at 1.5
+    late = b.received(link, 0, 100)        # sleeps 1.5, wakes at 1.8
+    assert late == pytest.approx(0.3) and now[0] == pytest.approx(1.8)
+    now[0] = 1.9                           # 0.1 s of work on the message, then the next step
+    b.sending(link, 0, 100, late)          # starts at 1.6 (= 1.5 + 0.1), not 1.9
+    b.sending(link, 0, 100, late)          # the link is busy until 2.6: starts then
+    assert a.received(link, 1, 100) == pytest.approx(0.3)  # delivered at 1.6 + 1.5 = 3.1
+    assert now[0] == pytest.approx(3.4)
+    a.received(link, 1, 100)               # delivered at 2.6 + 1.5 = 4.1
+    assert slept == pytest.approx([1.5, 1.2, 0.7])
+    now[0] = 10.0                          # a message the machine itself delivered late
+    a.sending(link, 1, 100)
+    now[0] = 12.0
+    assert b.received(link, 0, 100) == pytest.approx(0.5)  # due at 11.5
+
+
 def _run(op, nbytes, n, alpha=None, beta=None):
     return cluster.run("tests.rank_jobs:paced", n, {"op": op, "nbytes": nbytes, "alpha": alpha, "beta": beta})
 

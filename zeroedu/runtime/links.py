@@ -17,6 +17,16 @@ which is what keeps a paced collective close to its model on two busy cores
 same messages are sent, only later released. Links are sequential: a message starts when the
 previous one on the same link has been sent.
 
+A message starts when the rank could have sent it, not when its thread got there: a collective's
+first messages when it was issued (or the op before it on its stream ended), a ring step's when
+the message it is computed from was delivered, plus the work between. On two busy cores a
+thread woken from a sleep or a queue waits about a millisecond for a core and the interpreter
+lock, once per ring step; a GPU's communication kernel does not, and those waits would add up
+over a collective's steps (an all-gather of gpt-small's blocks on 4 ranks took its link's 15 ms
+plus 2-3 ms). They are removed from the emulation (`Pacer.received` returns the lateness, the
+ring hands it to the next `sending`), not added to the model; the data still travels when it is
+really sent.
+
 The sender's start time reaches the receiver through a *clock board*: a small file the pool
 creates, mapped by every local rank, with one slot per (sender, receiver, message number).
 CLOCK_MONOTONIC (`time.monotonic`) is one clock for every process of a Linux machine, so a time
@@ -228,23 +238,38 @@ class Pacer:
     def on(self, link: Link) -> "Pace":
         return Pace(self, link)
 
-    def sending(self, link: Link, dst: int, nbytes: int) -> None:
+    def sending(self, link: Link, dst: int, nbytes: int, late: float = 0.0) -> None:
+        """`late`: how long after the link delivered the message this one is computed from the
+        rank got to it (`received`'s return): the message starts that much earlier, as it would
+        have had the rank woken on time (see `received`)."""
         with self._lock:
             seq = self._sent.get(dst, 0)
             self._sent[dst] = seq + 1
-            start = max(self.clock(), self._free.get(dst, 0.0))
+            start = max(self.clock() - late, self._free.get(dst, 0.0))
             self._free[dst] = start + nbytes / link.beta
         self.board.post(self.rank, dst, seq, start)
 
-    def received(self, link: Link, src: int, nbytes: int) -> None:
+    def received(self, link: Link, src: int, nbytes: int) -> float:
+        """Hold the message until the link delivers it; return how late the rank got past that
+        moment (woken after its sleep, or the message itself later than the link).
+
+        A ring step's next message is computed from this one, so a late wake-up would push
+        every later step back: on two busy cores a thread woken from a sleep waits for a core
+        and for the interpreter lock, about a millisecond each time, which a GPU's
+        communication kernel never does. The ring passes the lateness to `sending`, which
+        starts the next message that much earlier on the link: the late wake-ups are removed
+        from the emulation, not added to the model. A message's data still travels when it
+        really is sent, so a receiver never gets it before the machine could deliver it."""
         with self._lock:
             seq = self._received.get(src, 0)
             self._received[src] = seq + 1
-        wait = self.board.read(src, self.rank, seq) + link.seconds(nbytes) - self.clock()
+        arrival = self.board.read(src, self.rank, seq) + link.seconds(nbytes)
+        wait = arrival - self.clock()
         if wait > 0:
             self.sleep(wait)  # sleeps: the link's waiting costs no CPU
             with self._lock:
                 self.held += wait
+        return max(0.0, self.clock() - arrival)
 
 
 @dataclass(frozen=True)
@@ -253,8 +278,8 @@ class Pace:
     pacer: Pacer
     link: Link
 
-    def sending(self, dst_global: int, nbytes: int) -> None:
-        self.pacer.sending(self.link, dst_global, nbytes)
+    def sending(self, dst_global: int, nbytes: int, late: float = 0.0) -> None:
+        self.pacer.sending(self.link, dst_global, nbytes, late)
 
-    def received(self, src_global: int, nbytes: int) -> None:
-        self.pacer.received(self.link, src_global, nbytes)
+    def received(self, src_global: int, nbytes: int) -> float:
+        return self.pacer.received(self.link, src_global, nbytes)

@@ -50,6 +50,7 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -153,18 +154,25 @@ class CommStream:
 
     def _loop(self):
         torch.set_num_threads(self._threads)
+        last_end = 0.0
         while True:
             with self._cv:
                 while not self._q and not self._closed:
                     self._cv.wait()
                 if not self._q:
                     return
-                fn, work = self._q.popleft()
+                fn, work, submitted = self._q.popleft()
             error = None
+            # When the op could have started: issued, and the one before it done. The thread
+            # itself wakes later (a core and the interpreter lock to wait for); an emulated
+            # link starts the op's first messages at this moment instead (`_relay`).
+            _started.ready = max(submitted, last_end)
             try:
                 fn()
             except BaseException as e:  # noqa: BLE001 - handed to the waiter
                 error = e
+            _started.ready = None
+            last_end = time.monotonic()
             # The op's closure holds its tensors: drop it *before* waking the waiter, or a
             # buffer the caller frees right after the wait (ZeRO-2's full gradient) would stay
             # allocated until the next op comes.
@@ -184,7 +192,7 @@ class CommStream:
             if self._closed:
                 raise RuntimeError("CommStream is closed")
             self._pending += 1
-            self._q.append((fn, work))
+            self._q.append((fn, work, time.monotonic()))
             self._cv.notify_all()
         return work
 
@@ -207,6 +215,15 @@ class CommStream:
 
 
 _default_stream: CommStream | None = None
+_started = threading.local()  # .ready: when the op this stream thread runs could have started
+
+
+def _late_start() -> float:
+    """How long after the op running on this thread could have started it got going (0 for an
+    op run inline by its caller)."""
+    ready = getattr(_started, "ready", None)
+    return 0.0 if ready is None else max(0.0, time.monotonic() - ready)
+
 
 
 def default_stream() -> CommStream:
@@ -255,7 +272,7 @@ def _segment(t: torch.Tensor, j: int, m: int) -> torch.Tensor:
 
 
 def _relay(c: _GroupCtx, tag: int, steps: int, m: int, first, recv_into, on_recv,
-           recycled: bool, pace=None):
+           recycled: bool, pace=None, late: float | None = None) -> float:
     """Run `steps` ring steps, each chunk cut into `m` segments that travel independently.
 
     Step s: receive segment (s, j) from the right neighbour into `recv_into(s, j)`, then
@@ -265,8 +282,16 @@ def _relay(c: _GroupCtx, tag: int, steps: int, m: int, first, recv_into, on_recv
     s+1 is the one sent at step s, so that send must have completed before the receive is posted.
     Empty segments are skipped on both ends alike. Every message has its own tag.
     `pace` (an emulated link, `zeroedu.runtime.links.Pace`): each message's start is posted as
-    it is sent, and an arrived message is held until the link would have delivered it.
+    it is sent, and an arrived message is held until the link would have delivered it. A
+    message starts on the link as if this rank had got to it on time: step 0's as the op could
+    have started (`late`: how long after that the relay began; by default the stream's
+    `_late_start`), step s+1's as step s's message was delivered (`Pace.received`'s lateness).
+    Returns the lateness of the last message received (what the next relay of the same op
+    computes from).
     """
+    if late is None:
+        late = _late_start()
+    last_late = 0.0
     sends, recvs, sizes = {}, {}, {}
 
     def post_recv(s, j):
@@ -275,16 +300,16 @@ def _relay(c: _GroupCtx, tag: int, steps: int, m: int, first, recv_into, on_recv
             recvs[s, j] = c.pg.recv([t], c.right, tag + s * m + j)
             sizes[s, j] = t.numel() * t.element_size()
 
-    def post_send(s, j, t):
+    def post_send(s, j, t, late=0.0):
         if t.numel():
             if pace is not None:
-                pace.sending(c.global_ranks[c.left], t.numel() * t.element_size())
+                pace.sending(c.global_ranks[c.left], t.numel() * t.element_size(), late)
             sends[s, j] = c.pg.send([t], c.left, tag + s * m + j)
 
     for j in range(m):
         post_recv(0, j)
     for j in range(m):
-        post_send(0, j, first(j))
+        post_send(0, j, first(j), late)
     for s in range(steps):
         for j in range(m):
             if s + 1 < steps:
@@ -292,15 +317,17 @@ def _relay(c: _GroupCtx, tag: int, steps: int, m: int, first, recv_into, on_recv
                     sends.pop((s, j)).wait()
                 post_recv(s + 1, j)
             w = recvs.pop((s, j), None)
+            late = 0.0
             if w is not None:
                 w.wait()
                 if pace is not None:
-                    pace.received(c.global_ranks[c.right], sizes[s, j])
+                    late = last_late = pace.received(c.global_ranks[c.right], sizes[s, j])
             nxt = on_recv(s, j)
             if nxt is not None and s + 1 < steps:
-                post_send(s + 1, j, nxt)
+                post_send(s + 1, j, nxt, late)  # starts as if this rank had woken on time
     for w in sends.values():
         w.wait()
+    return last_late
 
 
 def _check(out, inp, what):
@@ -481,11 +508,11 @@ def ring_all_reduce(t: torch.Tensor, group=None, async_op: bool = False,
             return dst.add_(recv_into(s, j))
 
         # reduce-scatter phase: afterwards chunk r of t holds the full sum
-        _relay(c, tag, g - 1, m, lambda j: cut(chunk(r + 1), j, m), recv_into, on_recv,
-               recycled=False, pace=pace)
+        late = _relay(c, tag, g - 1, m, lambda j: cut(chunk(r + 1), j, m), recv_into, on_recv,
+                      recycled=False, pace=pace)
         # all-gather phase: forward the finished chunks leftwards, straight into t
         _relay(c, tag + (g - 1) * m, g - 1, m, lambda j: cut(chunk(r), j, m),
                lambda s, j: cut(chunk(r + 1 + s), j, m),
-               lambda s, j: cut(chunk(r + 1 + s), j, m), recycled=False, pace=pace)
+               lambda s, j: cut(chunk(r + 1 + s), j, m), recycled=False, pace=pace, late=late)
 
     return _launch(run, "ring_all_reduce", async_op, stream)
