@@ -65,9 +65,10 @@ tour: setup
 # zeroedu vs torch (DDP, fully_shard, HSDP), ring vs gloo collectives, what the instrumentation
 # costs, the N = 1..8 scaling table (benchmarks/results/*.json), cold vs warm start, overlap on
 # emulated links (bucketed vs one-bucket DDP, FSDP prefetch on/off), step time measured vs predicted
-# (every strategy, N = 2 and 4, two links): about 14 minutes on 2 cores. Quick pass: make bench BENCH_ARGS=--quick
+# (every strategy, N = 2 and 4, two links), the notebooks' time lessons (benchmarks/results/lessons.json):
+# about 17 minutes on 2 cores. Quick pass: make bench BENCH_ARGS=--quick
 BENCH_ARGS ?=
-BENCHES ?= compare collectives instrumentation scaling launch links predict
+BENCHES ?= compare collectives instrumentation scaling launch links predict lessons
 
 bench: setup
 	@for b in $(BENCHES); do echo "== benchmarks/bench_$$b.py"; \

@@ -96,3 +96,15 @@ def test_predict(bench):
         assert 0 < r["bound"] <= r["step_predicted"] + 1e-9 and r["efficiency"] == r["bound"] / r["step_measured"]
     saved = json.load(open(out / "predict.json"))
     assert len(saved["rows"]) == 2 and saved["max_error"] >= saved["median_error"] >= 0
+
+
+def test_lessons(bench):
+    load, out = bench
+    got = load("bench_lessons").main(["--model", "gpt-tiny", "--steps", "2", "--rounds", "2",
+                                      "--lessons", "fsdp_prefetch"])
+    from zeroedu.notebook import time_lessons
+    rows = got["fsdp_prefetch"]
+    assert [r.label for r in rows] == [label for label, _, _ in time_lessons.LESSONS["fsdp_prefetch"]]
+    assert all(r.measured > 0 and r.predicted > 0 and 0 < r.bound <= r.predicted + 1e-9 for r in rows)
+    saved = time_lessons.results("fsdp_prefetch", str(out / "lessons.json"))
+    assert saved == rows and json.load(open(out / "lessons.json"))["rounds"] == 2

@@ -1,0 +1,48 @@
+"""The time lessons' plumbing (`zeroedu.notebook.time_lessons`), without ranks: rounds merged by
+median, the committed results read back, the prediction checked within a tolerance."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from zeroedu.notebook import time_lessons as tl
+from zeroedu.train import RunConfig
+from zeroedu.train.config import resolve
+
+pytestmark = pytest.mark.fast
+
+
+def _row(label, measured, predicted, peak=10):
+    return tl.TimedRun(label, None, measured, predicted, bound=predicted / 2, exposed=measured / 4,
+                       predicted_exposed=predicted / 4, peak=peak)
+
+
+def test_rounds_merge_by_median_per_configuration():
+    rounds = [[_row("a", 1.0, 2.0), _row("b", 5.0, 5.0, peak=3)],
+              [_row("a", 3.0, 1.0), _row("b", 6.0, 4.0, peak=7)],
+              [_row("a", 2.0, 9.0), _row("b", 4.0, 6.0, peak=5)]]
+    a, b = tl.median_of(rounds)
+    assert (a.measured, a.predicted, a.bound) == (2.0, 2.0, 1.0)
+    assert (b.measured, b.predicted, b.peak) == (5.0, 5.0, 7)
+    with pytest.raises(ValueError, match="different lessons"):
+        tl.median_of([[_row("a", 1, 1)], [_row("z", 1, 1)]])
+
+
+def test_committed_results_read_back_and_the_tolerance_bites(tmp_path):
+    rows = [_row("one bucket", 0.300, 0.290), _row("1 MiB buckets", 0.200, 0.250)]
+    path = tmp_path / "lessons.json"
+    path.write_text(json.dumps({"lessons": {"ddp_buckets": [r.plain() for r in rows]}}))
+    assert tl.results("ddp_buckets", str(path)) == rows
+    tl.check_prediction(rows[:1], 0.05)
+    with pytest.raises(AssertionError, match="1 MiB buckets: predicted 250 ms, measured 200 ms"):
+        tl.check_prediction(rows, 0.15)
+    assert "one bucket" in tl.table(rows)
+
+
+def test_every_lesson_configuration_is_a_valid_run_on_links():
+    for name, configs in tl.LESSONS.items():
+        assert len({kw["world_size"] for _, _, kw in configs}) == 1, name
+        for label, _, kw in configs:
+            cfg = resolve(RunConfig(**kw))
+            assert cfg.links is not None, (name, label)

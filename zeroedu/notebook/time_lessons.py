@@ -1,0 +1,170 @@
+"""The time lessons: runs on an emulated link, each measured step beside its prediction.
+
+A lesson is a list of configurations that differ in one knob (DDP's bucket size, FSDP's
+prefetch, flat vs hybrid sharding). Each runs with `train.run(..., predict=True)`: a
+calibration on links that cost nothing, then the run on the lesson's link; `TimedRun` keeps,
+for the slowest rank, the median step after the first measured on its timeline, the step the
+schedule predicts (`theory.schedule.predict`), the best any overlap could do (`bound`) and the
+exposed communication, measured and predicted, with the peak memory.
+
+Times vary with the machine: a notebook shows its live runs beside the committed ones
+(`results`, written by `benchmarks/bench_lessons.py` into `benchmarks/results/lessons.json`)
+and asserts only on the committed ones, against the prediction (`check_prediction`).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+
+from ..references.bench import RESULTS_DIR
+from ..runtime.links import BETWEEN_DOMAINS
+from ..reports import RunReport
+from .. import train
+from ..train import RunConfig
+
+
+def viz_bytes(b: int) -> str:
+    return f"{b >> 20} MiB" if b >= 1 << 20 else f"{b >> 10} KiB"
+
+# The lessons: (label, x, RunConfig keywords). Flat strategies on the `domain` preset, where
+# gpt-small's communication at N = 2 is about its compute; the hybrid lesson on `two-domains`
+# (the outer axis 9x slower) and on `domain` (every axis alike).
+LESSONS: dict[str, list[tuple[str, float | None, dict]]] = {
+    # 02: bucketed DDP, the bucket size swept from one gradient per bucket to one bucket; 8
+    # sequences per rank, so that backward lasts about as long as the all-reduce of the gradients
+    "ddp_buckets": [
+        (f"{viz_bytes(b)} buckets" if b < 16 << 20 else "one bucket", b,
+         {"strategy": "ddp_bucketed", "world_size": 2, "links": "domain", "global_batch": 16,
+          "options": {"bucket_bytes": b}})
+        for b in (1 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
+    ],
+    # 05: FSDP2's prefetch and reshard_after_forward
+    "fsdp_prefetch": [
+        (label, None, {"strategy": "fsdp2", "world_size": 2, "links": "domain", "global_batch": 16, "options": o})
+        for label, o in (("no prefetch", {"forward_prefetch": False, "backward_prefetch": False}),
+                         ("prefetch", {"forward_prefetch": True, "backward_prefetch": True}),
+                         ("prefetch, no reshard", {"forward_prefetch": True, "backward_prefetch": True,
+                                                   "reshard_after_forward": False}))
+    ],
+    # 10: flat ZeRO-3 over 4 ranks against HSDP and HFSDP over 2 x 2, with the link between the
+    # domains 9x slower (a flat ring crosses it), then with every link alike
+    "hybrid": [
+        ("flat, slow outer", None, {"strategy": "fsdp2", "world_size": 4, "links": str(BETWEEN_DOMAINS)}),
+        ("hsdp, slow outer", None, {"strategy": "hsdp", "world_size": 4, "m": 2, "links": "two-domains"}),
+        ("hfsdp, slow outer", None, {"strategy": "hfsdp", "world_size": 4, "m": 2, "links": "two-domains"}),
+        ("flat, one domain", None, {"strategy": "fsdp2", "world_size": 4, "links": "domain"}),
+        ("hsdp, one domain", None, {"strategy": "hsdp", "world_size": 4, "m": 2, "links": "domain"}),
+    ],
+}
+
+
+@dataclass(frozen=True)
+class TimedRun:
+    """One configuration's step time (seconds; the slowest rank's medians after the first step)."""
+    label: str
+    x: float | None
+    measured: float
+    predicted: float
+    bound: float
+    exposed: float
+    predicted_exposed: float
+    peak: int  # bytes, the largest rank's peak
+
+    @property
+    def error(self) -> float:
+        """predicted / measured - 1."""
+        return self.predicted / self.measured - 1
+
+    def plain(self) -> dict:
+        return asdict(self)
+
+
+def timed(label: str, report: RunReport, x: float | None = None) -> TimedRun:
+    """A predicted run (`run(..., predict=True)`) as a TimedRun."""
+    slow = max(report.ranks, key=lambda r: r.time.median().seconds)
+    pred = max(report.ranks, key=lambda r: r.time.predicted_median().seconds)
+    m, p = slow.time.median(), pred.time.predicted_median()
+    return TimedRun(label, x, m.seconds, p.seconds, p.bound, m.exposed, p.exposed, max(r.peak for r in report.ranks))
+
+
+def run_lesson(name: str, *, steps: int = 4, model: str = "gpt-small", pool=None, progress=print) -> list[TimedRun]:
+    """Every configuration of lesson `name`, run on real ranks with a prediction."""
+    out = []
+    for label, x, kw in LESSONS[name]:
+        # through the module, so a wrapper of `train.run` (the notebook suite's shared runs) sees the call
+        rep = train.run(RunConfig(steps=steps, model=model, timeline="minimal", **kw), pool=pool, predict=True)
+        out.append(timed(label, rep, x))
+        if progress is not None:
+            r = out[-1]
+            progress(f"{name}: {label}: measured {1e3 * r.measured:.0f} ms, predicted {1e3 * r.predicted:.0f} ms")
+    return out
+
+
+def median_of(rounds: list[list[TimedRun]]) -> list[TimedRun]:
+    """Several rounds of one lesson merged: per configuration, the median of each figure."""
+    import statistics
+
+    out = []
+    for same in zip(*rounds):
+        if len({r.label for r in same}) != 1:
+            raise ValueError("rounds of different lessons")
+        med = {f: statistics.median(getattr(r, f) for r in same)
+               for f in ("measured", "predicted", "bound", "exposed", "predicted_exposed")}
+        out.append(TimedRun(same[0].label, same[0].x, peak=max(r.peak for r in same), **med))
+    return out
+
+
+def results(name: str, path: str | None = None) -> list[TimedRun]:
+    """Lesson `name` as committed in benchmarks/results/lessons.json."""
+    with open(path or os.path.join(RESULTS_DIR, "lessons.json")) as f:
+        data = json.load(f)
+    return [TimedRun(**r) for r in data["lessons"][name]]
+
+
+def check_prediction(rows: list[TimedRun], tolerance: float) -> None:
+    """Every row's prediction within `tolerance` (relative) of its measurement."""
+    off = [f"{r.label}: predicted {1e3 * r.predicted:.0f} ms, measured {1e3 * r.measured:.0f} ms" for r in rows
+           if abs(r.error) > tolerance]
+    if off:
+        raise AssertionError(f"prediction off by more than {tolerance:.0%}: " + "; ".join(off))
+
+
+def table(rows: list[TimedRun]) -> str:
+    """The rows as text: step time measured, predicted and the bound; exposed communication
+    measured and predicted (ms); the peak memory (MB)."""
+    w = max(len(r.label) for r in rows) + 2
+    lines = [f"{'':{w}s}{'step time, ms':^30s}{'exposed comm, ms':^20s}",
+             f"{'':{w}s}{'measured':>10s}{'predicted':>11s}{'bound':>9s}{'measured':>10s}{'predicted':>10s}{'peak MB':>9s}"]
+    for r in rows:
+        lines.append(f"{r.label:{w}s}{1e3 * r.measured:>10.0f}{1e3 * r.predicted:>11.0f}{1e3 * r.bound:>9.0f}"
+                     f"{1e3 * r.exposed:>10.0f}{1e3 * r.predicted_exposed:>10.0f}{r.peak / 1e6:>9.1f}")
+    return "\n".join(lines)
+
+
+def figure(committed: list[TimedRun], live: list[TimedRun] | None = None, title: str = ""):
+    """Step time per configuration: the committed measurement and prediction, the overlap bound,
+    and a live run's measurement when given. Configurations with a numeric `x` (a bucket size)
+    are drawn against it on a log axis; others side by side."""
+    from .viz.common import new_figure, outside_legend
+
+    fig = new_figure(7.5, 3.2)
+    ax = fig.add_subplot()
+    ms = lambda rows, f: [1e3 * getattr(r, f) for r in rows]  # noqa: E731
+    numeric = all(r.x is not None for r in committed)
+    xs = [r.x for r in committed] if numeric else list(range(len(committed)))
+    ax.plot(xs, ms(committed, "measured"), "o-", color="#4C72B0", label="measured (committed)")
+    ax.plot(xs, ms(committed, "predicted"), "s--", color="#DD8452", label="predicted (schedule replayed)")
+    ax.plot(xs, ms(committed, "bound"), ":", color="#555555", label="bound: best any overlap reaches")
+    if live:
+        ax.plot(xs, ms(live, "measured"), "o", mfc="none", color="#C44E52", label="measured (this run)")
+    if numeric:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, [r.label.replace(" buckets", "") for r in committed], fontsize=8)
+    ax.minorticks_off()
+    ax.set_ylim(0, 1.15 * max(ms(committed, "measured") + ms(committed, "predicted") + (ms(live, "measured") if live else [])))
+    ax.set_ylabel("step time, ms (median after the first)")
+    if title:
+        ax.set_title(title, fontsize=9)
+    outside_legend(ax)
+    return fig
