@@ -66,7 +66,7 @@ tour: setup
 # costs, the N = 1..8 scaling table (benchmarks/results/*.json), cold vs warm start, overlap on
 # emulated links (bucketed vs one-bucket DDP, FSDP prefetch on/off), step time measured vs predicted
 # (every strategy, N = 2 and 4, two links), the notebooks' time lessons (benchmarks/results/lessons.json):
-# about 17 minutes on 2 cores. Quick pass: make bench BENCH_ARGS=--quick
+# over 20 minutes on 2 cores. Quick pass: make bench BENCH_ARGS=--quick
 BENCH_ARGS ?=
 BENCHES ?= compare collectives instrumentation scaling launch links predict lessons
 

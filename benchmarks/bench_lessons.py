@@ -2,17 +2,21 @@
 
 Each lesson of `zeroedu.notebook.time_lessons.LESSONS` (02: DDP's bucket size; 05: FSDP's
 prefetch and reshard_after_forward; 10: flat ZeRO-3 against HSDP and HFSDP with a slow link
-between domains) runs its configurations with `train.run(..., predict=True)`, `--rounds` times
+between domains; 11: FSDP2 on 1, 2 and 4 ranks) runs its configurations with `train.run(..., predict=True)`, `--rounds` times
 in alternating rounds on the same warm ranks; per configuration, the medians over the rounds of
 the slowest rank's median step after the first, measured and predicted, the overlap bound and
 the exposed communication. The notebooks read benchmarks/results/lessons.json and assert on it
-(the live runs beside it vary with the machine).
+(the live runs beside it vary with the machine). With --lessons, the other lessons in the file
+are kept when they were run with the same model, steps and rounds.
 
     .venv/bin/python benchmarks/bench_lessons.py [--quick] [--rounds 3] [--steps 5] [--lessons ddp_buckets,hybrid]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 
 import common
 import zeroedu
@@ -31,16 +35,25 @@ def main(argv=None) -> dict:
     names = [n for n in args.lessons.split(",") if n]
     out = {}
     for name in names:
-        (n,) = {kw["world_size"] for _, _, kw in time_lessons.LESSONS[name]}  # one pool per lesson
-        with zeroedu.ranks(n) as pool:
+        sizes = {kw["world_size"] for _, _, kw in time_lessons.LESSONS[name]}
+        with contextlib.ExitStack() as stack:
+            # one pool for a lesson on one number of ranks; otherwise each run on the warm pool of its size
+            pool = stack.enter_context(zeroedu.ranks(sizes.pop())) if len(sizes) == 1 else None
             runs = [time_lessons.run_lesson(name, steps=args.steps, model=args.model, pool=pool,
                                             progress=lambda line, k=k: print(f"  round {k + 1}/{rounds} {line}", flush=True))
                     for k in range(rounds)]
         out[name] = time_lessons.median_of(runs)
         print(f"== {name} ({args.model}, {args.steps} steps per run, medians over {rounds} rounds; {common.load()})")
         print(time_lessons.table(out[name]))
+    # --lessons runs some of them: the others keep what the file holds
+    kept = {}
+    if os.path.exists(os.path.join(common.RESULTS, "lessons.json")):
+        with open(os.path.join(common.RESULTS, "lessons.json")) as f:
+            old = json.load(f)
+        if (old.get("model"), old.get("steps"), old.get("rounds")) == (args.model, args.steps, rounds):
+            kept = old["lessons"]
     path = common.write_results("lessons", {"model": args.model, "steps": args.steps, "rounds": rounds,
-                                            "lessons": {k: [r.plain() for r in v] for k, v in out.items()}})
+                                            "lessons": {**kept, **{k: [r.plain() for r in v] for k, v in out.items()}}})
     print(f"written: {path}")
     return out
 

@@ -56,6 +56,8 @@ LESSONS: dict[str, list[tuple[str, float | None, dict]]] = {
         ("flat, one domain", None, {"strategy": "fsdp2", "world_size": 4, "links": "domain"}),
         ("hsdp, one domain", None, {"strategy": "hsdp", "world_size": 4, "m": 2, "links": "domain"}),
     ],
+    # 11: FSDP2 on 1, 2 and 4 ranks, the same global batch (8 sequences) split among them
+    "scaling": [(f"N = {n}", n, {"strategy": "fsdp2", "world_size": n, "links": "domain"}) for n in (1, 2, 4)],
 }
 
 
@@ -89,7 +91,8 @@ def timed(label: str, report: RunReport, x: float | None = None) -> TimedRun:
 
 
 def run_lesson(name: str, *, steps: int = 4, model: str = "gpt-small", pool=None, progress=print) -> list[TimedRun]:
-    """Every configuration of lesson `name`, run on real ranks with a prediction."""
+    """Every configuration of lesson `name`, run on real ranks with a prediction (on `pool` when
+    given: a lesson whose configurations share their number of ranks)."""
     out = []
     for label, x, kw in LESSONS[name]:
         # through the module, so a wrapper of `train.run` (the notebook suite's shared runs) sees the call
@@ -153,14 +156,20 @@ def figure(committed: list[TimedRun], live: list[TimedRun] | None = None, title:
     ms = lambda rows, f: [1e3 * getattr(r, f) for r in rows]  # noqa: E731
     numeric = all(r.x is not None for r in committed)
     xs = [r.x for r in committed] if numeric else list(range(len(committed)))
-    ax.plot(xs, ms(committed, "measured"), "o-", color="#4C72B0", label="measured (committed)")
-    ax.plot(xs, ms(committed, "predicted"), "s--", color="#DD8452", label="predicted (schedule replayed)")
-    ax.plot(xs, ms(committed, "bound"), ":", color="#555555", label="bound: best any overlap reaches")
+    # a sweep (bucket sizes, ranks) is drawn as lines; separate configurations as points only
+    line = (lambda style: style) if numeric else (lambda style: "")  # noqa: E731
+    ax.plot(xs, ms(committed, "measured"), "o" + line("-"), color="#4C72B0", label="measured (committed)")
+    ax.plot(xs, ms(committed, "predicted"), "s" + line("--"), color="#DD8452", label="predicted (schedule replayed)")
+    ax.plot(xs, ms(committed, "bound"), line(":") or "_", ms=18, color="#555555", label="bound: best any overlap reaches")
     if live:
         ax.plot(xs, ms(live, "measured"), "o", mfc="none", color="#C44E52", label="measured (this run)")
     if numeric:
         ax.set_xscale("log", base=2)
+    else:
+        ax.set_xlim(-0.5, len(xs) - 0.5)
     ax.set_xticks(xs, [r.label.replace(" buckets", "") for r in committed], fontsize=8)
+    if numeric and all(r.label.startswith("N = ") for r in committed):
+        ax.set_xlabel("ranks")
     ax.minorticks_off()
     ax.set_ylim(0, 1.15 * max(ms(committed, "measured") + ms(committed, "predicted") + (ms(live, "measured") if live else [])))
     ax.set_ylabel("step time, ms (median after the first)")
