@@ -47,6 +47,14 @@ LESSONS: dict[str, list[tuple[str, float | None, dict]]] = {
                          ("prefetch, no reshard", {"forward_prefetch": True, "backward_prefetch": True,
                                                    "reshard_after_forward": False}))
     ],
+    # 05: the communication-bound threshold: FSDP2's step against the tokens each rank computes
+    # (x), 1 to 16 sequences of 128 tokens per rank, the bytes per step the same, prefetch on
+    "fsdp_tokens": [
+        (f"{b // 2 * 128} tokens", b // 2 * 128,
+         {"strategy": "fsdp2", "world_size": 2, "links": "domain", "global_batch": b,
+          "options": {"forward_prefetch": True, "backward_prefetch": True}})
+        for b in (2, 4, 8, 16, 32)
+    ],
     # 10: flat ZeRO-3 over 4 ranks against HSDP and HFSDP over 2 x 2, with the link between the
     # domains 9x slower (a flat ring crosses it), then with every link alike
     "hybrid": [
@@ -167,9 +175,11 @@ def figure(committed: list[TimedRun], live: list[TimedRun] | None = None, title:
         ax.set_xscale("log", base=2)
     else:
         ax.set_xlim(-0.5, len(xs) - 0.5)
-    ax.set_xticks(xs, [r.label.replace(" buckets", "") for r in committed], fontsize=8)
+    ax.set_xticks(xs, [r.label.replace(" buckets", "").replace(" tokens", "") for r in committed], fontsize=8)
     if numeric and all(r.label.startswith("N = ") for r in committed):
         ax.set_xlabel("ranks")
+    if numeric and all(r.label.endswith(" tokens") for r in committed):
+        ax.set_xlabel("tokens per rank per step")
     ax.minorticks_off()
     ax.set_ylim(0, 1.15 * max(ms(committed, "measured") + ms(committed, "predicted") + (ms(live, "measured") if live else [])))
     ax.set_ylabel("step time, ms (median after the first)")
