@@ -32,6 +32,8 @@ TORCH_NAME = {"ddp_bucketed": "torch DDP", "fsdp2": "torch fully_shard", "fsdp1"
 def compare(pool, strategy, n, model, recipe, rounds, steps, profile=None) -> dict:
     cfg = common.cfg_dict(strategy, n, model=model, recipe=recipe)
     arms = [common.zeroedu_arm("zeroedu", cfg), common.torch_arm("torch", cfg, strategy)]
+    if profile:
+        os.makedirs(profile, exist_ok=True)
     prof = os.path.join(profile, f"{strategy}-{recipe}-{model}") if profile else None
     r = run_compare(pool, arms, rounds=rounds, steps=steps, profile=prof)
     ratio = r["zeroedu"]["median"] / r["torch"]["median"]

@@ -144,3 +144,17 @@ def test_a_submission_that_patches_the_grader_on_its_rank_is_not_graded(tmp_path
     res = checks.check(5, _file(tmp_path, 5, patched), quiet=True)
     assert res.points == 0
     assert any("replaced part of the grader" in m and "ZeRO2Lab._violate" in m for m in res.messages), str(res)
+
+
+def test_a_submission_that_hogs_memory_or_cpu_is_stopped_by_its_ranks_limits(tmp_path, monkeypatch):
+    """Every rank that loads a submission limits itself (`checks.LIMITS`, `rank.Limits`): an
+    allocation past the memory limit fails inside the submission, and a file that burns CPU is
+    ended by the kernel (SIGXCPU) before the wall-clock limit; each is that lab's error, 0 points."""
+    hog = "import torch\n_table = torch.ones(1 << 30, dtype=torch.float64)  # 8 GiB\n" + _key(1)
+    res = checks.check(1, _file(tmp_path, 1, hog), quiet=True)
+    assert res.points == 0 and any("allocate" in m for m in res.messages), res.messages
+    monkeypatch.setattr(checks, "LIMITS", checks.Limits(cpu_seconds=2, memory_bytes=2 << 30))
+    burn = "while True:\n    pass\n" + _key(1)
+    res = checks.check(1, _file(tmp_path, 1, burn), quiet=True)
+    assert res.points == 0 and any("SIGXCPU: it used more than its 2 s of CPU time" in m for m in res.messages), \
+        res.messages

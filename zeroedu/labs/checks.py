@@ -9,8 +9,9 @@ per-test per-case diagnoses; `str()` for people, `as_dict()` for JSON).
 
 Before anything runs, a file that is not UTF-8, does not parse, or is refused by `guard` (it
 imports what the lab asks the student to write, the answer key or the grader, or reads frames)
-is that lab's error. Lab 4 runs in a process of its own, with a time limit; `grade` (the
-autograder's path) gives every lab fresh ranks.
+is that lab's error. Every rank that loads a submission limits its own CPU time and memory
+(`LIMITS`); lab 4 runs in a process of its own, with a time limit; `grade` (the autograder's
+path) gives every lab fresh ranks.
 
 It never lets a raw traceback escape: "not implemented yet: write ...", "rank 2, element 5: expected
 12, got 4", "looks like the SUM: divide by N", the line of the student's file that raised, or that
@@ -24,6 +25,7 @@ import random
 from pathlib import Path
 
 from ..runtime import cluster
+from ..runtime.rank import Limits
 from . import basic, guard, training
 from .generate import repo_labs
 from .grading import Case, Diagnosis, LabResult, grade_dict
@@ -33,6 +35,11 @@ DEFAULT_N = 4
 DEFAULT_HIDDEN = 2  # hidden cases per lab when hidden cases are asked for without a count
 TIMEOUT = 30.0  # seconds per case before a silent rank counts as hung (a recv nobody sends to)
 BACKEND = "gloo"
+# What a rank that runs a submission may use (`rank.Limits`, set by the rank on itself before
+# the submission loads): a reference solution's rank uses about 2 s of CPU and 380 MB of data
+# per lab (labs 1-6, hidden cases included), so these leave 60x and 5x headroom, and a file
+# that allocates without end or burns CPU on threads is stopped by the kernel.
+LIMITS = Limits(cpu_seconds=120, memory_bytes=2 << 30)
 
 
 def lab_path(lab, directory: str | Path | None = None) -> Path:
@@ -99,7 +106,7 @@ def _run_ranks(res: LabResult, path: Path, cases: list[Case]) -> None:
             continue
         try:
             # gloo on CPU always: the labs' tensors live on the CPU, and NCCL would need one GPU per rank.
-            per_rank = cluster.get_pool(n, BACKEND).run(
+            per_rank = cluster.get_pool(n, BACKEND, limits=LIMITS).run(
                 job, {"lab": lab, "path": str(path), "cases": [
                     training.rank_case(lab, c.params, n) if lab in training.GRADE else c.params for c in group]}, timeout=TIMEOUT * len(group))
         except cluster.RankError as e:
@@ -131,7 +138,7 @@ def _run_lab4(res: LabResult, path: Path, cases: list[Case]) -> None:
     """Lab 4 is a pure function, but it runs in a process of its own (a one-rank pool, closed
     after): a submission can neither patch the grader nor print into its output, and one that
     loops or exits is cut at the time limit and reported."""
-    pool = cluster.Pool(1, BACKEND)
+    pool = cluster.Pool(1, BACKEND, limits=LIMITS)
     try:
         results = pool.run(basic.lab4_job, {"path": str(path), "cases": [
             {"psi": c.params["psi"], "n": c.n, "m": c.params["m"], "recipe": c.params["recipe"]} for c in cases]},

@@ -35,6 +35,7 @@ import multiprocessing as mp
 import os
 import queue
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -43,7 +44,7 @@ from typing import Any, Callable
 
 # Re-exported: callers start ranks here and may need the rank side's names.
 from .links import create_board
-from .rank import (LOG_CAP, JobStopped, RankContext, choose_backend, loopback_interface,  # noqa: F401
+from .rank import (LOG_CAP, JobStopped, Limits, RankContext, choose_backend, loopback_interface,  # noqa: F401
                    run_torchrun, stale_torchrun_variables, under_torchrun, worker_main)
 
 MAX_LOCAL_RANKS = 16
@@ -154,11 +155,24 @@ def check_timeout(timeout):
     return timeout
 
 
+def _exit_kind(code: int, limits: Limits | None) -> str:
+    """How a rank process ended, in words: its exit code, or the signal that ended it."""
+    if code is None or code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    if name == "SIGXCPU" and limits is not None and limits.cpu_seconds is not None:
+        return f"was killed by SIGXCPU: it used more than its {limits.cpu_seconds} s of CPU time"
+    return f"was killed by {name}"
+
+
 class Pool:
     """N warm ranks that run job after job. Use as a context manager or call `close()`."""
 
     def __init__(self, n: int, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-                 log_dir: str | None = None, log_cap: int = LOG_CAP):
+                 log_dir: str | None = None, log_cap: int = LOG_CAP, limits: Limits | None = None):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"world size must be an integer >= 1, got {n!r}")
         if n > MAX_LOCAL_RANKS:
@@ -175,6 +189,7 @@ class Pool:
         self.log_dir = log_dir or tempfile.mkdtemp(prefix="zeroedu-ranks-")
         self.log_paths = [os.path.join(self.log_dir, f"rank{r}.log") for r in range(n)]
         self.log_cap = log_cap  # bytes each rank's log keeps (`rank.LOG_CAP`); later output is dropped
+        self.limits = limits  # CPU and memory limits every rank sets on itself (`rank.Limits`)
         self._job = 0
         self.closed = True
         self.start_seconds = 0.0
@@ -200,7 +215,7 @@ class Pool:
             p = ctx.Process(target=worker_main, daemon=True, name=f"zeroedu-rank{r}",
                             args=(r, self.n, self.backend, self._store.port, os.getpid(),
                                   self.log_paths[r], self.timeout, self._tasks[r], self._results,
-                                  self.log_cap))
+                                  self.log_cap, self.limits))
             p.start()
             self.procs.append(p)
         self.closed = False
@@ -276,7 +291,7 @@ class Pool:
         if why == "raised":
             err = RankError(r, "raised", errors[r]["traceback"], self._tail(r), type_=errors[r]["type"])
         elif why == "exited":
-            err = RankError(r, f"exited with code {dead[r]}",
+            err = RankError(r, _exit_kind(dead[r], self.limits),
                             "the process ended without reporting a result "
                             "(killed, os._exit, or a crash in native code)" + _start_hint(self), self._tail(r))
         elif why == "hung":
@@ -371,15 +386,16 @@ class Pool:
             pass
 
 
-_POOLS: dict[tuple[int, str], Pool] = {}
+_POOLS: dict[tuple[int, str, Limits | None], Pool] = {}
 
 
-def get_pool(n: int, backend: str | None = None) -> Pool:
-    """A warm pool of `n` ranks, reused across calls (a notebook keeps paying start-up once)."""
-    key = (n, backend or choose_backend(n))
+def get_pool(n: int, backend: str | None = None, limits: Limits | None = None) -> Pool:
+    """A warm pool of `n` ranks, reused across calls (a notebook keeps paying start-up once);
+    pools with `limits` (`rank.Limits`) are kept apart from those without."""
+    key = (n, backend or choose_backend(n), limits)
     pool = _POOLS.get(key)
     if pool is None or pool.closed:
-        pool = _POOLS[key] = Pool(n, backend=key[1])
+        pool = _POOLS[key] = Pool(n, backend=key[1], limits=limits)
     return pool
 
 

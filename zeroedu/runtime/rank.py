@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import io
+import math
 import os
 import signal
 import socket
@@ -23,6 +24,31 @@ from typing import Any, Callable
 
 from .errors import CollectiveError
 from .links import BOARD_NAME
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits a rank process sets on itself before its first job: for ranks that run
+    code nobody vetted (a lab submission). `cpu_seconds`: RLIMIT_CPU, the kernel ends the
+    process with SIGXCPU once its jobs have used that much CPU time (on top of what starting
+    the rank took), however many threads burn it;
+    `memory_bytes`: RLIMIT_DATA, the process's writable private memory (the heap, torch's
+    tensors) beyond which an allocation fails in the job, as a MemoryError or torch's "can't
+    allocate memory", instead of taking the machine's memory from everything else."""
+    cpu_seconds: int | None = None
+    memory_bytes: int | None = None
+
+    def apply(self) -> None:
+        import resource
+
+        use = resource.getrusage(resource.RUSAGE_SELF)
+        started = math.ceil(use.ru_utime + use.ru_stime)  # CPU seconds the start-up (torch's import) took
+        cpu = None if self.cpu_seconds is None else started + self.cpu_seconds
+        for which, value in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_DATA, self.memory_bytes)):
+            if value is not None:
+                hard = resource.getrlimit(which)[1]
+                value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+                resource.setrlimit(which, (value, hard))
 
 
 class JobStopped(Exception):
@@ -241,7 +267,8 @@ class _CappedStream(io.TextIOBase):
         return True
 
 
-def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, results, log_cap=LOG_CAP):
+def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, results, log_cap=LOG_CAP,
+                limits: Limits | None = None):
     # A terminal's Ctrl-C reaches the whole process group, ranks included. The parent ends its
     # ranks (`Pool.run` kills them when it is interrupted); a rank that raised KeyboardInterrupt
     # on its own would leave a traceback in the queue for the next job to read as its failure.
@@ -259,6 +286,8 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
 
     # N ranks share a few cores: one intra-op thread each avoids oversubscription.
     torch.set_num_threads(1)
+    if limits is not None:  # after torch's import, before any job: the limits are for the jobs
+        limits.apply()
     device = "cpu"
     if backend == "nccl":
         torch.cuda.set_device(rank)
