@@ -2,6 +2,8 @@
 (measured by the ledger), and Korthikanti et al. 2022's per-layer expressions."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -31,13 +33,30 @@ def measure(cfg, batch, dtype, recompute="none"):
     return got
 
 
+@pytest.mark.parametrize("attention", ["eager", "fused"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_gpt_tiny_formula_equals_measurement(dtype, recompute, batch):
-    cfg = PRESETS["gpt-tiny"]
+def test_gpt_tiny_formula_equals_measurement(dtype, recompute, batch, attention):
+    cfg = dataclasses.replace(PRESETS["gpt-tiny"], attention=attention)
     a = torch.finfo(dtype).bits // 8
     assert measure(cfg, batch, dtype, recompute) == cfg.activation_bytes(batch, a, recompute)
+
+
+def test_fused_attention_saves_no_scores_and_makes_selective_recompute_nearly_free():
+    """torch's scaled_dot_product_attention (CPU flash kernel) saves q, k, v, its output and an
+    fp32 log-sum-exp per row, never the B·H·S² probabilities: against eager, each layer drops
+    a·B·H·S² and adds a·T·D + 4·B·H·S; selective recompute then only drops those two, and saves
+    the same as eager's selective."""
+    eager, fused = PRESETS["gpt-small"], dataclasses.replace(PRESETS["gpt-small"], attention="fused")
+    B, S, D, H, L, a = 2, eager.seq_len, eager.d_model, eager.n_heads, eager.n_layers, 2
+    assert measure(fused, B, torch.bfloat16) == fused.activation_bytes(B, a)
+    assert eager.activation_bytes(B, a) - fused.activation_bytes(B, a) == L * (a * B * H * S * S - a * B * S * D - 4 * B * H * S)
+    assert fused.activation_bytes(B, a, "none") - fused.activation_bytes(B, a, "selective") == L * (a * B * S * D + 4 * B * H * S)
+    for r in ("selective", "full"):
+        assert fused.activation_bytes(B, a, r) == eager.activation_bytes(B, a, r)
+    with pytest.raises(ValueError, match="attention must be one of"):
+        dataclasses.replace(eager, attention="flash")
 
 
 def test_gpt_small_formula_equals_measurement():

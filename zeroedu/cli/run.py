@@ -16,6 +16,7 @@ import time
 
 from .. import catalog, recipes
 from ..models import DEFAULT_MODEL, PRESETS, RECOMPUTE_MODES, MLPConfig, get_model
+from ..models.gpt import ATTENTION
 from ..notebook.report import plain, summary
 from ..optim import AdamConfig
 from ..runtime import cluster
@@ -58,7 +59,7 @@ def config_from_args(args, world_size: int) -> ResolvedConfig:
     adam = None if args.lr is None else AdamConfig(lr=args.lr)
     return RunConfig(args.strategy, world_size, steps=args.steps, recipe=args.recipe, m=args.outer,
                      global_batch=args.global_batch, model=model, adam=adam, options=_options(args),
-                     micro_batches=args.micro_batches, recompute=args.recompute,
+                     micro_batches=args.micro_batches, recompute=args.recompute, attention=args.attention,
                      clip_grad_norm=args.clip_grad_norm, collectives=args.collectives,
                      links=getattr(args, "link", None), timeline=args.record).resolved()
 
@@ -158,6 +159,11 @@ def add_common(p) -> None:
                    help="gradient accumulation: micro-batches per optimizer step (default 1)")
     p.add_argument("--recompute", choices=list(RECOMPUTE_MODES), default="none",
                    help="activation recompute for gpt-* models (default none)")
+    p.add_argument("--attention", choices=list(ATTENTION), default=None,
+                   help="gpt-* attention: eager (default: softmax(q kᵀ) v spelled out, the B·H·S² "
+                        "probabilities saved, so every saved tensor can be named and Korthikanti et "
+                        "al.'s count is reproduced) or fused (torch's scaled_dot_product_attention, "
+                        "FlashAttention-style: no scores saved, as trainers run today)")
     p.add_argument("--clip-grad-norm", type=positive_float, default=None,
                    help="clip the global gradient norm to this value")
     p.add_argument("--lr", type=positive_float, default=None, help="Adam learning rate (default: the model's)")

@@ -24,7 +24,8 @@ def cmd_tour(args) -> int:
         t0 = time.perf_counter()
         report = run(RunConfig(name, args.world_size, steps=args.steps, m=m, model=model_config(args),
                                global_batch=args.global_batch, micro_batches=args.micro_batches,
-                               recompute=args.recompute, clip_grad_norm=args.clip_grad_norm,
+                               recompute=args.recompute, attention=args.attention,
+                               clip_grad_norm=args.clip_grad_norm,
                                collectives=args.collectives, timeline=args.record,
                                adam=None if args.lr is None else AdamConfig(lr=args.lr)))
         rows.append(tour_row(report) + [f"{time.perf_counter() - t0:.1f}s"])

@@ -8,11 +8,15 @@ Architecture (pre-LayerNorm GPT-2, no dropout anywhere, untied LM head, fp32 unl
     head    logits = lm_head(ln_f(h))                           (final LayerNorm + Linear with bias)
     loss    mean cross-entropy of logits.float() (fp32, as mixed-precision training does)
 
-Attention is spelled out (no nn.MultiheadAttention / F.scaled_dot_product_attention, whose saved
-tensors depend on the backend): one fused qkv Linear (with bias), per head
+Attention, `GPTConfig.attention`: one fused qkv Linear (with bias), per head
 softmax(q kᵀ / sqrt(d_head) + causal) v in `AttentionCore` (a module with no parameters, so
 selective recompute can re-run exactly Korthikanti et al.'s "QKᵀ, softmax, attention over V"),
-output Linear `proj` (with bias).
+output Linear `proj` (with bias). "eager" (the default) spells the core out and saves the
+B·H·S² softmax output, the count of Korthikanti et al. 2022; "fused" calls
+F.scaled_dot_product_attention, which saves q, k, v, the output and a log-sum-exp per row and
+recomputes the scores in backward, as FlashAttention and every current trainer's attention do.
+The default stays eager so the lesson can name every saved tensor; `theory.activations` counts
+both exactly.
 
 Activation recompute (`recompute_modules`): "full" re-runs every block in backward (only the
 block's input is kept), "selective" re-runs only the attention cores (the B·H·S² softmax
@@ -53,6 +57,8 @@ from torch import nn
 from ..optim import AdamConfig
 from . import data
 
+ATTENTION = ("eager", "fused")  # `GPTConfig.attention`, `zeroedu run --attention`
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -65,6 +71,9 @@ class GPTConfig:
     seed: int = 0
     lr: float = 1e-3  # Adam's learning rate for this size (see `default_adam`)
     preset: str = ""  # the preset's name, when built from one
+    # "eager": softmax(q kᵀ) v spelled out, the B·H·S² probabilities saved (Korthikanti et al.'s
+    # count); "fused": torch's scaled_dot_product_attention, which saves no scores (module docstring)
+    attention: str = "eager"
 
     kind = "gpt"
     default_global_batch = 8
@@ -76,6 +85,8 @@ class GPTConfig:
                 raise ValueError(f"GPTConfig.{name} must be an integer >= 1, got {v!r}")
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {', '.join(ATTENTION)}, got {self.attention!r}")
         if self.vocab < data.N_SYMBOLS:
             raise ValueError(f"the training data uses {data.N_SYMBOLS} symbols; vocab {self.vocab} is too small")
 
@@ -124,7 +135,8 @@ class GPTConfig:
         (`theory.activations.gpt_activation_bytes`)."""
         from ..theory.activations import gpt_activation_bytes
 
-        return gpt_activation_bytes(self, batch, self.seq_len, dtype_bytes, recompute, ln_stats_bytes)
+        return gpt_activation_bytes(self, batch, self.seq_len, dtype_bytes, recompute, ln_stats_bytes,
+                                    attention=self.attention)
 
 
 PRESETS = {
@@ -155,9 +167,20 @@ class Embed(nn.Module):
 
 class AttentionCore(nn.Module):
     """softmax(q kᵀ + causal) v per head, q already scaled; no parameters. The part selective
-    recompute re-runs: its B·H·S² softmax output is the one activation that grows with S²."""
+    recompute re-runs: its B·H·S² softmax output is the one activation that grows with S².
+
+    `fused`: torch's scaled_dot_product_attention (is_causal, scale 1: q is scaled already),
+    which on CPU runs a FlashAttention-style kernel (ScaledDotProductFlashAttentionForCpu in
+    torch 2.13) that saves q, k, v, its output and one log-sum-exp per row (fp32), never the
+    scores: backward recomputes them block by block, as FlashAttention does on GPUs."""
+
+    def __init__(self, fused: bool = False):
+        super().__init__()
+        self.fused = fused
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        if self.fused:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)
         S = q.shape[-2]
         scores = q @ k.transpose(-2, -1)  # (B, H, S, S); saves q and k
         causal = torch.full((S, S), float("-inf"), dtype=scores.dtype, device=scores.device).triu(1)
@@ -170,7 +193,7 @@ class CausalSelfAttention(nn.Module):
         super().__init__()
         self.n_heads, self.d_head = cfg.n_heads, cfg.d_head
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
-        self.core = AttentionCore()
+        self.core = AttentionCore(fused=cfg.attention == "fused")
         self.proj = nn.Linear(cfg.d_model, cfg.d_model)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -73,11 +73,20 @@ def _dims(cfg_like) -> tuple[int, int, int, int, int]:
     return V, D, H, L, r
 
 
+ATTENTION = ("eager", "fused")  # `models.gpt.GPTConfig.attention`
+
+
 def gpt_activation_terms(cfg_like, batch: int, seq: int, dtype_bytes: int, recompute: str = "none",
-                         ln_stats_bytes: int | None = None) -> list[Term]:
+                         ln_stats_bytes: int | None = None, attention: str | None = None) -> list[Term]:
     """The saved tensors of `zeroedu.models.gpt.GPT` and its loss, term by term (see
-    `gpt_activation_bytes`)."""
+    `gpt_activation_bytes`). `attention`: "eager" or "fused"; None: `cfg_like`'s own (eager
+    when it has none)."""
     V, D, H, L, r = _dims(cfg_like)
+    if attention is None:
+        attention = (cfg_like.get("attention") if isinstance(cfg_like, dict)
+                     else getattr(cfg_like, "attention", None)) or "eager"
+    if attention not in ATTENTION:
+        raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
     if not (isinstance(batch, int) and isinstance(seq, int) and batch >= 1 and seq >= 1):
         raise ValueError(f"batch and seq must be integers >= 1, got {batch!r}, {seq!r}")
     if dtype_bytes not in (1, 2, 4, 8):
@@ -96,9 +105,13 @@ def gpt_activation_terms(cfg_like, batch: int, seq: int, dtype_bytes: int, recom
             Term("block", "q (scaled), k", "q @ kᵀ (selective: kept to re-run the attention core)",
                  T * D, a, count=2),
         ]
-        if recompute == "none":
+        if recompute == "none" and attention == "eager":
             terms.append(Term("block", "softmax output (B·H·S² probs)", "softmax, and att @ v (one storage)",
                               B * H * S * S, a))
+        if recompute == "none" and attention == "fused":
+            terms += [Term("block", "attention output, (B, H, S, D/H)", "scaled_dot_product_attention", T * D, a),
+                      Term("block", "log-sum-exp per row (fp32), (B, H, S)", "scaled_dot_product_attention",
+                           B * H * S, FP32)]
         terms += [
             Term("block", "v", "att @ v (selective: kept to re-run the attention core)", T * D, a),
             Term("block", "heads merged = proj input", "proj Linear (for dW)", T * D, a),
@@ -122,7 +135,7 @@ def gpt_activation_terms(cfg_like, batch: int, seq: int, dtype_bytes: int, recom
 
 
 def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, recompute: str = "none",
-                         ln_stats_bytes: int | None = None) -> int:
+                         ln_stats_bytes: int | None = None, attention: str | None = None) -> int:
     """Exact bytes autograd saves for one micro-batch of `zeroedu.models.gpt.GPT` and its
     cross-entropy loss (torch 2.13).
 
@@ -168,9 +181,21 @@ def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, recom
     per block (× L), recompute="selective" (the attention core re-run in backward):
         as "none" without the softmax output aBHS²; q, k, v are kept as the core's inputs.
 
+    attention="fused" (`F.scaled_dot_product_attention`, torch 2.13's CPU flash kernel): the
+    softmax output is never stored; the kernel saves q, k, v (the same tensors as above), its
+    output and one fp32 log-sum-exp per row:
+        per block, recompute="none":  as eager, less aBHS², plus
+        aTD       attention output, (B, H, S, D/H)          scaled_dot_product_attention
+        4BHS      log-sum-exp per row, fp32                 scaled_dot_product_attention
+      (the heads are then merged into a new tensor, the proj input, as in eager). With
+      "selective" the fused core is re-run in backward from the q, k, v it keeps: its output and
+      log-sum-exp are dropped, so fused and eager save the same; selective recompute now saves
+      only aTD + 4BHS per layer, which is why it is nearly free. "full" is the same for both.
+
     Total, recompute="none":       16T + L·(a(8+2r)TD + aBHS² + 4mT) + 2aTD + 2mT + 4TV + 4
     Total, recompute="selective":  16T + L·(a(8+2r)TD + 4mT) + 2aTD + 2mT + 4TV + 4
     Total, recompute="full":       16T + L·aTD + 2aTD + 2mT + 4TV + 4
+    Total, fused, recompute="none": 16T + L·(a(9+2r)TD + 4BHS + 4mT) + 2aTD + 2mT + 4TV + 4
 
     Assumes the ids and the targets are two separate contiguous (B, S) int64 tensors, as the
     runner gives each rank (a view into a bigger batch would be counted with its whole storage,
@@ -178,16 +203,17 @@ def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, recom
     """
     L = _dims(cfg_like)[3]
     return sum(t.bytes * (L if t.unit == "block" else 1)
-               for t in gpt_activation_terms(cfg_like, batch, seq, dtype_bytes, recompute, ln_stats_bytes))
+               for t in gpt_activation_terms(cfg_like, batch, seq, dtype_bytes, recompute, ln_stats_bytes,
+                                             attention))
 
 
 def gpt_activation_table(cfg_like, batch: int, seq: int, dtype_bytes: int, recompute: str = "none",
-                         ln_stats_bytes: int | None = None) -> list[dict]:
+                         ln_stats_bytes: int | None = None, attention: str | None = None) -> list[dict]:
     """Rows for a notebook table: unit, tensor, saved by, elements, bytes each, bytes in total
     (block rows multiplied by L)."""
     L = _dims(cfg_like)[3]
     rows = []
-    for t in gpt_activation_terms(cfg_like, batch, seq, dtype_bytes, recompute, ln_stats_bytes):
+    for t in gpt_activation_terms(cfg_like, batch, seq, dtype_bytes, recompute, ln_stats_bytes, attention):
         n = L if t.unit == "block" else 1
         rows.append({"unit": t.unit, "tensor": t.name, "saved_by": t.saved_by, "numel": t.numel,
                      "count": t.count * n, "elem_bytes": t.elem_bytes, "bytes": t.bytes * n})

@@ -17,10 +17,11 @@ resolves first, so only resolved values cross; `config_from_dict` on the rank re
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import asdict, dataclass, field, fields
 
 from ..catalog import get_spec
-from ..models import DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, MLPConfig, ModelSpec, get_model, local_slice
+from ..models import DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, GPTConfig, MLPConfig, ModelSpec, get_model, local_slice
 from ..optim import AdamConfig
 from ..recipes import get_recipe
 from ..runtime.comm import IMPLEMENTATIONS
@@ -41,6 +42,8 @@ class RunConfig:
     options: dict = field(default_factory=dict)  # strategy options (bucket size, prefetch, ...)
     micro_batches: int = 1  # gradient accumulation: forward/backward passes per optimizer step
     recompute: str = "none"  # activation recompute: none | selective | full
+    # A GPT's attention, "eager" | "fused" (`models.gpt.GPTConfig.attention`); None: the model's own
+    attention: str | None = None
     clip_grad_norm: float | None = None  # clip the global gradient norm to this value
     collectives: str = "auto"  # ring (zeroedu's ring reduce-scatter/all-gather) | backend | auto
     # Emulated links (`runtime.links`): a preset name, a bare link for every axis
@@ -133,6 +136,10 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
     if m < 1 or cfg.world_size % m:
         raise ValueError(f"M = {cfg.m} must be >= 1 and divide the world size {cfg.world_size}")
     model = get_model(cfg.model)
+    if cfg.attention is not None:
+        if not isinstance(model, GPTConfig):
+            raise ValueError(f"--attention is a GPT's: {model.name} has no attention")
+        model = dataclasses.replace(model, attention=cfg.attention)  # validated by GPTConfig
     batch = cfg.global_batch if cfg.global_batch is not None else model.default_global_batch
     local_slice(batch, cfg.world_size, 0)  # validates divisibility
     k = cfg.micro_batches
