@@ -41,7 +41,7 @@ WRONG_ACCOUNTS = {
     "grad_accumulation": ["a,b,c", "24.5 GB", "36.75 GB"],
     "grad_clipping": ["a", "c", "0"],
     "fsdp_comm_bound": ["778 tokens", "81.67 ms", "a"],
-    "activation_memory": ["0.2852 GB", "0.9563 GB", "c", "a"],
+    "activation_memory": ["0.2852 GB", "0.9563 GB", "0.9563 GB", "c", "a"],
     "offload": ["a,b,c", "1.75 GB", "3.5 GB"],
     "pp_zero": ["3", "6.125 GB", "b"],
     "meta_init": ["cpu", "b", "14 GB", "d"],

@@ -78,8 +78,13 @@ def test_activation_total_7b():
     outside = sbh + 2 * sbh + 2 * sbh + 4 * s * b * v  # §4.3 at p = 1: mask, LN, output input, logits
     assert outside == sum(A.korthikanti_extra_bytes(s, b, h, v).values())
     for r in A.RECOMPUTE:
-        got = theory.transformer_activation_bytes(sh, r)
+        got = theory.transformer_activation_bytes(sh, r, attention="eager")  # the paper's count
         assert got["total"] == L * layer[r] + outside and got["per_layer"] == layer[r]
+    # fused attention (the default): no s² scores, one fp32 log-sum-exp per row and head
+    fused = {"none": 34 * sbh + 4 * a * s * b, "selective": 34 * sbh, "full": 2 * sbh}
+    for r in A.RECOMPUTE:
+        got = theory.transformer_activation_bytes(sh, r)
+        assert got["attention"] == "fused" and got["total"] == L * fused[r] + outside and got["per_layer"] == fused[r]
     # pipeline: the first stage keeps p micro-batches of L/p layers = L layers' worth (§4.2.3),
     # plus p embedding masks; no output layer there
     got = theory.transformer_activation_bytes(sh, "selective", pp=4)
@@ -87,9 +92,11 @@ def test_activation_total_7b():
     # L not divisible by p: ⌈L/p⌉ layers per stage, p in flight
     assert theory.transformer_activation_bytes(sh, "full", pp=5)["layers_held"] == 7 * 5
     # tensor parallel t = 4 without SP: Eq. (2) per layer, logits split by t
-    got = theory.transformer_activation_bytes(sh, "none", tp=4)
+    got = theory.transformer_activation_bytes(sh, "none", tp=4, attention="eager")
     per = 10 * sbh + 24 * sbh // 4 + 5 * a * s * s * b // 4
     assert got["total"] == L * per + sbh + 4 * sbh + 4 * s * b * v // 4
+    got = theory.transformer_activation_bytes(sh, "none", tp=4)
+    assert got["per_layer"] == 10 * sbh + 24 * sbh // 4 + 4 * a * s * b // 4
     # fp32 activations: e = 4 in the layer and in the LN/output-input terms
     got = theory.transformer_activation_bytes(sh, "selective", dtype_bytes=4)
     assert got["total"] == L * 66 * sbh + sbh + 8 * sbh + 4 * s * b * v
@@ -117,17 +124,22 @@ def test_fits_flips_when_activations_are_counted():
     sh = theory.transformer_shape(7e9)  # L = 32, h = 4096, a = 32, S = 4096, B = 1
     s, b, h, a, L, v = 4096, 1, 4096, 32, 32, 50257
     states = 16 * 7 * GB // 8  # ZeRO-3: 14 GB
-    act = L * (34 * s * b * h + 5 * a * s * s * b) + 5 * s * b * h + 4 * s * b * v  # no recompute
+    act = L * (34 * s * b * h + 5 * a * s * s * b) + 5 * s * b * h + 4 * s * b * v  # no recompute, eager
     unit = 2 * 50257 * 4096
-    assert states < 80 * GB < states + act  # model states alone fit, with activations they do not
+    assert states < 80 * GB < states + act  # model states alone fit, with the paper's activations they do not
     assert theory.fits("fsdp1", 7e9, 8, gpu_bytes=80e9)
-    assert not theory.fits("fsdp1", 7e9, 8, gpu_bytes=80e9, shape=sh, recompute="none")
-    d = theory.device_bytes("fsdp1", 7e9, 8, shape=sh, recompute="none")
+    eager = {"recompute": "none", "attention": "eager"}
+    assert not theory.fits("fsdp1", 7e9, 8, gpu_bytes=80e9, shape=sh, **eager)
+    d = theory.device_bytes("fsdp1", 7e9, 8, shape=sh, **eager)
     assert (d["model_states"].total, d["activations"], d["gathered_unit"]) == (states, act, unit)
     assert d["total"] == states + act + unit
     # the boundary: exactly the sum fits, a byte less does not
-    assert theory.fits("fsdp1", 7e9, 8, gpu_bytes=states + act + unit, shape=sh, recompute="none")
-    assert not theory.fits("fsdp1", 7e9, 8, gpu_bytes=states + act + unit - 1, shape=sh, recompute="none")
+    assert theory.fits("fsdp1", 7e9, 8, gpu_bytes=states + act + unit, shape=sh, **eager)
+    assert not theory.fits("fsdp1", 7e9, 8, gpu_bytes=states + act + unit - 1, shape=sh, **eager)
+    # with fused attention (the default) nothing s² is stored: the same run fits without recompute
+    fused = L * (34 * s * b * h + 4 * a * s * b) + 5 * s * b * h + 4 * s * b * v
+    assert theory.device_bytes("fsdp1", 7e9, 8, shape=sh, recompute="none")["activations"] == fused
+    assert theory.fits("fsdp1", 7e9, 8, gpu_bytes=80e9, shape=sh, recompute="none")
     # the same through explicit byte terms, and the old keyword API unchanged
     assert not theory.fits("fsdp1", 7e9, 8, activation_bytes=act, unit_bytes=unit,
                            gpu_bytes=states + act + unit - 1)
@@ -179,7 +191,7 @@ def test_gpu_count():
 def test_cli_7b_explicit_shape_equals_the_formula(capsys):
     rep = run_json(capsys, "--psi", "7e9", "--n", "8", "--layers", "32", "--hidden", "4096",
                    "--heads", "32", "--seq", "2048", "--micro-batch", "2", "--recompute", "none",
-                   "--vocab", "32000")
+                   "--vocab", "32000", "--attention", "eager")
     s, b, h, a, L, v = 2048, 2, 4096, 32, 32, 32000
     sbh = s * b * h
     layer = 34 * sbh + 5 * a * s * s * b  # Eq. (1)
@@ -208,10 +220,13 @@ def test_cli_inferred_shape_and_fits_flip(capsys):
     assert (sh["layers"], sh["hidden"], sh["heads"], sh["seq"], sh["micro_batch"]) == (32, 4096, 32, 4096, 1)
     assert rep["activations"]["recompute"] == "selective"
     assert rep["strategies"]["fsdp1"]["fits"]
-    rep = run_json(capsys, "--psi", "7e9", "--strategy", "zero3", "--recompute", "none")
+    rep = run_json(capsys, "--psi", "7e9", "--strategy", "zero3", "--recompute", "none", "--attention", "eager")
     r = rep["strategies"]["fsdp1"]
     assert r["total"] == 14 * GB < 80 * GB and not r["fits"]  # the states fit, the sum does not
-    assert cli.main(["memory", "--psi", "7e9", "--strategy", "zero3", "--recompute", "none"]) == 0
+    # fused attention, the default: no s² scores stored, and the same run fits without recompute
+    rep = run_json(capsys, "--psi", "7e9", "--strategy", "zero3", "--recompute", "none")
+    assert rep["activations"]["attention"] == "fused" and rep["strategies"]["fsdp1"]["fits"]
+    assert cli.main(["memory", "--psi", "7e9", "--strategy", "zero3", "--recompute", "none", "--attention", "eager"]) == 0
     out = capsys.readouterr().out
     row = next(line.split() for line in out.splitlines() if line.startswith("fsdp1 "))
     assert row[-1] == "no" and "activations: GPT L=32, h=4096, a=32" in out
@@ -269,10 +284,11 @@ def test_memory_explorer_fits_on_the_full_sum():
     from zeroedu import catalog
     from zeroedu.notebook import widgets
 
-    e = widgets.memory_explorer(psi=7e9, n=8, gpu_gb=80, recompute="none")
+    e = widgets.memory_explorer(psi=7e9, n=8, gpu_gb=80, recompute="none", attention="eager")
     sh = theory.transformer_shape(7e9)
     for s in catalog.STRATEGIES:
-        assert e.data[s]["fits"] == theory.fits(s, 7e9, 8, gpu_bytes=80e9, shape=sh, recompute="none")
+        assert e.data[s]["fits"] == theory.fits(s, 7e9, 8, gpu_bytes=80e9, shape=sh, recompute="none",
+                                                attention="eager")
     # ZeRO-3's 14 GB of model states fit; with 104 GB of activations they do not
     assert theory.fits("fsdp1", 7e9, 8, gpu_bytes=80e9) and not e.data["fsdp1"]["fits"]
     assert "L = 32, h = 4096, a = 32" in e.note.value and "inferred from Ψ" in e.note.value

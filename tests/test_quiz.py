@@ -86,7 +86,8 @@ EXPECTED = {
     "debug_hang": {"bucket": 25 * 2**20, "t_ar": 2 * 7 * 2e-6 + 2 * 7 / 8 * 25 * 2**20 / 450e9},
     "activation_memory": {"none": SBH * (34 + 5 * 32 * 2048 / 4096),
                           "none32": 32 * SBH * (34 + 5 * 32 * 2048 / 4096),
-                          "sel": 34 * SBH, "full": 2 * SBH},
+                          "sel": 34 * SBH, "full": 2 * SBH,
+                          "fused": 34 * SBH + 4 * 32 * 2048 * 1},  # no scores, an fp32 log-sum-exp per row and head
     "meta_init": {"p70": 2 * P70, "fsdp70": 16 * P70 / 64, "gpu": 80e9},
     "offload": {"dev": 2 * P7, "host": (12 + 4) * P7 / 8, "pcie_bytes": (4 + 4) * P7 / 8,
                 "pcie_t": (4 + 4) * P7 / 8 / 25e9, "pcie_bw": 25e9, "pcie4": 31.5e9, "pcie5": 63e9},

@@ -158,8 +158,11 @@ def test_activation_explorer_bars_are_device_bytes_and_fits():
         assert d["fits"] == theory.fits(s, shape.params, 8, gpu_bytes=80e9, shape=shape, recompute="selective")
     assert not e.data["ddp"]["fits"] and e.data["fsdp1"]["fits"]
     assert e.data["fsdp1"]["unit"] > 0 and e.data["zero2"]["unit"] == 0
-    e.recompute.value = "none"  # an observer recomputes
+    e.recompute.value = "none"  # an observer recomputes; fused attention (the default) stores no scores
+    assert e.data["fsdp1"]["fits"] and "fused attention" in e.summary.value
+    e.attention.value = "eager"  # the paper's count: the s² scores stored in every layer
     assert not any(d["fits"] for d in e.data.values()) and "no strategy fits" in e.summary.value
+    assert e.set(attention="flash") is False and "rejected" in e.message.value
     assert "application/vnd.jupyter.widget-view+json" in e._repr_mimebundle_()
 
 

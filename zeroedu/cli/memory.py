@@ -8,8 +8,10 @@ GPU; or, with ``--json``, the same in bytes. Every number comes from `zeroedu.th
 Activations are Korthikanti et al. 2022's for a Megatron GPT layer (`theory.activations`), in the
 recipe's parameter dtype, for a shape given by ``--layers/--hidden/--heads`` or inferred from Ψ
 (GPT-3 family, h = 128·L; printed), with ``--seq`` (default 4096), ``--micro-batch`` (1),
-``--vocab`` (50257, the GPT-2/GPT-3 tokenizer) and ``--recompute`` (default selective: no s²
-attention tensors kept). With ``--tp`` they follow Eq. (2), tensor parallelism without sequence
+``--vocab`` (50257, the GPT-2/GPT-3 tokenizer), ``--recompute`` (default selective: no s²
+attention tensors kept) and ``--attention`` (default fused, as FlashAttention, torch's
+scaled_dot_product_attention and Transformer Engine's fused attention in Megatron-Core keep no
+s² scores but one fp32 log-sum-exp per row; eager is the paper's count). With ``--tp`` they follow Eq. (2), tensor parallelism without sequence
 parallelism; with ``--pp`` they are the first stage's, which holds L layers' worth (§4.2.3).
 
 N is the data-parallel degree: the job uses N·tp·pp GPUs, N·M·tp·pp for hsdp/hfsdp ("gpus").
@@ -59,6 +61,10 @@ def add_parser(subparsers) -> None:
                    help=f"vocabulary V (default {activations.DEFAULT_VOCAB}, GPT-2/GPT-3)")
     g.add_argument("--recompute", choices=activations.RECOMPUTE, default=theory.DEFAULT_RECOMPUTE,
                    help=f"activation recomputation (default {theory.DEFAULT_RECOMPUTE})")
+    g.add_argument("--attention", choices=activations.ATTENTION, default=activations.DEFAULT_ATTENTION,
+                   help=f"fused (default: FlashAttention, torch's scaled_dot_product_attention, "
+                        f"Transformer Engine's fused attention: no s² scores stored) or eager (the "
+                        f"scores stored, Korthikanti et al.'s count)")
     p.add_argument("--json", action="store_true", help="print JSON (bytes) instead of a table")
     p.set_defaults(func=run)
 
@@ -95,7 +101,8 @@ def _activation_block(act: dict) -> dict:
         "bytes": _plain(act["total"]), "per_layer": _plain(act["per_layer"]),
         "layers_held": act["layers_held"], "layers_bytes": _plain(act["layers_bytes"]),
         "extra": {k: _plain(v) for k, v in act["extra"].items()},
-        "formula": act["formula"], "recompute": act["recompute"], "dtype_bytes": act["dtype_bytes"],
+        "formula": act["formula"], "recompute": act["recompute"], "attention": act["attention"],
+        "dtype_bytes": act["dtype_bytes"],
         "inputs": {"s": sh.seq, "b": sh.micro_batch, "h": sh.hidden, "a": sh.heads, "L": sh.layers,
                    "v": sh.vocab, "t": act["tp"], "p": act["pp"]},
         "shape": sh.as_dict(), "shape_params": sh.params,
@@ -131,7 +138,8 @@ def report(args) -> dict:
         spec, rec = theory.inputs.resolve(name, args.recipe)
         e = rec.param_bytes
         if e not in blocks:
-            blocks[e] = activations.transformer_activation_bytes(shape, args.recompute, e, args.tp, args.pp)
+            blocks[e] = activations.transformer_activation_bytes(shape, args.recompute, e, args.tp, args.pp,
+                                                                 args.attention)
         act = blocks[e]["total"]
         row = {"recipe": rec.name, "gpus": theory.gpu_count(name, args.n, args.m, args.tp, args.pp)}
         reason = theory.offload_not_applicable(name, args.offload)
@@ -176,7 +184,7 @@ def _activation_line(a: dict) -> str:
     how = (f"  shape: {', '.join(sh['inferred'])} inferred from psi (GPT-3 family: h = 128·L, "
            f"a = h/128; {a['shape_params']:.3g} params by this shape's count)\n") if sh["inferred"] else ""
     return (f"activations: GPT L={i['L']}, h={i['h']}, a={i['a']}, S={i['s']}, B={i['b']}, V={i['v']}; "
-            f"recompute={a['recompute']}; {a['dtype_bytes']} bytes/element; "
+            f"recompute={a['recompute']}; attention={a['attention']}; {a['dtype_bytes']} bytes/element; "
             + ("; ".join(par) if par else "no TP/PP") + "\n" + how
             + f"  = {a['per_layer'] / 1e9:.3f} GB/layer x {a['layers_held']} + "
             f"{sum(a['extra'].values()) / 1e9:.3f} GB outside the layers = {a['bytes'] / 1e9:.2f} GB "

@@ -1041,12 +1041,17 @@ CARDS: list[Card] = [
             "s = 2048, b = 1, h = 4096, a = 32 (a 7B-class layer) that is {none} per layer, {none32} for "
             "32 layers. Selective recompute keeps the 34sbh and recomputes only the attention core, "
             "cheap to redo but large: {sel} per layer. Full recompute keeps only the layer input, 2sbh "
-            "({full}), and reruns the whole forward in backward, about a third more compute. Data "
+            "({full}), and reruns the whole forward in backward, about a third more compute. That count "
+            "stores the scores; trainers today run fused attention (FlashAttention, torch's "
+            "scaled_dot_product_attention, Transformer Engine's fused attention), which never writes them "
+            "and keeps one fp32 log-sum-exp per row instead: 34sbh + 4asb per layer ({fused}), so selective "
+            "recompute is left with almost nothing to save, and the choice is between none and full. Data "
             "parallelism does not shard activations: they depend on the micro-batch per GPU, so ZeRO-3 "
             "leaves them unchanged."),
         checks=(
             Number("Activation bytes of one layer, no recompute: s = 2048, b = 1, h = 4096, a = 32", "none"),
             Number("The same with selective recompute", "sel"),
+            Number("The same layer with fused attention (FlashAttention-style), no recompute", "fused"),
             Choice("What does selective recompute recompute?",
                    ("the attention core: QKᵀ, softmax, its dropout, attention over V", "the MLP",
                     "the whole layer", "only the LayerNorms"), (0,)),
@@ -1055,7 +1060,8 @@ CARDS: list[Card] = [
                     "yes, by half"), (1,)),
         ),
         must_hit=_pts("sbh(34 + 5as/h) per layer (16-bit, no TP)", "selective: keep 34sbh, recompute attention core",
-                      "full: keep 2sbh, one extra forward", "DP/ZeRO do not shard activations"),
+                      "full: keep 2sbh, one extra forward", "fused attention stores no scores: 34sbh + 4asb",
+                      "DP/ZeRO do not shard activations"),
         evidence=(nb("activations", "Korthikanti et al. 2022"),
                   Evidence("run", "zeroedu run --strategy ddp --world-size 2 --model gpt-tiny --recompute selective",
                            "activation bytes measured = predicted"),
@@ -1063,8 +1069,11 @@ CARDS: list[Card] = [
         figures={"none": Fig("activations.korthikanti_layer_bytes(2048, 1, 4096, 32)"),
                  "none32": Fig("activations.korthikanti_layer_bytes(2048, 1, 4096, 32) * 32"),
                  "sel": Fig("activations.korthikanti_layer_bytes(2048, 1, 4096, 32, 'selective')"),
-                 "full": Fig("activations.korthikanti_layer_bytes(2048, 1, 4096, 32, 'full')", unit="MB", scale=1e6)},
-        sources=(f"{KORTHIKANTI} §4.1 Eq. (1), §5, Table 2",),
+                 "full": Fig("activations.korthikanti_layer_bytes(2048, 1, 4096, 32, 'full')", unit="MB", scale=1e6),
+                 "fused": Fig("activations.korthikanti_layer_bytes_tp(2048, 1, 4096, 32, 1, 'none', 2, 'fused')")},
+        sources=(f"{KORTHIKANTI} §4.1 Eq. (1), §5, Table 2",
+                 "torch 2.13: F.scaled_dot_product_attention on CPU saves q, k, v, its output and an fp32 "
+                 "log-sum-exp (ScaledDotProductFlashAttentionForCpuBackward0), measured in notebook 06"),
     ),
     Card(
         id="meta_init", topic="memory",

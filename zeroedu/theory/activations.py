@@ -300,7 +300,7 @@ def _exact(x: Fraction) -> Fraction | int:
 
 
 def korthikanti_layer_bytes_tp(s: int, b: int, h: int, a: int, t: int = 1, recompute: str = "none",
-                               dtype_bytes: int = 2) -> Fraction | int:
+                               dtype_bytes: int = 2, attention: str = "eager") -> Fraction | int:
     """Activation bytes of one Megatron GPT layer on one tensor-parallel rank, tensor
     parallelism WITHOUT sequence parallelism (Korthikanti et al. 2022, §4.2.1, Eq. (2)):
 
@@ -315,17 +315,28 @@ def korthikanti_layer_bytes_tp(s: int, b: int, h: int, a: int, t: int = 1, recom
     (2), the GeLU input and output (8 + 8); the 5as²b/t are the attention scores, split by head.
     With e = dtype_bytes (masks 1 byte): (4e + 2)·sbh + 12e·sbh/t + (2e + 1)·as²b/t.
     t = 1 is `korthikanti_layer_bytes` (Eq. (1)). The result is an exact Fraction where t does not
-    divide h or a (Megatron itself requires both), an int otherwise."""
+    divide h or a (Megatron itself requires both), an int otherwise.
+
+    `attention="fused"` (FlashAttention; torch's scaled_dot_product_attention; the fused
+    attention of Transformer Engine used by Megatron-Core; what current trainers run): the
+    5as²b/t of scores, softmax dropout mask and its output are never stored; the kernel keeps
+    q, k, v (already in the 24sbh/t), its output (the output projection's input, already
+    counted) and one fp32 log-sum-exp per row and head, 4asb/t, and recomputes the scores in
+    backward (the softmax dropout is regenerated from its random seed, no mask kept). So
+    fused "none" is sbh·(10 + 24/t) + 4asb/t, and "selective" (re-running the attention core,
+    which then drops its log-sum-exp) is Table 2's sbh·(10 + 24/t) for either attention."""
     if min(s, b, h, a, t, dtype_bytes) < 1:
         raise ValueError("s, b, h, a, t and dtype_bytes must be >= 1")
     if recompute not in RECOMPUTE:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    if attention not in ATTENTION:
+        raise ValueError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
     sbh, e = s * b * h, dtype_bytes
     if recompute == "full":
         return e * sbh
     out = (4 * e + 2) * sbh + Fraction(12 * e * sbh, t)
     if recompute == "none":
-        out += Fraction((2 * e + 1) * a * s * s * b, t)
+        out += Fraction((2 * e + 1) * a * s * s * b if attention == "eager" else FP32 * a * s * b, t)
     return _exact(out)
 
 
@@ -414,12 +425,18 @@ def transformer_shape(psi, layers: int | None = None, hidden: int | None = None,
     return TransformerShape(layers, hidden, heads, seq, micro_batch, vocab, tuple(inferred))
 
 
+DEFAULT_ATTENTION = "fused"  # what trainers run today; "eager" is the paper's count (Eq. (1)/(2))
+
+
 def transformer_activation_bytes(shape: TransformerShape, recompute: str = "selective",
-                                 dtype_bytes: int = 2, tp: int = 1, pp: int = 1) -> dict:
+                                 dtype_bytes: int = 2, tp: int = 1, pp: int = 1,
+                                 attention: str = DEFAULT_ATTENTION) -> dict:
     """Activation bytes on the busiest GPU (the first pipeline stage) for one step of `shape`.
 
     * Per layer: `korthikanti_layer_bytes_tp` (Eq. (1) at t = 1, Eq. (2) for t > 1; Table 2 for
-      recomputation); tensor parallelism without sequence parallelism.
+      recomputation); tensor parallelism without sequence parallelism. `attention`: "fused"
+      (the default: FlashAttention-style kernels store no scores, 4asb/t for the log-sum-exp
+      instead of 5as²b/t) or "eager" (the paper's count).
     * Layers held: ⌈L/p⌉·p layer-equivalents. Under the non-interleaved 1F1B schedule the first
       stage keeps p micro-batches in flight, each with its ⌈L/p⌉ layers, so that stage holds L
       layers' worth whatever p is (Korthikanti §4.2.3, Eq. (5); Megatron-LM's
@@ -444,28 +461,32 @@ def transformer_activation_bytes(shape: TransformerShape, recompute: str = "sele
         raise ValueError(f"dtype_bytes must be 1, 2, 4 or 8, got {dtype_bytes!r}")
     tp, pp = _size(tp, "tp"), _size(pp, "pp")
     s, b, h, a, L, v = shape.seq, shape.micro_batch, shape.hidden, shape.heads, shape.layers, shape.vocab
-    per_layer = korthikanti_layer_bytes_tp(s, b, h, a, tp, recompute, dtype_bytes)
+    per_layer = korthikanti_layer_bytes_tp(s, b, h, a, tp, recompute, dtype_bytes, attention)
     layers_held = -(-L // pp) * pp
     extra = {"embedding dropout mask": s * b * h * pp}
     if pp == 1:
         extra["final LayerNorm input"] = dtype_bytes * s * b * h
         extra["output layer input"] = dtype_bytes * s * b * h
         extra["fp32 logits (cross-entropy)"] = _exact(Fraction(4 * s * b * v, tp))
+    fused = attention == "fused"
     if tp == 1:
-        eq, per = "Eq. (1), no tensor parallelism", {"none": "34sbh + 5as²b", "selective": "34sbh",
-                                                     "full": "2sbh"}[recompute]
+        eq, per = "Eq. (1), no tensor parallelism", {"none": "34sbh + 4asb" if fused else "34sbh + 5as²b",
+                                                     "selective": "34sbh", "full": "2sbh"}[recompute]
     else:
         eq = "Eq. (2), tensor parallel without sequence parallelism"
-        per = {"none": "sbh(10 + 24/t + 5as/(ht))", "selective": "sbh(10 + 24/t)",
-               "full": "2sbh"}[recompute]
-    per = f"{eq}" + ("" if recompute == "none" else f", {recompute} recompute (Table 2)") + f": {per}"
+        per = {"none": "sbh(10 + 24/t) + 4asb/t" if fused else "sbh(10 + 24/t + 5as/(ht))",
+               "selective": "sbh(10 + 24/t)", "full": "2sbh"}[recompute]
+    per = (f"{eq}" + ("" if recompute == "none" else f", {recompute} recompute (Table 2)")
+           + (", fused attention (no scores stored; fp32 log-sum-exp)" if fused and recompute == "none" else "")
+           + f": {per}")
     layers_bytes = per_layer * layers_held
     return {"total": _exact(Fraction(layers_bytes) + sum(extra.values())), "per_layer": per_layer,
             "layers_held": layers_held, "layers_bytes": layers_bytes, "extra": extra,
             "formula": f"Korthikanti et al. 2022, {per} per layer (the paper's e = 2 bytes per "
                        f"element; here e = {dtype_bytes}) x {layers_held} layer-equivalents (§4.2.3) "
                        f"+ §4.3 terms outside the layers",
-            "recompute": recompute, "dtype_bytes": dtype_bytes, "tp": tp, "pp": pp, "shape": shape}
+            "recompute": recompute, "attention": attention, "dtype_bytes": dtype_bytes, "tp": tp, "pp": pp,
+            "shape": shape}
 
 
 # ----------------------------------------------------------------------------- the MLP

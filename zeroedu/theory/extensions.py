@@ -75,7 +75,7 @@ from fractions import Fraction
 
 from .. import catalog
 from ..recipes import DTYPE_BYTES
-from .activations import RECOMPUTE, TransformerShape, transformer_activation_bytes
+from .activations import DEFAULT_ATTENTION, RECOMPUTE, TransformerShape, transformer_activation_bytes
 from .inputs import check_count, check_psi, resolve
 from .memory import ModelStates, model_states
 
@@ -168,7 +168,8 @@ def _check_recompute(recompute: str) -> str:
 
 
 def device_bytes(strategy, psi, n, m=1, recipe=None, tp=1, pp=1, offload="none", shape=None,
-                 recompute=DEFAULT_RECOMPUTE, activation_bytes=None, unit_bytes=None) -> dict:
+                 recompute=DEFAULT_RECOMPUTE, activation_bytes=None, unit_bytes=None,
+                 attention=DEFAULT_ATTENTION) -> dict:
     """Everything one GPU holds: {"model_states" (device ModelStates), "host" (ModelStates),
     "activations", "gathered_unit", "total"}.
 
@@ -181,7 +182,7 @@ def device_bytes(strategy, psi, n, m=1, recipe=None, tp=1, pp=1, offload="none",
     _check_recompute(recompute)
     act = unit = 0
     if shape is not None:
-        act = transformer_activation_bytes(shape, recompute, rec.param_bytes, tp, pp)["total"]
+        act = transformer_activation_bytes(shape, recompute, rec.param_bytes, tp, pp, attention)["total"]
         unit = gathered_unit_bytes(strategy, shape, recipe, tp)["bytes"]
     for name, given in (("activation_bytes", activation_bytes), ("unit_bytes", unit_bytes)):
         if given is not None and not given >= 0:
@@ -198,14 +199,14 @@ _offload = offload  # `fits` and `device_bytes` take a parameter named `offload`
 
 def fits(strategy, psi, n, m=1, recipe=None, gpu_bytes=80e9, tp=1, pp=1, offload="none",
          reserve_bytes=0, shape=None, recompute=DEFAULT_RECOMPUTE, activation_bytes=None,
-         unit_bytes=None) -> bool:
+         unit_bytes=None, attention=DEFAULT_ATTENTION) -> bool:
     """Does one GPU's `device_bytes` total (device model states + activations + gathered unit)
     fit in `gpu_bytes` minus `reserve_bytes` (room kept for buffers)? Without `shape`,
     `activation_bytes` or `unit_bytes` this is the model states alone, as before."""
     if not gpu_bytes > 0:
         raise ValueError(f"gpu_bytes must be > 0, got {gpu_bytes!r}")
     d = device_bytes(strategy, psi, n, m, recipe, tp, pp, offload, shape, recompute,
-                     activation_bytes, unit_bytes)
+                     activation_bytes, unit_bytes, attention)
     return d["total"] <= gpu_bytes - reserve_bytes
 
 

@@ -18,7 +18,7 @@ import html
 import ipywidgets as W
 
 from ... import theory
-from ...theory.activations import RECOMPUTE
+from ...theory.activations import ATTENTION, DEFAULT_ATTENTION, RECOMPUTE
 from .. import viz
 from .common import BAD_STYLE, OK_STYLE, bar_chart_html, checked_number, message
 
@@ -33,7 +33,7 @@ class ActivationExplorer:
 
     def __init__(self, seq: int = 4096, micro_batch: int = 1, layers: int = 32, hidden: int = 4096,
                  heads: int = 32, recompute: str = "selective", n: int = 8, gpu_gb: float = 80.0,
-                 strategies=STRATEGIES, vocab: int = 50257):
+                 strategies=STRATEGIES, vocab: int = 50257, attention: str = DEFAULT_ATTENTION):
         self.strategies = list(strategies)
         self.vocab = vocab
         style = {"description_width": "120px"}
@@ -51,6 +51,9 @@ class ActivationExplorer:
                                  description="heads A", style=style, layout=lay)
         self.recompute = W.ToggleButtons(options=list(RECOMPUTE), value=recompute, description="recompute",
                                          style={"description_width": "120px", "button_width": "80px"})
+        # fused: FlashAttention-style kernels store no s² scores (what trainers run); eager: the paper's count
+        self.attention = W.ToggleButtons(options=list(ATTENTION), value=attention, description="attention",
+                                         style={"description_width": "120px", "button_width": "80px"})
         self.n = W.IntSlider(value=n, min=R["n"][0], max=256, description="N GPUs", style=style, layout=lay)
         self.gpu_gb = W.BoundedFloatText(value=gpu_gb, min=R["gpu_gb"][0], max=R["gpu_gb"][1], step=1.0,
                                          description="GPU memory GB", style=style, layout=lay)
@@ -58,7 +61,7 @@ class ActivationExplorer:
         self.summary = W.HTML()
         self.plot = W.HTML()
         self.controls = [self.seq, self.micro_batch, self.layers, self.hidden, self.heads, self.recompute,
-                         self.n, self.gpu_gb]
+                         self.attention, self.n, self.gpu_gb]
         for w in self.controls:
             w.observe(self._on_change, names="value")
         self._muted = False
@@ -88,9 +91,10 @@ class ActivationExplorer:
                     notes.append(f"unknown control {key!r}")
                     ok = False
                     continue
-                if key == "recompute":
-                    if v not in RECOMPUTE:
-                        notes.append(f"recompute = {v!r} rejected: choose one of {', '.join(RECOMPUTE)}")
+                if key in ("recompute", "attention"):
+                    allowed = RECOMPUTE if key == "recompute" else ATTENTION
+                    if v not in allowed:
+                        notes.append(f"{key} = {v!r} rejected: choose one of {', '.join(allowed)}")
                         ok = False
                         continue
                     w.value = v
@@ -130,7 +134,8 @@ class ActivationExplorer:
         psi, n, gpu = sh.params, self.n.value, self.gpu_gb.value * 1e9
         out = {}
         for s in self.strategies:
-            d = theory.device_bytes(s, psi, n, shape=sh, recompute=self.recompute.value)
+            d = theory.device_bytes(s, psi, n, shape=sh, recompute=self.recompute.value,
+                                    attention=self.attention.value)
             ms = d["model_states"]
             out[s] = {"param": float(ms.param), "grad": float(ms.grad), "optim": float(ms.optim),
                       "states": float(ms.total), "activations": float(d["activations"]),
@@ -157,7 +162,7 @@ class ActivationExplorer:
         self.plot.value = bar_chart_html(
             f"one GPU of N = {self.n.value}: model states + activations + gathered unit", bars,
             line=(gpu, f"GPU {self.gpu_gb.value:g} GB"), width_px=420)
-        act = theory.transformer_activation_bytes(sh, self.recompute.value)
+        act = theory.transformer_activation_bytes(sh, self.recompute.value, attention=self.attention.value)
         fits = [s for s, d in self.data.items() if d["fits"]]
         verdict = (f'<span style="{OK_STYLE}">fits: {html.escape(", ".join(fits))}</span>' if fits
                    else f'<span style="{BAD_STYLE}">no strategy fits</span>')
@@ -165,7 +170,7 @@ class ActivationExplorer:
             f"Ψ = {sh.params / 1e9:.3g}B parameters (L = {sh.layers}, H = {sh.hidden}, A = {sh.heads}, "
             f"V = {sh.vocab}); activations {viz.human_bytes(act['total'])} per micro-batch of B = {sh.micro_batch} "
             f"× S = {sh.seq} ({html.escape(act['formula'].split(': ')[-1].split(' per layer')[0])} per layer, "
-            f"recompute {self.recompute.value}); {verdict} in {self.gpu_gb.value:g} GB.")
+            f"recompute {self.recompute.value}, {self.attention.value} attention); {verdict} in {self.gpu_gb.value:g} GB.")
         self.updates += 1
 
 

@@ -19,7 +19,7 @@ import ipywidgets as W
 
 from ... import catalog, theory
 from ...recipes import RECIPES, get_recipe
-from ...theory.activations import DEFAULT_MICRO_BATCH, DEFAULT_SEQ, RECOMPUTE
+from ...theory.activations import ATTENTION, DEFAULT_ATTENTION, DEFAULT_MICRO_BATCH, DEFAULT_SEQ, RECOMPUTE
 from .. import viz
 from .common import BAD_STYLE, DEFAULT_RECIPE, OK_STYLE, bar_chart_html, checked_number, message
 
@@ -46,7 +46,7 @@ class MemoryExplorer:
     def __init__(self, psi: float = 7e9, n: int = 8, m: int = 1, recipe: str | None = None,
                  strategy: str = "zero1", gpu_gb: float = 80.0, strategies=None,
                  seq: int = DEFAULT_SEQ, micro_batch: int = DEFAULT_MICRO_BATCH,
-                 recompute: str = theory.DEFAULT_RECOMPUTE):
+                 recompute: str = theory.DEFAULT_RECOMPUTE, attention: str = DEFAULT_ATTENTION):
         self.strategies = list(strategies or catalog.STRATEGIES)
         style = {"description_width": "110px"}
         lay = W.Layout(width="420px")
@@ -71,6 +71,9 @@ class MemoryExplorer:
                                             style=style, layout=lay)
         self.recompute = W.Dropdown(options=list(RECOMPUTE), value=recompute, description="recompute",
                                     style=style, layout=lay)
+        # fused: FlashAttention-style kernels store no s² scores (what trainers run); eager: the paper's count
+        self.attention = W.Dropdown(options=list(ATTENTION), value=attention, description="attention",
+                                    style=style, layout=lay)
         self.message = W.HTML()
         self.summary = W.HTML()
         self.note = W.HTML()
@@ -78,7 +81,7 @@ class MemoryExplorer:
         self.plot = W.HTML()
         self.plot.add_class("zeroedu-explorer-plot")
         self.controls = [self.psi, self.n, self.m, self.recipe, self.strategy, self.gpu_gb, self.tp,
-                         self.pp, self.offload, self.seq, self.micro_batch, self.recompute]
+                         self.pp, self.offload, self.seq, self.micro_batch, self.recompute, self.attention]
         for w in self.controls:
             w.observe(self._on_change, names="value")
         self.updates = 0
@@ -167,7 +170,7 @@ class MemoryExplorer:
             if isinstance(mem[s], dict):
                 row.update(mem[s])
                 d = theory.device_bytes(s, psi, n, m, rec, tp, pp, off, shape=shape,
-                                        recompute=self.recompute.value)
+                                        recompute=self.recompute.value, attention=self.attention.value)
                 row.update(activations=float(d["activations"]), unit=float(d["gathered_unit"]),
                            device_total=float(d["total"]))
                 row["fits"] = row["device_total"] <= gpu
@@ -248,7 +251,8 @@ class MemoryExplorer:
                 f"shard over N.")
         return (f'<span style="font-size:11px;color:#555">Activations: GPT shape inferred from Ψ '
                 f"(L = {sh.layers}, h = {sh.hidden}, a = {sh.heads}, V = {sh.vocab}; GPT-3 family, "
-                f"h = 128·L), S = {sh.seq}, B = {sh.micro_batch}, recompute = {self.recompute.value}; "
+                f"h = 128·L), S = {sh.seq}, B = {sh.micro_batch}, recompute = {self.recompute.value}, "
+                f"attention = {self.attention.value}; "
                 f"Korthikanti et al. 2022 (tp: no sequence parallelism; pp: the first stage). "
                 f"Gathered unit: one unsharded layer or the embedding, ZeRO-3 family only.{grey}</span>")
 
