@@ -258,3 +258,26 @@ def test_no_reader_indexes_a_report_by_key():
     # the check itself catches each spelling
     assert len(report_keys_read('r["ranks"][0]["measured"]["total"]; x["match"]["wire"]; t["timeline"]["events"]'
                                 '; c["match"]; w["wire"]["zero1"]', "x")) == 4
+
+
+# torch internals that are private (a leading underscore) and version-dependent: read only in
+# zeroedu/references/torch_private.py, which says which torch they were read against (README,
+# "torch: CPU and GPU installs")
+TORCH_PRIVATE = {"_tools", "_WINFO", "_curr_mem_snap", "_update_peak_stats", "_get_zeros_like_grad_buckets"}
+
+
+def test_torch_private_internals_live_in_one_module():
+    import io
+    import tokenize
+
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.name == "torch_private.py":
+            continue
+        toks = list(tokenize.generate_tokens(io.StringIO(path.read_text()).readline))
+        for prev, tok in zip(toks, toks[1:]):  # code only: strings and comments are other token types
+            if prev.string == "." and tok.type == tokenize.NAME and tok.string in TORCH_PRIVATE:
+                found.append(f"{path.relative_to(ROOT)}:{tok.start[0]} .{tok.string}")
+    assert not found, f"torch internals outside zeroedu/references/torch_private.py: {found}"
+    text = (ROOT / "references" / "torch_private.py").read_text()
+    assert all(name in text for name in TORCH_PRIVATE) and 'TORCH_READ_AGAINST = "2.13.0"' in text

@@ -73,7 +73,9 @@ def test_predict_replays_the_calibration_runs_schedule_on_the_links():
             assert p.comm_total >= model - 1e-9 and p.exposed >= model - 1e-9  # all blocking
             assert p.seconds == pytest.approx(p.compute + p.exposed)
             assert model <= p.bound <= p.seconds + 1e-9  # the link alone, and no better than the schedule
-        assert 0 < r.time.efficiency() <= 1.5
+        # the overlap efficiency is the bound over the measured step (medians after the first);
+        # its value is a timing ratio, benchmarked in benchmarks/bench_predict.py, not asserted here
+        assert r.time.efficiency() == pytest.approx(r.time.predicted_median().bound / r.time.median().seconds)
     text = summary(rep)
     assert "predicted (" in text and "measured" in text and "overlap efficiency" in text
     with pytest.raises(ValueError, match="emulated links"):

@@ -13,6 +13,7 @@ import torch
 
 from ..train.config import RunConfig, config_from_dict
 from ..train.runner import local_micro_batches
+from .torch_private import ddp_grad_buckets
 
 
 class MasterAdam:
@@ -78,7 +79,7 @@ def torch_bucket_bytes(ddp) -> list[int]:
     iteration, in the order gradients actually arrived; the reducer's bucket-shaped tensors
     show the current assignment."""
     return [b.buffer().numel() * b.buffer().element_size()
-            for b in ddp.reducer._get_zeros_like_grad_buckets()]
+            for b in ddp_grad_buckets(ddp)]
 
 
 def torch_ddp_job(ctx, cfg: dict, bucket_bytes: int = 1024) -> dict:

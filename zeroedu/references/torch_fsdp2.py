@@ -26,6 +26,7 @@ import torch
 from ..models import units
 from ..train.config import config_from_dict
 from ..train.runner import local_micro_batches
+from .torch_private import fsdp2_mem_tracker
 
 
 def build_fully_shard(cfg, world_size, reshard_after_forward: bool | None = None):
@@ -74,7 +75,7 @@ def torch_train_steps(ctx, cfg, model, opt, start: int = 0) -> list[float]:
 
 def fully_shard_job(ctx, cfg: dict, track_memory: bool = True) -> dict:
     """Train torch FSDP2 for cfg.steps; losses, final full params (rank 0), FSDPMemTracker peak."""
-    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    FSDPMemTracker = fsdp2_mem_tracker()
 
     cfg = config_from_dict(cfg)
     model, opt = build_fully_shard(cfg, ctx.world_size)

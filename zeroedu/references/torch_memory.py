@@ -20,55 +20,15 @@ from __future__ import annotations
 import collections
 from dataclasses import replace
 
-from ..runtime.ledger import CATEGORIES
 from ..train.config import config_from_dict
 from ..train.runner import build_run, train_step, train_steps
-
-
-def _tracker_class():
-    from torch.distributed._tools.mem_tracker import MemTracker
-
-    class ItemizingMemTracker(MemTracker):
-        """MemTracker that remembers which operation made each storage, and what was alive at
-        its peak (a list of (storage key, bytes, origin))."""
-
-        def __init__(self):
-            super().__init__()
-            self._op = "?"
-            self.origin: dict[int, str] = {}
-            self.ledger = None
-            self.at_peak = None
-            self.peak_total = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self._op = getattr(func, "__name__", str(func))
-            return super().__torch_dispatch__(func, types, args, kwargs)
-
-        def _track(self, reftype, t):
-            super()._track(reftype, t)
-            for st in (t.untyped_storage(),):
-                winfo = self._WINFO.get(st, (None, None))[0]
-                if winfo is not None and id(winfo) not in self.origin:
-                    self.origin[id(winfo)] = f"{str(reftype).split('.')[-1]}: {self._op}"
-
-        def _update_peak_stats(self, peak_state):
-            super()._update_peak_stats(peak_state)
-            for snap in self._curr_mem_snap.values():
-                if snap["Total"] > self.peak_total:
-                    self.peak_total = snap["Total"]
-                    live = [(st._cdata, w.mem_consumed, self.origin.get(id(w), "before the tracker"))
-                            for st, (w, _) in list(self._WINFO.items()) if w.mem_consumed]
-                    led = self.ledger
-                    self.at_peak = (live, dict(zip(CATEGORIES, led._totals)) if led else {},
-                                    set(led._storages) if led else set(), self._op)
-
-    return ItemizingMemTracker
+from .torch_private import itemizing_mem_tracker
 
 
 def memtracker_job(ctx, cfg: dict, timeline: str = "full") -> dict:
     """One training step of `cfg` (build included) inside torch's MemTracker, on every rank."""
     cfg = replace(config_from_dict(cfg), timeline=timeline)  # the ledger checks the mode
-    mt = _tracker_class()()
+    mt = itemizing_mem_tracker()()
     with mt:
         run = build_run(ctx, cfg)
         mt.ledger = run.ledger

@@ -272,7 +272,7 @@ def _segment(t: torch.Tensor, j: int, m: int) -> torch.Tensor:
 
 
 def _relay(c: _GroupCtx, tag: int, steps: int, m: int, first, recv_into, on_recv,
-           recycled: bool, pace=None, late: float | None = None) -> float:
+           recycled: bool, pace=None, late: float | None = None, entered: float | None = None) -> float:
     """Run `steps` ring steps, each chunk cut into `m` segments that travel independently.
 
     Step s: receive segment (s, j) from the right neighbour into `recv_into(s, j)`, then
@@ -285,12 +285,16 @@ def _relay(c: _GroupCtx, tag: int, steps: int, m: int, first, recv_into, on_recv
     it is sent, and an arrived message is held until the link would have delivered it. A
     message starts on the link as if this rank had got to it on time: step 0's as the op could
     have started (`late`: how long after that the relay began; by default the stream's
-    `_late_start`), step s+1's as step s's message was delivered (`Pace.received`'s lateness).
-    Returns the lateness of the last message received (what the next relay of the same op
-    computes from).
+    `_late_start`), step s+1's as step s's message was delivered (`Pace.received`'s lateness),
+    but never before this rank could have started the op (`entered`, on the clock of
+    `time.monotonic`): a rank that came to the collective after its peers has its own data only
+    from then. Returns the lateness of the last message received (what the next relay of the
+    same op computes from).
     """
     if late is None:
         late = _late_start()
+    if entered is None:
+        entered = time.monotonic() - late
     last_late = 0.0
     sends, recvs, sizes = {}, {}, {}
 
@@ -303,6 +307,7 @@ def _relay(c: _GroupCtx, tag: int, steps: int, m: int, first, recv_into, on_recv
     def post_send(s, j, t, late=0.0):
         if t.numel():
             if pace is not None:
+                late = min(late, max(0.0, time.monotonic() - entered))  # not before this rank entered
                 pace.sending(c.global_ranks[c.left], t.numel() * t.element_size(), late)
             sends[s, j] = c.pg.send([t], c.left, tag + s * m + j)
 
@@ -508,11 +513,13 @@ def ring_all_reduce(t: torch.Tensor, group=None, async_op: bool = False,
             return dst.add_(recv_into(s, j))
 
         # reduce-scatter phase: afterwards chunk r of t holds the full sum
+        entered = time.monotonic() - _late_start()  # when this rank could have started the op
         late = _relay(c, tag, g - 1, m, lambda j: cut(chunk(r + 1), j, m), recv_into, on_recv,
-                      recycled=False, pace=pace)
+                      recycled=False, pace=pace, entered=entered)
         # all-gather phase: forward the finished chunks leftwards, straight into t
         _relay(c, tag + (g - 1) * m, g - 1, m, lambda j: cut(chunk(r), j, m),
                lambda s, j: cut(chunk(r + 1 + s), j, m),
-               lambda s, j: cut(chunk(r + 1 + s), j, m), recycled=False, pace=pace, late=late)
+               lambda s, j: cut(chunk(r + 1 + s), j, m), recycled=False, pace=pace, late=late,
+               entered=entered)
 
     return _launch(run, "ring_all_reduce", async_op, stream)

@@ -1,0 +1,71 @@
+"""Every private torch internal zeroedu reads, in one module, read against torch 2.13.0: the only
+build CI installs (README, "torch: CPU and GPU installs"). Under another torch these are the
+first things to check; nothing else in the package touches a torch name that starts with an
+underscore (tests/test_layering.py holds it to that).
+
+* `torch.distributed._tools.mem_tracker.MemTracker`, subclassed by `itemizing_mem_tracker`,
+  overriding its private `_track` and `_update_peak_stats` and reading `_WINFO` (storage ->
+  its accounting) and `_curr_mem_snap` (per device totals): the independent check of the
+  ledger's peak (`torch_memory`).
+* `torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker` (`fsdp2_mem_tracker`): the peak of
+  torch's `fully_shard` by its own categories (`torch_fsdp2`).
+* `DistributedDataParallel.reducer._get_zeros_like_grad_buckets()` (`ddp_grad_buckets`): the
+  bucket sizes torch's DDP chose (`torch_ddp`).
+"""
+from __future__ import annotations
+
+from ..runtime.ledger import CATEGORIES
+
+TORCH_READ_AGAINST = "2.13.0"
+
+
+def fsdp2_mem_tracker():
+    """torch's FSDPMemTracker class (`torch.distributed._tools.fsdp2_mem_tracker`)."""
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+
+    return FSDPMemTracker
+
+
+def ddp_grad_buckets(ddp) -> list:
+    """torch DDP's gradient buckets as they are now (the reducer's bucket-shaped tensors)."""
+    return list(ddp.reducer._get_zeros_like_grad_buckets())
+
+
+def itemizing_mem_tracker():
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class ItemizingMemTracker(MemTracker):
+        """MemTracker that remembers which operation made each storage, and what was alive at
+        its peak (a list of (storage key, bytes, origin))."""
+
+        def __init__(self):
+            super().__init__()
+            self._op = "?"
+            self.origin: dict[int, str] = {}
+            self.ledger = None
+            self.at_peak = None
+            self.peak_total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self._op = getattr(func, "__name__", str(func))
+            return super().__torch_dispatch__(func, types, args, kwargs)
+
+        def _track(self, reftype, t):
+            super()._track(reftype, t)
+            for st in (t.untyped_storage(),):
+                winfo = self._WINFO.get(st, (None, None))[0]
+                if winfo is not None and id(winfo) not in self.origin:
+                    self.origin[id(winfo)] = f"{str(reftype).split('.')[-1]}: {self._op}"
+
+        def _update_peak_stats(self, peak_state):
+            super()._update_peak_stats(peak_state)
+            for snap in self._curr_mem_snap.values():
+                if snap["Total"] > self.peak_total:
+                    self.peak_total = snap["Total"]
+                    live = [(st._cdata, w.mem_consumed, self.origin.get(id(w), "before the tracker"))
+                            for st, (w, _) in list(self._WINFO.items()) if w.mem_consumed]
+                    led = self.ledger
+                    self.at_peak = (live, dict(zip(CATEGORIES, led._totals)) if led else {},
+                                    set(led._storages) if led else set(), self._op)
+
+    return ItemizingMemTracker
