@@ -854,26 +854,39 @@ CARDS: list[Card] = [
         question="What is Megatron-FSDP v2, and which ZeRO levels can it shard to?",
         question_zh="Megatron-FSDP v2 是什么?能切到哪一级 ZeRO?",
         answer=(
-            "Megatron's own fully sharded data parallelism. Its levels are named no_shard, optim, "
-            "optim_grads and optim_grads_params (DDP, ZeRO-1, 2, 3), and it arranges the data-parallel "
-            "ranks on two mesh axes, an inner dp_shard and an outer dp_outer, each with its own level. "
-            "ZeRO-3 inside plus no_shard outside is HSDP ({hsdp} per GPU for 7B, 2 × 8 GPUs); ZeRO-3 "
-            "inside plus optim outside is HFSDP ({hfsdp}); flat ZeRO-3 over all 16 is {flat}. "
-            "In core 0.20.0 the adapter is experimental (TP = 1)."),
+            "Megatron's own fully sharded data parallelism (Megatron-FSDP). Its levels are named no_shard, "
+            "optim, optim_grads and optim_grads_params (DDP, ZeRO-1, 2, 3). Version 1, the default "
+            "(megatron_fsdp_version = 1), arranges the data-parallel ranks on two mesh axes, an inner "
+            "dp_shard (--data-parallel-sharding-strategy) and an outer dp_outer "
+            "(--outer-dp-sharding-strategy), each with its own level: ZeRO-3 inside plus no_shard outside "
+            "is HSDP ({hsdp} per GPU for 7B, 2 × 8 GPUs); ZeRO-3 inside plus optim outside is HFSDP "
+            "({hfsdp}); flat ZeRO-3 over all 16 is {flat}. The Megatron Core 0.20.0 release notes "
+            "present v2 as an experimental adapter; in the code today (Megatron-LM main at 0.20.0, "
+            "FullyShardedDataParallelV2._validate_config in megatron/core/distributed/fsdp/"
+            "mcore_fsdp_adapter.py) v2 shards over one flat data-parallel mesh: it requires "
+            "optim_grads_params, refuses outer DP sharding (\"MFSDP v2 does not currently support outer "
+            "DP sharding\") and requires TP = PP = CP = 1. HSDP and HFSDP are version 1's."),
         checks=(
             Number("HFSDP model-state bytes per GPU, 7B, 2 domains × 8 GPUs", "hfsdp"),
             Choice("Megatron-FSDP's level name for ZeRO-2?",
                    ("no_shard", "optim", "optim_grads", "optim_grads_params"), (2,)),
             Choice("ZeRO-3 on dp_shard plus optim (ZeRO-1) on dp_outer is:",
                    ("HSDP", "HFSDP", "flat ZeRO-3", "DDP"), (1,)),
+            Choice("In Megatron-LM main (0.20.0), which Megatron-FSDP version accepts an outer DP sharding "
+                   "level (HSDP, HFSDP)?",
+                   ("version 1, the default", "version 2", "both", "neither"), (0,)),
         ),
         must_hit=_pts("four levels no_shard / optim / optim_grads / optim_grads_params",
-                      "two axes: dp_shard inner, dp_outer outer, a level each", "HSDP and HFSDP as combinations"),
+                      "two axes: dp_shard inner, dp_outer outer, a level each (v1)", "HSDP and HFSDP as combinations",
+                      "v2: flat mesh, optim_grads_params only, no outer sharding, TP = PP = CP = 1"),
         evidence=(Evidence("run", "zeroedu run --strategy hfsdp --world-size 4 --outer 2"),
                   Evidence("module", "zeroedu/catalog.py", "per-axis levels"),
                   nb("hybrid", "The code: a composition"), rehearsal("mfsdp_v2")),
         figures={"hsdp": _ms("hsdp", m=2), "hfsdp": _ms("hfsdp", m=2), "flat": _ms("fsdp1", n=16)},
-        sources=("Megatron Core 0.20.0 release notes (Parallelism)", "Megatron-FSDP design doc"),
+        sources=("Megatron Core 0.20.0 release notes (Parallelism)", "Megatron-FSDP design doc",
+                 "Megatron-LM main at 0.20.0 (d98e8a6): megatron/core/distributed/fsdp/mcore_fsdp_adapter.py, "
+                 "FullyShardedDataParallelV2._validate_config; distributed_data_parallel_config.py, "
+                 "megatron_fsdp_version = 1"),
     ),
     Card(
         id="nvlink_levels", topic="hybrid",
