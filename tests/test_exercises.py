@@ -89,6 +89,8 @@ def test_learner_notebooks_are_generated_and_hold_no_solution():
                 assert re.search(r"=\s*\.\.\.", src), f"{p.name}: an exercise cell without a placeholder"
                 text = "".join("".join(o.get("text", "")) for o in c["outputs"])
                 assert "correct" not in text and "not answered yet" in text
+            if generate.SHOWS_ANSWER in c["metadata"].get("tags", []):
+                assert c["outputs"] == [] and c["execution_count"] is None, p.name
 
 
 def test_a_prediction_is_not_answered_by_the_learners_notebook():

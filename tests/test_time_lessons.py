@@ -29,6 +29,17 @@ def test_rounds_merge_by_median_per_configuration():
         tl.median_of([[_row("a", 1, 1)], [_row("z", 1, 1)]])
 
 
+def test_the_derivation_inputs_merge_and_stay_unknown_when_a_round_lacks_them():
+    def row(backward, collectives, busy):
+        return tl.TimedRun("a", 1, 1.0, 1.0, 1.0, 0.1, 0.1, 1, backward=backward, collectives=collectives,
+                           link_busy=busy)
+    merged, = tl.median_of([[row(0.1, 7, 0.3)], [row(0.3, 7, 0.1)], [row(0.2, 7, 0.2)]])
+    assert (merged.backward, merged.collectives, merged.link_busy) == (0.2, 7, 0.2)
+    # a count that differs between rounds (bucket boundaries moved) is not a median
+    merged, = tl.median_of([[row(0.1, 7, 0.3)], [row(None, 8, 0.1)]])
+    assert (merged.backward, merged.collectives) == (None, None)
+
+
 def test_committed_results_read_back_and_the_tolerance_bites(tmp_path):
     rows = [_row("one bucket", 0.300, 0.290), _row("1 MiB buckets", 0.200, 0.250)]
     path = tmp_path / "lessons.json"

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from dataclasses import asdict, dataclass
 
 from ..references.bench import RESULTS_DIR
+from ..runtime import analysis
 from ..runtime.links import BETWEEN_DOMAINS
 from ..reports import RunReport
 from .. import train
@@ -80,6 +82,14 @@ class TimedRun:
     exposed: float
     predicted_exposed: float
     peak: int  # bytes, the largest rank's peak
+    # What a derivation of the step needs, read from the slowest rank (None in results written
+    # before they were kept): its median backward pass (measured, from its timeline's marks), the
+    # gradient collectives it issued per step, and how long the prediction keeps its busiest
+    # link busy per step (each collective the link's ring time or, when longer, what the
+    # calibration measured it took this machine).
+    backward: float | None = None
+    collectives: int | None = None
+    link_busy: float | None = None
 
     @property
     def error(self) -> float:
@@ -95,7 +105,11 @@ def timed(label: str, report: RunReport, x: float | None = None) -> TimedRun:
     slow = max(report.ranks, key=lambda r: r.time.median().seconds)
     pred = max(report.ranks, key=lambda r: r.time.predicted_median().seconds)
     m, p = slow.time.median(), pred.time.predicted_median()
-    return TimedRun(label, x, m.seconds, p.seconds, p.bound, m.exposed, p.exposed, max(r.peak for r in report.ranks))
+    after_first = [s for s in range(report.steps) if s > 0] or [0]
+    backward = statistics.median(e - b for s in after_first for b, e in analysis.backward_windows(slow.timeline, s))
+    collectives = len(analysis.grad_comm(slow.timeline, after_first[0]))
+    return TimedRun(label, x, m.seconds, p.seconds, p.bound, m.exposed, p.exposed, max(r.peak for r in report.ranks),
+                    backward=backward, collectives=collectives, link_busy=max(p.comm.values(), default=0.0))
 
 
 def run_lesson(name: str, *, steps: int = 4, model: str = "gpt-small", pool=None, progress=print) -> list[TimedRun]:
@@ -114,15 +128,17 @@ def run_lesson(name: str, *, steps: int = 4, model: str = "gpt-small", pool=None
 
 def median_of(rounds: list[list[TimedRun]]) -> list[TimedRun]:
     """Several rounds of one lesson merged: per configuration, the median of each figure."""
-    import statistics
-
     out = []
     for same in zip(*rounds):
         if len({r.label for r in same}) != 1:
             raise ValueError("rounds of different lessons")
         med = {f: statistics.median(getattr(r, f) for r in same)
                for f in ("measured", "predicted", "bound", "exposed", "predicted_exposed")}
-        out.append(TimedRun(same[0].label, same[0].x, peak=max(r.peak for r in same), **med))
+        med.update({f: (None if any(getattr(r, f) is None for r in same) else statistics.median(getattr(r, f) for r in same))
+                    for f in ("backward", "link_busy")})
+        counts = {r.collectives for r in same}
+        out.append(TimedRun(same[0].label, same[0].x, peak=max(r.peak for r in same),
+                            collectives=counts.pop() if len(counts) == 1 else None, **med))
     return out
 
 

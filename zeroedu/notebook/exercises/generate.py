@@ -79,12 +79,17 @@ def _is_exercise(c: dict) -> bool:
     return c["cell_type"] == "code" and "exercise" in c.get("metadata", {}).get("tags", [])
 
 
+# A cell whose output shows an exercise's answer (a comparison that prints the value found):
+# its output is cleared in the learner's edition.
+SHOWS_ANSWER = "shows-answer"
+
+
 def learner_notebook(nb: dict) -> dict:
     nb = copy.deepcopy(nb)
     hiding = False  # inside the run that settles a prediction
     for c in nb["cells"]:
         if not _is_exercise(c):
-            if hiding and c["cell_type"] == "code":
+            if c["cell_type"] == "code" and (hiding or SHOWS_ANSWER in c.get("metadata", {}).get("tags", [])):
                 c["outputs"], c["execution_count"] = [], None
             continue
         src = learner_source("".join(c["source"]))

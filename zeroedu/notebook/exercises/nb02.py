@@ -1,13 +1,25 @@
 """Notebook 02 (DDP): what each GPU holds, when the bucket all-reduces start, what gradient
 accumulation costs on the wire, and DDP's closed forms.
 
-Context the measure exercise reads: `base` and `acc`, the reports of bucketed DDP with one
+Context the measure exercises read: `base` and `acc`, the reports of bucketed DDP with one
 micro-batch per step and with K = 4 (report.ranks[r].wire.sent: bytes the kernel
-counted on rank r's sockets in the last optimizer step).
+counted on rank r's sockets in the last optimizer step); `sweep`, the bucket-size lesson's
+committed rows (`time_lessons.results("ddp_buckets")`, smallest buckets first), and `link`, the
+emulated link it ran on (`runtime.links.DOMAIN`).
+
+The best bucket size (02.8), for N ranks, S bytes of gradients produced at a steady rate over a
+backward pass of T_b, and a bucket of b bytes all-reduced in a + b·r (a: what each all-reduce
+pays whatever its size; r = 2(N-1)/(N·β)): the link is busy (S/b)·a + S·r per step, and while
+that fits inside backward all that stays exposed is about the last bucket's all-reduce, a + b·r,
+smaller for smaller buckets. The best bucket is the smallest the link keeps up with:
+b* = S·a / (T_b − S·r).
 """
 from __future__ import annotations
 
+import statistics
+
 from ... import theory
+from ...runtime.links import DOMAIN
 from ...models import get_model, make_model, unit_shapes
 from . import Exercise, Wrong, example_report, register
 
@@ -26,6 +38,44 @@ def _largest_category(model="gpt-small", n=4, micro_batch=2, recipe="mixed-bf16"
 
 def _wire(report, rank=0):
     return report.ranks[rank].wire.sent
+
+
+_N = 2  # the bucket-size lesson's ranks
+
+
+def _grad_bytes(model="gpt-small") -> int:
+    """S: the bytes of one step's gradients (bf16, every parameter)."""
+    return 2 * sum(p.numel() for p in make_model(get_model(model)).parameters())
+
+
+def _seconds_per_byte(link) -> float:
+    """r: the all-reduce's time per byte of payload on `link`, ring model."""
+    return 2 * (_N - 1) / (_N * link.beta)
+
+
+def _fixed_cost(sweep, link, busy=None) -> float:
+    """a, from the smallest buckets' row: the link's busy time, less the bytes' time, per all-reduce."""
+    row = sweep[0]
+    return ((row.link_busy if busy is None else busy) - _grad_bytes() * _seconds_per_byte(link)) / row.collectives
+
+
+def _backward(sweep) -> float:
+    return statistics.median(r.backward for r in sweep)
+
+
+def _best_bucket(sweep, link, a=None, slack=None) -> float:
+    s = _grad_bytes()
+    a = _fixed_cost(sweep, link) if a is None else a
+    slack = _backward(sweep) - s * _seconds_per_byte(link) if slack is None else slack
+    return s * a / slack
+
+
+def _sweep_example():
+    from ..time_lessons import TimedRun
+
+    rows = [TimedRun(f"{b} buckets", b, 0.3, 0.3, 0.3, 0.05, 0.05, 1, backward=t, collectives=n, link_busy=busy)
+            for b, t, n, busy in ((1 << 10, 0.150, 36, 0.240), (1 << 20, 0.140, 7, 0.086), (16 << 20, 0.145, 1, 0.082))]
+    return {"sweep": rows, "link": DOMAIN}
 
 
 def _accumulation_example():
@@ -96,4 +146,33 @@ register(
         hint="what does DDP split across GPUs?",
         wrong=(Wrong("a", "DDP splits the batch, not the model: every GPU keeps a full replica"),
                Wrong("c", "nothing per GPU depends on N: every GPU keeps one full replica"))),
+    Exercise(
+        id="02.7", kind="number", style="measure",
+        prompt="The sweep's smallest buckets (sweep[0]: one gradient tensor per bucket): the prediction keeps the "
+               "link busy sweep[0].link_busy seconds per step for its sweep[0].collectives all-reduces, which "
+               "carry S = 2Ψ bytes of gradients in all over N = 2 ranks. What does one all-reduce cost whatever "
+               "its size (the fixed cost a, in seconds)?",
+        expected=lambda sweep, link, **_: _fixed_cost(sweep, link),
+        example=_sweep_example,
+        hint="the busy time is the all-reduces' fixed costs plus the bytes' time, S · 2(N-1)/(N·β)",
+        wrong=(Wrong(lambda sweep, **_: sweep[0].link_busy / sweep[0].collectives,
+                     "that shares the bytes' time among the all-reduces too; take S · 2(N-1)/(N·β) out first"),
+               Wrong(lambda link, **_: 2 * (_N - 1) * link.alpha,
+                     "that is the link's latency alone, 2(N-1) messages of α; the busy time says what each "
+                     "all-reduce costs on this machine, launching it and handing its messages over included"))),
+    Exercise(
+        id="02.8", kind="number", style="formula",
+        prompt="Backward lasts T_b (the median of the sweep's rows' `backward`) and produces the S bytes of "
+               "gradients at a steady rate; a bucket of b bytes is all-reduced in a + b·r, with a your answer to "
+               "02.7 and r = 2(N-1)/(N·β). What bucket size (bytes) is the smallest whose all-reduces the link "
+               "finishes within backward?",
+        expected=lambda sweep, link, **_: _best_bucket(sweep, link),
+        example=_sweep_example,
+        hint="the link's time per step, (S/b)·a + S·r, must fit inside T_b",
+        wrong=(Wrong(lambda sweep, link, **_: _grad_bytes() * _fixed_cost(sweep, link) / _backward(sweep),
+                     "the bytes' own time, S·r, has to fit inside backward too: only T_b − S·r is left for the "
+                     "fixed costs"),
+               Wrong(lambda sweep, link, **_: _best_bucket(sweep, link, a=2 * (_N - 1) * link.alpha),
+                     "with the link's latency alone as a; each all-reduce costs this machine more than that "
+                     "(02.7), and the sweep's small buckets pay it"))),
 )
