@@ -312,3 +312,36 @@ def test_batched_buffers_on_the_timeline():
         assert cin["bytes"]["comm_buffer"] >= 2 * g
     step = next(e for e in ev if e["kind"] == EventKind.OPTIMIZER_STEP)
     assert step["bytes"]["gathered"] == step["bytes"]["comm_buffer"] == 0
+
+
+@pytest.mark.parametrize("n,kw", [(4, {}), (2, {"micro_batches": 2}), (2, {"recipe": "mixed-bf16"})])
+def test_async_reduce_scatter_equals_blocking(n, kw):
+    """One reduce-scatter in flight (`async_reduce_scatter`, torch's default) changes when the
+    rank waits, nothing else: bitwise the same losses and parameters as the blocking
+    reduce-scatter (the same ring sums in the same order), the same bytes; every
+    reduce-scatter recorded as asynchronous, waited for by the next unit or at backward's end,
+    so the overlap fraction counts the part of it that ran inside backward."""
+    runs = [run(RunConfig("fsdp2", n, steps=3, model="gpt-tiny", return_params=True,
+                          options={"async_reduce_scatter": a}, **kw)) for a in (False, True)]
+    blocking, overlapped = runs
+    assert blocking.losses == overlapped.losses
+    assert all(torch.equal(a, b) for a, b in zip(blocking.params, overlapped.params))
+    assert overlapped.match.plain() == {"model_states": True, "comm": True, "wire": True, "activations": True,
+                                        "losses": True}
+    for b, o in zip(blocking.ranks, overlapped.ranks):
+        assert b.measured.comm == o.measured.comm and b.wire.sent == o.wire.sent
+        rs = [c for c in o.timeline.comm if c["op"] == "reduce_scatter"]
+        assert rs and not any(c["blocking"] for c in rs)
+        if n > 1:
+            assert o.overlap > 0.0
+
+
+@pytest.mark.fast
+def test_async_reduce_scatter_needs_batched_units():
+    from zeroedu.train.config import resolve
+    from zeroedu.strategies import strategy_class
+
+    assert "async_reduce_scatter" in strategy_class("fsdp2").OPTIONS
+    assert "async_reduce_scatter" not in strategy_class("fsdp1").OPTIONS
+    with pytest.raises(ValueError, match="batched=True"):
+        resolve(RunConfig("fsdp2", 2, model="mlp", options={"async_reduce_scatter": True, "batched": False}))

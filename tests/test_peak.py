@@ -8,7 +8,8 @@
   micro-batch's targets (8T bytes, T = tokens on the rank; it drops the logits before
   backward). The target was 5 %.
 * The minimal timeline's peak (lifecycle events only) equals `theory.memory.fsdp_peak`
-  byte for byte for FSDP1 and FSDP2 (batched and per parameter), fp32 and mixed-bf16,
+  byte for byte for FSDP1 and FSDP2 (batched and per parameter, and batched with one
+  reduce-scatter in flight), fp32 and mixed-bf16,
   N = 2 and 4; the full timeline's peak adds autograd's temporaries of one block's backward
   (gradients of activations), bounded by that block's saved activations.
 * `FSDPMemTracker` beside torch's `fully_shard` on the same model: at both peaks (a block's
@@ -83,14 +84,19 @@ def test_fsdp_peak_closed_form(recipe, n):
     a = get_recipe(recipe).param_bytes
     acts, loss, block = _unit_activations(MODEL.default_global_batch // n, a)
     pool = cluster.get_pool(n)
-    for strategy, batched in (("fsdp2", True), ("fsdp2", False), ("fsdp1", True)):
-        opts = {"batched": batched} if strategy == "fsdp2" else {}
+    for strategy, batched, async_rs in (("fsdp2", True, False), ("fsdp2", False, False), ("fsdp1", True, False),
+                                        ("fsdp2", True, True)):
+        opts = {"batched": batched, "async_reduce_scatter": async_rs} if strategy == "fsdp2" else {}
         cfg = config_to_dict(_cfg(strategy, recipe, n=n, steps=2, **opts))
         minimal = pool.run(peak_job, {"cfg": cfg, "timeline": "minimal"})
         full = pool.run(peak_job, {"cfg": cfg, "timeline": "full"})
         for lo, hi in zip(minimal, full):
-            want = fsdp_peak(strategy, shapes, n, acts, loss, rank=lo["rank"], recipe=recipe, batched=batched)
-            assert lo["peak"] == want["peak"], (strategy, batched, lo["peak_label"], want["moment"])
+            want = fsdp_peak(strategy, shapes, n, acts, loss, rank=lo["rank"], recipe=recipe, batched=batched,
+                             async_reduce=async_rs)
+            if async_rs:  # the in-flight reduce-scatter's buffers are part of the peak
+                assert want["peak"] > fsdp_peak(strategy, shapes, n, acts, loss, rank=lo["rank"],
+                                                 recipe=recipe)["peak"]
+            assert lo["peak"] == want["peak"], (strategy, batched, async_rs, lo["peak_label"], want["moment"])
             assert lo["model_states"] == {c: hi["model_states"][c] for c in MODEL_STATE}
             assert want["peak"] <= hi["peak"] <= want["peak"] + block
 
@@ -127,3 +133,5 @@ def test_fsdp_peak_rejects_what_it_does_not_model():
         fsdp_peak("zero2", shapes, 4, [0] * len(shapes))
     with pytest.raises(ValueError):
         fsdp_peak("fsdp2", shapes, 4, [0])
+    with pytest.raises(ValueError, match="batched"):
+        fsdp_peak("fsdp1", shapes, 4, [0] * len(shapes), async_reduce=True)

@@ -126,6 +126,12 @@ class Strategy:
     # as torch's DDP does; a strategy that cannot is refused such a model (`check_trainable`).
     TRAINS_FROZEN = False
 
+    @classmethod
+    def check_options(cls, options: dict) -> None:
+        """Refuse a combination of options the strategy cannot run (ValueError); `options` holds
+        every option, defaults filled in. Called when a configuration is resolved and again by
+        the constructor."""
+
     def __init__(self, model: nn.Module, dist: DistState, recipe: Recipe | str, adam: AdamConfig | None = None,
                  *, units: list[nn.Module] | None = None, loss=None, clip_grad_norm: float | None = None,
                  **options):
@@ -134,6 +140,7 @@ class Strategy:
             raise ValueError(f"{self.name} does not take option(s) {unknown}; it takes "
                              f"{sorted(self.OPTIONS) or 'none'}")
         self.options = {**self.OPTIONS, **options}
+        self.check_options(self.options)
         check_trainable(model, self.TRAINS_FROZEN)  # frozen parameters, running statistics: named
         # Indices (model.parameters() order) of the frozen parameters, read before a sharded
         # strategy takes the parameters out of the modules: no optimizer target covers them.

@@ -44,6 +44,16 @@ up to the uneven last shard; ranks can differ (`theory.exact_model_states("fsdp2
 Communication per rank: 2 all-gathers ΨP + reduce-scatter ΨG, each (N-1)/N of the row-padded
 sizes (`shard.dim0_padded_numel`): 3Ψ, 1.5x DDP; 2Ψ with reshard_after_forward=False.
 
+Asynchronous reduce-scatter (``async_reduce_scatter=True``, batched only; torch's default, one
+reduce-scatter input buffer in flight: `reduce_scatter_max_input_buffers`, waited for in the next
+`FSDPParamGroup.post_backward`, torch 2.13): step 4b is issued and backward goes on to the next
+unit; that unit's post_backward first waits for it and does its copy-out (4c), then reduces its
+own. The link carries a unit's gradients while the next unit's backward computes, instead of
+the rank waiting for them. Cost: the in-flight unit's reduce-scatter input (its full gradients,
+G_k) and output (G_k/N) stay alive through the next unit's backward
+(`theory.memory.fsdp_peak(..., async_reduce=True)`); the last unit's is waited for when
+backward ends, before the optimizer step. Bytes on the wire unchanged.
+
 Frozen parameters (``requires_grad=False``), as `fully_shard` treats them: sharded and
 all-gathered like any other (forward needs them), but no grad shard, optimizer state or
 reduce-scatter; the batched reduce-scatter's buffer holds the trainable parameters' columns
@@ -68,10 +78,13 @@ class Dim0Unit(Unit):
     row-padded (N·c, ...) unsharded buffer. `batched`: one collective per unit and direction
     (copy-in / copy-out, module docstring), else one per parameter."""
 
-    def __init__(self, index, module, axis, comm, ledger, param_dtype, grad_dtype, tag, batched=True):
+    def __init__(self, index, module, axis, comm, ledger, param_dtype, grad_dtype, tag, batched=True,
+                 async_reduce=False):
         super().__init__(index, module, axis, comm, ledger, param_dtype, grad_dtype, tag)
         n, r = axis.size, axis.rank
         self.batched = batched
+        self.async_reduce = async_reduce
+        self._reducing = None  # an asynchronous reduce-scatter in flight: (handle, copy-out)
         self.shapes, self.rows, self.chunk_rows = [], [], []
         for (_, p), trains in zip(self.params, self.trainable):
             if p.dim() == 0:
@@ -157,13 +170,31 @@ class Dim0Unit(Unit):
         self.ledger.event(Ev.COPY_IN, self.index)  # full gradients + input alive
         full_grads.clear()  # only after the copy-in can the full gradients go
         out = self.ledger.track(torch.empty(S, dtype=self.grad_dtype, device=self.device), "comm_buffer")
+        reals = [self.real_sizes[j] for j in self.grad_index]
+
+        def copy_out():
+            # 4c. copy-out: parameter j's real rows; add to the sum of earlier micro-batches.
+            for src, gs, real in zip(out.split(self.grad_padded_sizes), self.grad_shards, reals):
+                if real:
+                    (gs.add_ if accumulate else gs.copy_)(src[:real].view(gs.shape))
+
+        if self.async_reduce:
+            # In flight while the next unit's backward computes; the input and output buffers
+            # stay alive until `finish_reduce` (the closure holds them), as torch's do.
+            handle = self.comm.reduce_scatter(out, inp, self.axis, self.tag(self.name, "grads"), async_op=True)
+            self._reducing = (handle, inp, copy_out)
+            return
         self.comm.reduce_scatter(out, inp, self.axis, self.tag(self.name, "grads"))
         del inp
-        # 4c. copy-out: parameter j's real rows; add to the sum of earlier micro-batches.
-        reals = [self.real_sizes[j] for j in self.grad_index]
-        for src, gs, real in zip(out.split(self.grad_padded_sizes), self.grad_shards, reals):
-            if real:
-                (gs.add_ if accumulate else gs.copy_)(src[:real].view(gs.shape))
+        copy_out()
+
+    def finish_reduce(self) -> None:
+        """Wait for this unit's asynchronous reduce-scatter, copy its shard out, free its buffers."""
+        if self._reducing is not None:
+            handle, _inp, copy_out = self._reducing
+            handle.wait()
+            copy_out()
+            self._reducing = None  # the buffers go with the closure
 
     # ---------------------------------------------------------------- views and layout
     def _views(self):
@@ -185,11 +216,48 @@ class Dim0Unit(Unit):
 class FSDP2(FSDPStrategy):
     name = "fsdp2"
     TRAINS_FROZEN = True  # each parameter is its own shard: a frozen one is simply not reduced
-    OPTIONS = {**FSDPStrategy.OPTIONS, "batched": True}
+    # async_reduce_scatter: one unit's reduce-scatter in flight while the next unit's backward
+    # computes (module docstring, "Asynchronous reduce-scatter")
+    OPTIONS = {**FSDPStrategy.OPTIONS, "batched": True, "async_reduce_scatter": False}
+
+    @classmethod
+    def check_options(cls, options):
+        if options["async_reduce_scatter"] and not options["batched"]:
+            raise ValueError("async_reduce_scatter keeps one unit's batched reduce-scatter in flight: "
+                             "it needs batched=True")
+
+    def __init__(self, model, dist, recipe, adam=None, **options):
+        # read before the base constructor builds the units, which take it
+        self.async_reduce = bool(options.get("async_reduce_scatter", False))
+        self._in_flight: Dim0Unit | None = None
+        super().__init__(model, dist, recipe, adam, **options)
 
     def make_unit(self, index, module):
         return Dim0Unit(index, module, self.shard_axis(), self.comm, self.ledger,
-                        self.param_dtype, self.grad_dtype, tag=self.tag, batched=bool(self.options["batched"]))
+                        self.param_dtype, self.grad_dtype, tag=self.tag, batched=bool(self.options["batched"]),
+                        async_reduce=self.async_reduce)
+
+    def post_backward(self, u):
+        # At most one reduce-scatter in flight: the previous unit's is waited for before this
+        # unit reduces (torch's reduce_scatter_max_input_buffers = 1, FSDPParamGroup.post_backward).
+        self._finish_reduce()
+        shards = super().post_backward(u)
+        if self.async_reduce and u.grad_shards:
+            self._in_flight = u
+        return shards
+
+    def _finish_reduce(self) -> None:
+        if self._in_flight is not None:
+            self._in_flight.finish_reduce()
+            self._in_flight = None
+
+    def after_backward(self) -> None:
+        super().after_backward()
+        self._finish_reduce()  # the last unit's (the embeddings'): the optimizer step needs it
+
+    def finish_grad_sync(self) -> None:
+        super().finish_grad_sync()
+        self._finish_reduce()
 
     def local_state_dict(self) -> dict[str, tuple[int, torch.Tensor]]:
         """This rank's parameters as (first row, shard) per parameter name: no communication."""

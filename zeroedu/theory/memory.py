@@ -189,7 +189,7 @@ def _unit_elements(spec, unit, n: int) -> int:
 
 
 def fsdp_peak(strategy, units, n, unit_activations, loss_activations=0, rank=0, recipe=None,
-              batched=True, backward_prefetch=True) -> dict:
+              batched=True, backward_prefetch=True, async_reduce=False) -> dict:
     """The most bytes one rank of FSDP1 / FSDP2 holds at a lifecycle event of a training step
     (reshard_after_forward=True, no forward prefetch, no limit on all-gathers), exact for a
     concrete model: what the ledger's peak is with a minimal timeline.
@@ -214,6 +214,9 @@ def fsdp_peak(strategy, units, n, unit_activations, loss_activations=0, rank=0, 
     moment), one G_k more than the per-parameter FSDP2 or FSDP1, which reduce-scatter straight
     from the gradients. FSDP2's per-parameter all-gather also pads a short shard on the wire
     (c·rest elements, ranks whose rows are fewer than c), alive while the all-gather runs.
+    With `async_reduce` (FSDP2 batched, ``async_reduce_scatter``: unit k+1's reduce-scatter in
+    flight until unit k's post_backward waits for it) every moment of unit k's backward before
+    its post_backward also holds unit k+1's reduce-scatter input and output, G_{k+1}(1 + 1/N).
     Not included: what autograd holds while a unit's backward computes (gradients of
     activations, "backward_temp" in the ledger's full timeline), at most a few activation-sized
     tensors; `tests/test_peak.py` bounds it.
@@ -228,6 +231,8 @@ def fsdp_peak(strategy, units, n, unit_activations, loss_activations=0, rank=0, 
     if len(unit_activations) != len(units):
         raise ValueError(f"need one activation figure per unit ({len(units)}), got {len(unit_activations)}")
     batched = batched and spec.layout == "dim0"
+    if async_reduce and not (spec.name == "fsdp2" and batched):
+        raise ValueError("async_reduce models FSDP2's batched reduce-scatter")
     P, G = rec.param_bytes, rec.grad_bytes
     g = [_unit_elements(spec, u, n) * P for u in units]
     grads = [_unit_elements(spec, u, n) * G for u in units]
@@ -249,6 +254,8 @@ def fsdp_peak(strategy, units, n, unit_activations, loss_activations=0, rank=0, 
     moments.append(("forward end", total))
     for k in reversed(range(K)):  # backward
         held = total - loss_activations if k == K - 1 else before[k + 1]  # unit k's still alive
+        if async_reduce and k < K - 1:  # unit k+1's reduce-scatter, in flight
+            held += grads[k + 1] + grads[k + 1] // n
         prefetched = g[k - 1] if backward_prefetch and k > 0 else 0
         if k == K - 1 or not backward_prefetch:
             moments.append((f"unit {k} unshard (backward)", held + (g[k] if batched else g[k] + pad[k])))

@@ -189,6 +189,10 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
     if unknown:
         raise ValueError(f"{spec.name} does not take option(s) {unknown}; it takes "
                          f"{sorted(allowed) or 'none'}")
+    from ..strategies import strategy_class as _strategy_class
+
+    cls = _strategy_class(spec.name)
+    cls.check_options({**cls.OPTIONS, **cfg.options})  # combinations the strategy refuses, in the parent too
     return ResolvedConfig(
         strategy=spec.name, world_size=cfg.world_size, steps=cfg.steps, recipe=recipe, m=m,
         global_batch=batch, model=model, adam=cfg.adam if cfg.adam is not None else model.default_adam(),
