@@ -345,3 +345,17 @@ def test_async_reduce_scatter_needs_batched_units():
     assert "async_reduce_scatter" not in strategy_class("fsdp1").OPTIONS
     with pytest.raises(ValueError, match="batched=True"):
         resolve(RunConfig("fsdp2", 2, model="mlp", options={"async_reduce_scatter": True, "batched": False}))
+
+
+@pytest.mark.fast
+def test_the_cli_flag_sets_the_asynchronous_reduce_scatter():
+    from zeroedu.cli import build_parser
+    from zeroedu.cli.run import config_from_args
+
+    args = build_parser().parse_args(["run", "--strategy", "fsdp2", "--world-size", "2", "--prefetch", "both",
+                                      "--async-reduce-scatter"])
+    assert config_from_args(args, 2).options == {"async_reduce_scatter": True, "backward_prefetch": True,
+                                                 "forward_prefetch": True}
+    args = build_parser().parse_args(["run", "--strategy", "fsdp1", "--world-size", "2", "--async-reduce-scatter"])
+    with pytest.raises(ValueError, match="async_reduce_scatter"):
+        config_from_args(args, 2)  # FSDP1 does not take it

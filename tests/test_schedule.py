@@ -136,3 +136,19 @@ def test_the_overlap_bound_is_the_busiest_resource_plus_what_cannot_overlap():
     assert S.bound(pre, LINK) == 6.5 and S.simulate(pre, LINK).seconds == 9.5
     # a slow link: the link is the bound, 0 + 24 + 0.5
     assert S.bound(pre, {"dp_shard": S.Link(0, 0.25e6)}) == 24.5
+
+
+def test_gaps_name_what_each_stream_waited_for():
+    """The pauses that keep a step above its bound, worked by hand (schedules above)."""
+    one = S.simulate(S.ddp(1, [3], [3e6], 0.5, group=2), LINK)
+    assert S.gaps(one, "dp_shard") == [S.Gap("wait", 4, 7, "all_reduce bucket 0")]
+    three = S.simulate(S.ddp(1, [1, 1, 1], [1e6] * 3, 0.5, group=2), LINK)
+    assert S.gaps(three, "dp_shard") == [S.Gap("wait", 4, 5, "all_reduce bucket 2")]  # the link never pauses
+    # FSDP with prefetch: the compute waits for the first gathers and the last reduce-scatter;
+    # the link pauses while F1, B1 and B0 compute what it carries next
+    pre = S.simulate(S.fsdp([1, 1], [2, 2], [2e6, 2e6], 0.5, group=2, prefetch=True), LINK)
+    assert S.gaps(pre, "dp_shard") == [
+        S.Gap("wait", 0, 1, "all_gather forward unit 0"), S.Gap("idle", 2, 3, "all_gather backward unit 1"),
+        S.Gap("wait", 3, 4, "all_gather backward unit 1"), S.Gap("idle", 5, 6, "reduce_scatter unit 1"),
+        S.Gap("idle", 7, 8, "reduce_scatter unit 0"), S.Gap("wait", 8, 9, "reduce_scatter unit 0")]
+    assert pre.seconds - sum(g.end - g.start for g in S.gaps(pre, "dp_shard") if g.kind == "wait") == pre.compute

@@ -56,3 +56,18 @@ def test_every_lesson_configuration_is_a_valid_run_on_links():
         for label, _, kw in configs:
             cfg = resolve(RunConfig(**kw))
             assert cfg.links is not None, (name, label)
+
+
+def test_gap_table_sums_the_pauses_by_what_they_waited_for():
+    from zeroedu.theory import schedule as S
+
+    link = {"dp_shard": S.Link(alpha=0.0, beta=1e6)}
+    prog = [S.Issue("all_gather 0 (fsdp2/unit0/params)", "all_gather", 2e6, "dp_shard", 2),
+            S.Wait("all_gather 0 (fsdp2/unit0/params)"), S.Compute("forward", 2),
+            S.Issue("reduce_scatter 1 (fsdp2/unit0/grads)", "reduce_scatter", 2e6, "dp_shard", 2),
+            S.Wait("reduce_scatter 1 (fsdp2/unit0/grads)"), S.Compute("optimizer", 0.5)]
+    res = S.simulate(prog, link)  # AG [0,1], forward [1,3], RS [3,4], optimizer [4,4.5]
+    text = tl.gap_table(res, S.bound(prog, link), S.gaps(res, "dp_shard"))
+    assert text.splitlines()[0] == "step 4500 ms (simulated), bound 2500 ms, compute 2500 ms"
+    assert "compute waits for  all_gather (params)" in text and "1000.0 ms in  1 pauses" in text
+    assert "link idle before   reduce_scatter (grads)           2000.0 ms" in text

@@ -33,6 +33,8 @@ def _options(args) -> dict:
         opts["bucket_bytes"] = args.bucket_bytes
     if getattr(args, "no_reshard_after_forward", False):
         opts["reshard_after_forward"] = False
+    if getattr(args, "async_reduce_scatter", False):
+        opts["async_reduce_scatter"] = True
     prefetch = getattr(args, "prefetch", None)
     if prefetch is not None:
         opts["backward_prefetch"] = prefetch in ("backward", "both")
@@ -191,6 +193,8 @@ def add_parser(subparsers) -> None:
                    help="FSDP: keep unsharded params from forward to backward")
     p.add_argument("--prefetch", choices=["none", "backward", "forward", "both"], default=None,
                    help="FSDP all-gather prefetch")
+    p.add_argument("--async-reduce-scatter", action="store_true",
+                   help="FSDP2: one unit's reduce-scatter in flight during the next unit's backward (torch's default)")
     p.add_argument("--link", action="append", default=None, metavar="LINK",
                    help="emulated links, on which communication overlaps compute: a preset "
                         f"({', '.join(LINK_PRESETS)}), one link for every axis (200MB/s,50us), or one "

@@ -41,13 +41,16 @@ LESSONS: dict[str, list[tuple[str, float | None, dict]]] = {
           "options": {"bucket_bytes": b}})
         for b in (1 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
     ],
-    # 05: FSDP2's prefetch and reshard_after_forward
+    # 05: FSDP2's prefetch, reshard_after_forward and the asynchronous reduce-scatter
     "fsdp_prefetch": [
         (label, None, {"strategy": "fsdp2", "world_size": 2, "links": "domain", "global_batch": 16, "options": o})
         for label, o in (("no prefetch", {"forward_prefetch": False, "backward_prefetch": False}),
                          ("prefetch", {"forward_prefetch": True, "backward_prefetch": True}),
                          ("prefetch, no reshard", {"forward_prefetch": True, "backward_prefetch": True,
-                                                   "reshard_after_forward": False}))
+                                                   "reshard_after_forward": False}),
+                         # torch's default: a unit's reduce-scatter in flight during the next unit's backward
+                         ("prefetch, async reduce-scatter", {"forward_prefetch": True, "backward_prefetch": True,
+                                                             "async_reduce_scatter": True}))
     ],
     # 05: the communication-bound threshold: FSDP2's step against the tokens each rank computes
     # (x), 1 to 16 sequences of 128 tokens per rank, the bytes per step the same, prefetch on
@@ -203,3 +206,53 @@ def figure(committed: list[TimedRun], live: list[TimedRun] | None = None, title:
         ax.set_title(title, fontsize=9)
     outside_legend(ax)
     return fig
+
+
+def gaps(lesson: str, label: str, *, steps: int = 4, model: str = "gpt-small", pool=None):
+    """Why one configuration of `lesson` misses its bound: a calibration run (links that cost
+    nothing), the slowest rank's median step after the first replayed on the lesson's link
+    (`theory.schedule.replay`, as `run(..., predict=True)` does), and that simulated step's
+    pauses (`theory.schedule.gaps`). Returns (result, bound, gaps)."""
+    from dataclasses import replace
+
+    from ..theory import schedule
+    from ..train import resolve
+
+    kw = next(k for lab, _, k in LESSONS[lesson] if lab == label)
+    cfg = resolve(RunConfig(steps=steps, model=model, timeline="minimal", **kw))
+    cal = train.run(replace(cfg, links=cfg.links.instant()), pool=pool)
+    best = None
+    for r in cal.ranks:
+        axes = {c["axis"] for c in r.timeline.comm}
+        on = {a: schedule.Link(x.alpha, x.beta) for a in axes if (x := cfg.links.for_axis(a)) is not None}
+        sims = []
+        for st in r.time.steps[1:] or r.time.steps:
+            prog = schedule.replay(r.timeline.comm, st.step, st.start, st.start + st.seconds, transport=True)
+            sims.append((schedule.simulate(prog, on), schedule.bound(prog, on), on))
+        sims.sort(key=lambda s: s[0].seconds)
+        median = sims[(len(sims) - 1) // 2]
+        if best is None or median[0].seconds > best[0].seconds:
+            best = median
+    result, bound, on = best
+    return result, bound, [g for a in sorted(on) for g in schedule.gaps(result, a)]
+
+
+def gap_table(result, bound: float, found) -> str:
+    """The pauses of a simulated step, summed by what they waited for: the compute stream's
+    waits by collective (the unit's all-gathers, its reduce-scatters) and the link's idle time
+    by the collective it waited to carry."""
+    import re
+
+    def what(name: str) -> str:  # "all_gather 7 (fsdp2/unit4/params)" -> "all_gather, params"
+        m = re.match(r"(\w+) \d+ \((.*)\)", name)
+        return f"{m.group(1)} ({m.group(2).split('/')[-1]})" if m else name
+
+    sums: dict[tuple[str, str], list[float]] = {}
+    for g in found:
+        sums.setdefault((g.kind, what(g.on)), []).append(g.end - g.start)
+    lines = [f"step {1e3 * result.seconds:.0f} ms (simulated), bound {1e3 * bound:.0f} ms, "
+             f"compute {1e3 * result.compute:.0f} ms"]
+    for (kind, on), ts in sorted(sums.items(), key=lambda kv: -sum(kv[1])):
+        verb = "compute waits for" if kind == "wait" else "link idle before"
+        lines.append(f"  {verb:18s} {on:32s} {1e3 * sum(ts):6.1f} ms in {len(ts):2d} pauses")
+    return "\n".join(lines)

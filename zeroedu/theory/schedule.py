@@ -329,6 +329,41 @@ def bound(program, links: dict[str, Link]) -> float:
     return max(p, head + max(busy.values()) + tail)
 
 
+@dataclass(frozen=True)
+class Gap:
+    """A stretch of a simulated step where one stream stood idle while the other ran: `wait`,
+    the compute stream waiting for `on` (a collective); `idle`, an axis's link with nothing to
+    carry before `next` (a collective whose data did not exist yet)."""
+    kind: str
+    start: float
+    end: float
+    on: str
+
+
+def gaps(result: Result, axis: str) -> list[Gap]:
+    """Where a simulated step loses time against the overlap bound: the compute stream's waits
+    (each attributed to the collective whose end released it) and `axis`'s idle stretches
+    between its first collective and its last (each before the collective that came next).
+    A step reaches `bound` only when one of the two streams never pauses; these are the pauses."""
+    comp = sorted((s for s in result.spans if s.stream == "compute"), key=lambda s: s.start)
+    link = sorted((s for s in result.spans if s.stream == axis), key=lambda s: s.start)
+    ends = {s.end: s.name for s in result.spans if s.stream != "compute"}
+    out = []
+    if comp and comp[0].start > 1e-12:  # the step opens waiting (the first unit's all-gather)
+        out.append(Gap("wait", 0.0, comp[0].start, ends.get(comp[0].start, "communication")))
+    for a, b in zip(comp, comp[1:]):
+        if b.start > a.end + 1e-12:
+            out.append(Gap("wait", a.end, b.start, ends.get(b.start, "communication")))
+    if comp and result.seconds > comp[-1].end + 1e-12:
+        out.append(Gap("wait", comp[-1].end, result.seconds, ends.get(result.seconds, "communication")))
+    reach = link[0].end if link else 0.0
+    for s in link[1:]:
+        if s.start > reach + 1e-12:
+            out.append(Gap("idle", reach, s.start, s.name))
+        reach = max(reach, s.end)
+    return sorted(out, key=lambda g: (g.start, g.kind))
+
+
 def predict(comm: list[dict], steps, links: dict[str, Link], transport: bool = False):
     """Each step of a calibration run (its timeline's records, its `reports.StepTime`s) replayed
     on `links` (by axis; an axis without one keeps its recorded times): the `StepTime` the
