@@ -9,8 +9,8 @@ import pytest
 
 from zeroedu.quiz import deck
 from zeroedu.quiz.deck import CARDS
-from zeroedu.quiz.grading import (LETTERS, Choice, Number, Term, normalize_term, parse_quantity,
-                                  parse_ticks)
+from zeroedu.answers import LETTERS, normalize_term, parse_quantity
+from zeroedu.quiz.grading import Choice, Number, Term, parse_ticks
 
 pytestmark = pytest.mark.fast
 
@@ -190,3 +190,41 @@ def test_normalize_term_and_choice_reading():
         Choice("q", ("only",), (0,))
     with pytest.raises(ValueError):
         Term("q", ("",))
+
+
+# ------------------------------------------------------------------ options in each learner's order
+def _positions(cards, k):
+    """Positions of the right option among the single-answer choices with k options."""
+    return [c.answer[0] for card in cards for c in card.checks
+            if isinstance(c, Choice) and not c.multi and len(c.options) == k]
+
+
+@pytest.mark.parametrize("learner", ["ada", "grace", "root", "a learner", "学生"])
+def test_right_answers_sit_at_every_position_for_every_learner(learner):
+    """For any learner, over the deck, the right option sits at each position within ±10
+    points of 1/k (the deck's choices have four options but for a few), and the learner's own
+    model responses still earn full marks."""
+    from zeroedu.answers import learner_seed
+    from zeroedu.quiz.deck import for_learner
+
+    mine = [for_learner(c, learner_seed(learner)) for c in CARDS]
+    pos = _positions(mine, 4)
+    assert len(pos) >= 40
+    for p in range(4):
+        assert abs(pos.count(p) / len(pos) - 0.25) <= 0.10, (learner, p, pos.count(p), len(pos))
+    for card, own in zip(CARDS, mine):
+        assert own.grade(own.model_responses()).full_marks
+        for c, o in zip(card.checks, own.checks):
+            if isinstance(c, Choice):  # the same options and the same right ones, in another order
+                assert sorted(c.options) == sorted(o.options)
+                assert {c.options[i] for i in c.answer} == {o.options[i] for i in o.answer}
+
+
+def test_learners_get_their_own_orders_and_keep_them():
+    from zeroedu.answers import learner_seed
+    from zeroedu.quiz.deck import for_learner
+
+    a1 = [for_learner(c, learner_seed("ada")) for c in CARDS]
+    a2 = [for_learner(c, learner_seed("ada")) for c in CARDS]
+    b = [for_learner(c, learner_seed("grace")) for c in CARDS]
+    assert _positions(a1, 4) == _positions(a2, 4) != _positions(b, 4)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from zeroedu.reports import RunReport, vouch
+
 from zeroedu.notebook.exercises import STYLES, all_exercises, check, generate, get
 
 pytestmark = pytest.mark.fast
@@ -21,7 +23,14 @@ EXERCISES = all_exercises()
 
 
 def _context(ex):
-    return ex.example() if ex.example is not None else {}
+    """The exercise's example context, its reports vouched for as a run's own (`reports.vouch`):
+    the examples stand in for the runs a notebook makes."""
+    ctx = ex.example() if ex.example is not None else {}
+    for v in ctx.values():
+        for r in (v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple)) else [v]):
+            if isinstance(r, RunReport):
+                vouch(r)
+    return ctx
 
 
 @pytest.mark.parametrize("ex", EXERCISES, ids=[e.id for e in EXERCISES])
@@ -31,6 +40,7 @@ def test_check_rejects_placeholder_and_wrong_answers_and_accepts_the_right_one(e
     with redirect_stdout(out):
         assert check(ex.id, ..., **ctx) is None
     assert "not answered yet" in out.getvalue() and ex.prompt in out.getvalue()
+    assert "Hint" not in out.getvalue()  # hints only after a wrong attempt
     assert ex.wrong, f"{ex.id} anticipates no wrong answer"
     want = ex.expected(**ctx)
     for w in ex.wrong:
@@ -39,6 +49,7 @@ def test_check_rejects_placeholder_and_wrong_answers_and_accepts_the_right_one(e
         with pytest.raises(AssertionError) as ei:
             check(ex.id, value, **ctx)
         assert w.why in str(ei.value)
+        assert not ex.hint or ex.hint in str(ei.value)  # the wrong attempt earns the hint
     out = io.StringIO()
     with redirect_stdout(out):
         assert check(ex.id, want, **ctx) is None
@@ -89,6 +100,7 @@ def test_learner_notebooks_are_generated_and_hold_no_solution():
                 assert re.search(r"=\s*\.\.\.", src), f"{p.name}: an exercise cell without a placeholder"
                 text = "".join("".join(o.get("text", "")) for o in c["outputs"])
                 assert "correct" not in text and "not answered yet" in text
+                assert "Hint" not in text, f"{p.name}: a hint shown before any attempt"
             if generate.SHOWS_ANSWER in c["metadata"].get("tags", []):
                 assert c["outputs"] == [] and c["execution_count"] is None, p.name
 
@@ -123,3 +135,54 @@ def test_find_the_bug_variants_are_strategies_and_unknown_ids_are_refused():
         assert isinstance(cls, type) and issubclass(cls, Strategy), ref
     with pytest.raises(ValueError, match="unknown exercise"):
         get("00.0")
+
+
+def test_a_measure_check_reads_only_a_report_a_run_returned():
+    """The forged answers of a learner who wants the points: a dict shaped like a report, or a
+    report typed by hand, are refused where the exercise reads a run's report."""
+    from zeroedu.notebook.exercises import example_report
+
+    forged = {"ranks": [{"wire": {"sent": 42}}]}
+    with pytest.raises(AssertionError, match="not a dict"):
+        check("02.3", 1.0, base=forged, acc=forged)
+    typed = example_report({"wire": {"sent": 42}})
+    with pytest.raises(AssertionError, match="built by hand"):
+        check("02.3", 1.0, base=typed, acc=typed)
+    with pytest.raises(AssertionError, match="built by hand"):
+        check("06.3", 1.0, **{k: {n: example_report() for n in v} if isinstance(v, dict) else v
+                               for k, v in _context(get("06.3")).items()})
+    ctx = _context(get("02.3"))  # vouched: as a run's own
+    check("02.3", get("02.3").expected(**ctx), **ctx)
+
+
+
+def _cell(code: str, name: str):
+    """Run `code` as a notebook cell does: its source registered in linecache (IPython does the same)."""
+    import linecache
+
+    linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+    exec(compile(code, name, "exec"), {"check": check})
+
+
+def test_a_derivation_computed_by_the_package_is_refused():
+    out = io.StringIO()
+    with redirect_stdout(out):
+        _cell('answer = 16 * 1.5e9\ncheck("02.4", answer)\n', "<cell-derive-ok>")
+    assert "correct" in out.getvalue()
+    for code in ('from zeroedu import theory\nanswer = theory.model_states("ddp", 1.5e9, 8).total\ncheck("02.4", answer)\n',
+                 'from zeroedu.theory import model_states\nanswer = model_states("ddp", 1.5e9, 8).total\n'
+                 'check("02.4", answer)\n',
+                 'from zeroedu import shard\nanswer = shard.dim0_rows(10, 4, 3).size\ncheck("07.1", answer)\n'):
+        with pytest.raises(AssertionError, match="asks you to derive"):
+            _cell(code, "<cell-derive-bad>")
+
+
+def test_no_solution_derives_with_the_package():
+    from zeroedu.notebook.exercises import _package_calls
+
+    for p in SOLUTIONS:
+        for c in _cells(p):
+            src = "".join(c["source"])
+            if "exercise" in c["metadata"].get("tags", []) and any(
+                    get(i).style == "formula" for i in generate.CHECK_ID.findall(src)):
+                assert not _package_calls().search(src), (p.name, src)

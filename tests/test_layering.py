@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1] / "zeroedu"
 # different packages on the same layer may not import each other.
 LAYERS = {
     "zeroedu.catalog": 0, "zeroedu.recipes": 0, "zeroedu.shard": 0, "zeroedu.fmt": 0, "zeroedu.optim": 0,
-    "zeroedu.kinds": 0, "zeroedu.reports": 0,
+    "zeroedu.kinds": 0, "zeroedu.reports": 0, "zeroedu.answers": 0,
     "zeroedu.theory": 1, "zeroedu.runtime": 1,
     "zeroedu.models": 2,
     "zeroedu.strategies": 3,

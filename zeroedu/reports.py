@@ -315,3 +315,26 @@ class RunReport:
             out[f.name] = ([r.plain(timeline) for r in v] if f.name == "ranks"
                            else v.plain() if hasattr(v, "plain") else v)
         return out
+
+
+# ----------------------------------------------------------------------------- provenance
+# Reports `train.assemble` built in this process from its ranks' results. A check that grades a
+# figure read off a run (a notebook's measure exercise) accepts only these: a report typed by
+# hand, or a dict, could say anything. Held by id with a weak reference (a report is mutable,
+# so not hashable), so a report that is gone is forgotten.
+_MADE_HERE: dict[int, Any] = {}
+
+
+def vouch(report: "RunReport") -> "RunReport":
+    """Record `report` as made by a run in this process (`train.assemble` calls this)."""
+    import weakref
+
+    key = id(report)
+    _MADE_HERE[key] = weakref.ref(report, lambda _r, k=key: _MADE_HERE.pop(k, None))
+    return report
+
+
+def made_here(report) -> bool:
+    """Whether `report` is a RunReport a run in this process produced (`vouch`)."""
+    ref = _MADE_HERE.get(id(report))
+    return ref is not None and ref() is report

@@ -19,7 +19,7 @@ def cmd_quiz(args) -> int:
             print("\n" + "-" * 72)
         return 0
     s = session.build(args.topic, seed=args.seed, n_drills=args.drills, n_cards=args.cards,
-                      card_ids=args.card)
+                      card_ids=args.card, learner=args.learner)
     s.run()
     return 0
 
@@ -31,6 +31,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--card", action="append", default=None, choices=list(deck.BY_ID), metavar="ID",
                    help="rehearse this card (repeatable); overrides --topic/--cards for the cards")
     p.add_argument("--seed", type=int, default=0, help="which cards and drills (default 0)")
+    p.add_argument("--learner", default=None, metavar="NAME",
+                   help="whose order of the options (default: $ZEROEDU_LEARNER, else the login name)")
     p.add_argument("--drills", type=int, default=3, help="number of numeric drills (default 3)")
     p.add_argument("--cards", type=int, default=3, help="number of interview cards (default 3)")
     p.add_argument("--list", action="store_true",

@@ -23,8 +23,9 @@ Notebook evidence points at `NOTEBOOKS`, the one list of notebook paths (the num
 """
 from __future__ import annotations
 
+import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Iterable, Sequence
 
@@ -1456,6 +1457,11 @@ HARD_CODED = re.compile(
     r"\d+(?:\.\d+)?\s*(?:GB/s|TFLOP/s|GB|GiB|TB|MB|MiB|KiB|ms|µs|tokens|×(?!\s*\d))(?![\w])")
 
 
+# (card id, check index) -> its number among the deck's single-answer choices, in deck order
+_CHOICE_INDEX = {key: i for i, key in enumerate(
+    (card.id, j) for card in CARDS for j, c in enumerate(card.checks) if isinstance(c, Choice) and not c.multi)}
+
+
 def cards(topic: str | None = None) -> list[Card]:
     if topic is None or topic == "all":
         return list(CARDS)
@@ -1471,6 +1477,32 @@ def get_card(card_id: str) -> Card:
         raise ValueError(f"unknown card {card_id!r}; one of {', '.join(BY_ID)}") from None
 
 
+def for_learner(card: Card, seed: int) -> Card:
+    """`card` with its choices' options in this learner's order (`answers.learner_seed`).
+
+    Balanced rather than random: the deck's single-answer choices are numbered in deck order, and
+    the i-th puts its right option at position (i + seed) mod k (k options), the others in an
+    order drawn from the seed; so for every learner the right answer sits at each position about
+    equally often, whichever cards they are given, and neither the letter nor the order the
+    options were written in gives it away. Pick-all-that-apply choices are shuffled by the seed."""
+    rng = random.Random(f"{seed}:{card.id}")
+    checks = []
+    for j, c in enumerate(card.checks):
+        if isinstance(c, Choice):
+            k = len(c.options)
+            rest = [i for i in range(k) if i not in c.answer]
+            rng.shuffle(rest)
+            if c.multi:
+                order = list(c.answer) + rest
+                rng.shuffle(order)
+            else:
+                at = (_CHOICE_INDEX[(card.id, j)] + seed) % k
+                order = rest[:at] + [c.answer[0]] + rest[at:]
+            c = c.reordered(order)
+        checks.append(c)
+    return replace(card, checks=tuple(checks))
+
+
 def notebook_sections() -> dict[str, list[str]]:
     """Notebook path -> the section headings the cards cite there (for whoever writes them)."""
     out: dict[str, list[str]] = {}
@@ -1481,5 +1513,5 @@ def notebook_sections() -> dict[str, list[str]]:
     return out
 
 
-__all__ = ["Card", "Fig", "Evidence", "Point", "Number", "Choice", "Term", "CARDS", "BY_ID", "TOPICS",
+__all__ = ["for_learner", "Card", "Fig", "Evidence", "Point", "Number", "Choice", "Term", "CARDS", "BY_ID", "TOPICS",
            "NOTEBOOKS", "PAPER_FIG1", "HARD_CODED", "cards", "get_card", "notebook_sections", "fmt_number"]

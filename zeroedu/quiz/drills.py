@@ -16,10 +16,10 @@ from rather than restating the result.
 from __future__ import annotations
 
 import random
-import re
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..answers import parse_quantity, read_quantity
 from .. import catalog, recipes, theory
 from ..catalog import shards
 from .deck import fmt_number
@@ -172,20 +172,16 @@ class Drill:
 
 
 def parse_bytes(text: str) -> float | None:
-    """'37.4', '37.4 GB', '37.4e9', '37400 MB', '0.0374 TB' -> bytes. A bare number below 1e6
-    is read as GB (the unit the prompt asks for); larger bare numbers as bytes."""
-    t = text.strip().replace(",", "").replace("_", "")
-    mt = re.fullmatch(r"([-+]?\d*\.?\d+(?:[eE][-+]?\d+)?)\s*([a-zA-Z]*)", t)
-    if not mt:
+    """'37.4', '37.4 GB', '37.4e9', '37400 MB', '0.0374 TB' -> bytes (`answers.parse_quantity`).
+    A bare number below 1e6 is read as GB (the unit the prompt asks for); larger bare numbers as
+    bytes."""
+    read = read_quantity(text)
+    if read is None:
         return None
-    value, unit = float(mt.group(1)), mt.group(2).lower()
-    scale = {"": None, "b": 1, "bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "g": 1e9, "tb": 1e12}
-    if unit not in scale:
-        return None
-    s = scale[unit]
-    if s is None:
-        s = 1 if abs(value) >= 1e6 else 1e9
-    return value * s
+    value, unit = read
+    if unit == "":
+        return value * 1e9 if abs(value) < 1e6 else value
+    return parse_quantity(text, "bytes")
 
 
 def parse_yes_no(text: str) -> bool | None:

@@ -8,9 +8,10 @@ words. So a card is graded in two parts, reported separately:
 * **Auto-graded checks** (`Number`, `Choice`, `Term`): short sub-answers with one right answer.
 
   - `Number`: a figure, graded against the card's `zeroedu.theory` expression (the same figure
-    the model answer quotes) within `TOLERANCE` (1 %). The answer is one number with an optional
-    unit of the same kind ("26.25", "26.25 GB", "26250 MB"); a bare number is read in the unit
-    the prompt names. Text with two numbers is unreadable, so a list of guesses earns nothing.
+    the model answer quotes) within `TOLERANCE` (1 %). The answer is one quantity read by
+    `zeroedu.answers.parse_quantity` ("26.25", "26.25 GB per rank", "26250 MB", "3/2"), in a
+    unit of the prompt's kind; a bare number is read in the unit the prompt names. Text with two
+    numbers is unreadable, so a list of guesses earns nothing.
   - `Choice`: lettered options, graded exactly. A single-answer choice takes one letter (or the
     option's text); a pick-all-that-apply choice takes the exact set of letters, so ticking
     every option is wrong (tests check that no choice has every option correct).
@@ -28,69 +29,12 @@ the same grade for the same answers.
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ..answers import LETTERS, close, normalize_term, parse_quantity, read_choice
+
 TOLERANCE = 0.01  # relative, for Number checks
-LETTERS = "abcdefghij"
-
-
-# ----------------------------------------------------------------------------- units
-# Each family: unit spelling (lower case) -> its size in the family's base unit. A Number's
-# figure names its display unit; an answer may use any unit of the same family.
-UNIT_FAMILIES: dict[str, dict[str, float]] = {
-    "bytes": {"b": 1, "byte": 1, "bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-              "kib": 2.0 ** 10, "mib": 2.0 ** 20, "gib": 2.0 ** 30, "tib": 2.0 ** 40},
-    "rate": {"b/s": 1, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12},
-    "time": {"s": 1, "sec": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9},
-    "ratio": {"x": 1, "×": 1},
-    "percent": {"%": 1e-2},
-    "count": {"k": 1e3, "m": 1e6, "tokens": 1, "token": 1, "ktokens": 1e3},
-    "flops": {"flop/s": 1, "tflop/s": 1e12, "pflop/s": 1e15},
-}
-
-
-def unit_family(unit: str) -> str:
-    """The family of a figure's display unit ("GB" -> "bytes", "" -> "count")."""
-    u = unit.strip().lower()
-    if u == "":
-        return "count"
-    for fam, units in UNIT_FAMILIES.items():
-        if u in units:
-            return fam
-    raise ValueError(f"unit {unit!r} belongs to no family in UNIT_FAMILIES")
-
-
-_APPROX = re.compile(r"^(?:~|≈|about|approx\.?|approximately|around|roughly)\s*")
-_NUMBER = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?)\s*(.*)")
-
-
-def parse_quantity(text: str, unit: str, scale: float) -> float | None:
-    """One number with an optional unit of the same family as `unit`, in base units (bytes,
-    seconds, a plain ratio, ...). A bare number is in `unit` (so times `scale`). None when the
-    text is not exactly one number and one unit: "26.25 GB" reads, "14 26.25 38.5" does not."""
-    t = unicodedata.normalize("NFKC", text).strip().lower().rstrip(".")
-    t = t.replace(",", "").replace("_", "").replace("\u2009", "").replace("\u00a0", " ")
-    t = _APPROX.sub("", t).strip()
-    m = _NUMBER.fullmatch(t)
-    if not m:
-        return None
-    value, u = float(m.group(1)), m.group(2).strip()
-    if u == "":
-        return value * scale
-    units = UNIT_FAMILIES[unit_family(unit)]
-    if u not in units:
-        return None
-    return value * units[u]
-
-
-def normalize_term(text: str) -> str:
-    """Case, width, spaces, hyphens, underscores and punctuation dropped; a leading article
-    too. "Reduce-Scatter", "reduce_scatter" and "the reduce scatter" all give "reducescatter"."""
-    t = unicodedata.normalize("NFKC", text).strip().lower()
-    t = re.sub(r"^(?:the|a|an)\s+", "", t)
-    return "".join(ch for ch in t if ch.isalnum())
 
 
 # ----------------------------------------------------------------------------- results
@@ -137,7 +81,7 @@ class Number:
         if got is None:
             return Result(False, answer, fig.text(),
                           f"give one number{' in ' + fig.unit if fig.unit else ''}")
-        ok = abs(got - exp) <= self.tolerance * abs(exp) if exp else got == 0
+        ok = close(got, exp, self.tolerance) if exp else got == 0
         note = "" if ok else f"off by {100 * (got - exp) / exp:+.0f} %" if exp else ""
         return Result(ok, answer, fig.text(), note)
 
@@ -165,6 +109,13 @@ class Choice:
     def multi(self) -> bool:
         return len(self.answer) > 1
 
+    def reordered(self, order: Sequence[int]) -> "Choice":
+        """The same choice with its options shown in `order` (order[j]: the option shown j-th)."""
+        if sorted(order) != list(range(len(self.options))):
+            raise ValueError(f"not an order of {len(self.options)} options: {order}")
+        return Choice(self.prompt, tuple(self.options[i] for i in order),
+                      tuple(sorted(list(order).index(i) for i in self.answer)), self.why)
+
     def hint(self, fig=None) -> str:
         return "(letters, all that apply)" if self.multi else "(one letter)"
 
@@ -181,23 +132,8 @@ class Choice:
         return self.letters()
 
     def read(self, answer: str) -> frozenset[int] | None:
-        """The set of option indices an answer names, or None when it is not a clean pick:
-        letters separated by commas, spaces, "and" or "+", or one option's full text."""
-        t = unicodedata.normalize("NFKC", answer).strip().lower()
-        if not t:
-            return None
-        whole = normalize_term(t)
-        for i, o in enumerate(self.options):
-            if whole == normalize_term(o):
-                return frozenset({i})
-        tokens = [x for x in re.split(r"(?:\s*[,;/+&]\s*|\s+and\s+|\s+)", t) if x]
-        picked = set()
-        for tok in tokens:
-            tok = tok.strip("()[].")
-            if len(tok) != 1 or tok not in LETTERS[:len(self.options)]:
-                return None
-            picked.add(LETTERS.index(tok))
-        return frozenset(picked)
+        """The set of option indices an answer names, or None (`answers.read_choice`)."""
+        return read_choice(answer, self.options)
 
     def grade(self, answer: str, fig=None) -> Result:
         got = self.read(answer)
@@ -312,6 +248,5 @@ def grade_checks(checks: Sequence, answers: Sequence[str], figure) -> list[Resul
     return out
 
 
-__all__ = ["TOLERANCE", "LETTERS", "UNIT_FAMILIES", "unit_family", "parse_quantity", "normalize_term",
-           "Result", "Number", "Choice", "Term", "CHECK_KINDS", "Point", "parse_ticks", "CardGrade",
+__all__ = ["TOLERANCE", "Result", "Number", "Choice", "Term", "CHECK_KINDS", "Point", "parse_ticks", "CardGrade",
            "grade_checks"]

@@ -27,6 +27,7 @@ from typing import TextIO
 
 from . import deck as deck_mod
 from . import drills as drills_mod
+from ..answers import learner_seed
 from .grading import parse_ticks
 
 
@@ -169,9 +170,10 @@ def scripted_answers(s: Session, ticks: str = "all") -> str:
 
 
 def build(topic: str | None = None, seed: int = 0, n_drills: int = 3, n_cards: int | None = 3,
-          card_ids: list[str] | None = None) -> Session:
+          card_ids: list[str] | None = None, learner: str | None = None) -> Session:
     """Pick `n_cards` cards of `topic` (all when None) and `n_drills` drills, both by `seed`;
-    or exactly the cards `card_ids`, in that order."""
+    or exactly the cards `card_ids`, in that order. Each card's options in the order of
+    `learner` (`deck.for_learner`; default: ZEROEDU_LEARNER, else the login name)."""
     if n_drills < 0 or (n_cards is not None and n_cards < 0):
         raise ValueError("--drills and --cards must be >= 0")
     if card_ids:
@@ -180,7 +182,9 @@ def build(topic: str | None = None, seed: int = 0, n_drills: int = 3, n_cards: i
         pool = deck_mod.cards(topic)
         rng = random.Random(seed)
         chosen = pool if n_cards is None or n_cards >= len(pool) else rng.sample(pool, n_cards)
-    return Session(chosen, drills_mod.draw_drills(n_drills, seed=seed, topic=topic))
+    own = learner_seed(learner)
+    return Session([deck_mod.for_learner(c, own) for c in chosen],
+                   drills_mod.draw_drills(n_drills, seed=seed, topic=topic))
 
 
 __all__ = ["Session", "Score", "build", "scripted_answers", "REFRESHER", "refresher_plan"]

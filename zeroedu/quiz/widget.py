@@ -18,7 +18,8 @@ import random
 import ipywidgets as W
 
 from . import deck, drills
-from .grading import LETTERS, Choice
+from ..answers import LETTERS, learner_seed
+from .grading import Choice
 
 
 def _pre(text: str) -> str:
@@ -110,7 +111,8 @@ class CardViewer:
 
     @property
     def card(self):
-        return deck.get_card(self.pick.value)
+        # the options in this learner's order (answers.learner_seed), as the terminal quiz shows them
+        return deck.for_learner(deck.get_card(self.pick.value), learner_seed())
 
     def _load(self) -> None:
         """Build the input widgets for the picked card; clear any previous grade."""

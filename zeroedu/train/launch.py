@@ -15,7 +15,7 @@ from .. import theory
 from ..models import check_trainable, unit_shapes
 from ..models import units as model_units
 from ..recipes import TOLERANCE, get_recipe
-from ..reports import Match, Predicted, RankReport, RunReport
+from ..reports import Match, Predicted, RankReport, RunReport, vouch
 from ..runtime import analysis, cluster
 from ..runtime.comm import resolve_implementation
 from ..runtime.links import Links
@@ -198,7 +198,7 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
             default=0.0)
         for r in reports[1:]:
             r.params = None  # rank 0's are the report's
-    return report
+    return vouch(report)  # a run's own report: the checks that grade measurements trust it
 
 
 def losses_match(losses: list[float], ref: list[float], recipe: str) -> bool:

@@ -5,8 +5,8 @@ An `Exercise` says what is asked (`prompt`), how the right answer is computed by
 of answer it is (a number, a choice, a set of choices, a name) and which plausible wrong
 answers it anticipates, each with the diagnosis a learner gets (`Wrong`). `check(id, answer)`:
 
-* the placeholder `...` prints "not answered yet" with the prompt and a hint, so a notebook
-  with unanswered exercises still runs from top to bottom;
+* the placeholder `...` prints "not answered yet" with the prompt (no hint: the hint is shown
+  after a wrong attempt), so a notebook with unanswered exercises still runs from top to bottom;
 * a wrong answer raises AssertionError that says what is off: an anticipated mistake by name,
   otherwise by how much (for numbers: the ratio to the right answer) with the hint;
 * the right answer prints a short confirmation.
@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass, field
-from fractions import Fraction
-from numbers import Number
 from typing import Any, Callable
 
+from ...answers import is_number, normalize_term, read_choice, read_number
 from ...fmt import number
-from ...reports import Match, Measured, Predicted, RankReport, RunReport, Timeline, WireReport
+from ...reports import Match, Measured, Predicted, RankReport, RunReport, Timeline, WireReport, made_here
 
 KINDS = ("number", "choice", "set", "name")
 STYLES = ("formula", "predict", "measure", "find-the-bug")
@@ -72,12 +72,12 @@ class Exercise:
 
     # ---------------------------------------------------------------- grading
     def right(self, answer, context: dict) -> bool:
-        return _same(self.kind, answer, self.expected(**context), self.rel)
+        return _same(self.kind, answer, self.expected(**context), self.rel, self.options)
 
     def diagnose(self, answer, context: dict) -> str:
         """Why `answer` is wrong: an anticipated mistake, else what is off and by how much."""
         for w in self.wrong:
-            if _same(self.kind, answer, w.resolve(context), self.rel):
+            if _same(self.kind, answer, w.resolve(context), self.rel, self.options):
                 return w.why
         want = self.expected(**context)
         if self.kind == "number" and _is_number(answer) and float(want) != 0 and float(answer) != 0:
@@ -134,8 +134,13 @@ def check(ex_id: str, answer: Any, **context) -> None:
     wrong, saying what is off."""
     ex = get(ex_id)
     if answer is Ellipsis:
-        print(f"{ex.id}: not answered yet: {ex.prompt}" + (f" Hint: {ex.hint}" if ex.hint else ""))
+        # no hint yet: it is the help a wrong attempt earns, not a way round the question
+        print(f"{ex.id}: not answered yet: {ex.prompt}")
         return None
+    if ex.style in ("measure", "find-the-bug"):
+        _check_runs(ex, context)
+    if ex.style == "formula":
+        _check_derived(ex, sys._getframe(1))
     if ex.right(answer, context):
         want = ex.expected(**context)
         # sets print in sorted order: the same text on every run (nbval compares it)
@@ -146,6 +151,60 @@ def check(ex_id: str, answer: Any, **context) -> None:
                          + (f" Hint: {ex.hint}" if ex.hint else ""))
 
 
+def _package_calls() -> re.Pattern:
+    """A call into zeroedu's closed forms: `theory.x(`, `shard.x(`, or a public name of either
+    called bare (imported from it)."""
+    from ... import shard, theory
+
+    names = set(theory.__all__) | {n for n in dir(shard) if not n.startswith("_") and callable(getattr(shard, n))
+                                   and getattr(getattr(shard, n), "__module__", "") == shard.__name__}
+    return re.compile(r"\b(?:theory|shard)\s*\.\s*\w+\s*\(|\bzeroedu\.(?:theory|shard)\b|"
+                      r"from\s+zeroedu(?:\.\w+)*\s+import\s+[^\n]*\b(?:theory|shard)\b|"
+                      r"(?<![\w.])(?:" + "|".join(sorted(map(re.escape, names))) + r")\s*\(")
+
+
+def _check_derived(ex: Exercise, frame) -> None:
+    """A formula exercise asks for a derivation: an answer the cell computed by calling the
+    package's closed forms is the package's answer, refused. The cell's source is read where
+    Python keeps it (`linecache`: IPython registers each cell there); a caller without a
+    readable source is not judged."""
+    import linecache
+
+    if frame is None or frame.f_code.co_name != "<module>":
+        return  # called from a function (a test, a helper): not a cell
+    source = "".join(linecache.getlines(frame.f_code.co_filename, frame.f_globals))
+    if source and _package_calls().search(source):
+        raise AssertionError(
+            f"{ex.id} asks you to derive the figure: an answer computed with zeroedu.theory or zeroedu.shard is "
+            "the package's, not yours. Write the arithmetic from the formula (numbers and + - * /).")
+
+
+def _reports_in(value) -> list | None:
+    """The run reports a context value is made of (a report, or a list or dict of them), else None."""
+    if isinstance(value, RunReport):
+        return [value]
+    items = list(value.values()) if isinstance(value, dict) else list(value) if isinstance(value, (list, tuple)) else []
+    return items if items and all(isinstance(v, RunReport) for v in items) else None
+
+
+def _check_runs(ex: Exercise, context: dict) -> None:
+    """A figure read off a run is graded against that run's report, so where the exercise reads
+    a report (its example context holds one there) the value must be a report a run produced
+    (`reports.made_here`): not a dict or a report typed by hand, which could say anything."""
+    shape = ex.example() if ex.example is not None else {}
+    for name, proto in shape.items():
+        if _reports_in(proto) is None or name not in context:
+            continue
+        value = context[name]
+        got = _reports_in(value)
+        if got is None or not all(made_here(r) for r in got) or (
+                isinstance(proto, RunReport) and not isinstance(value, RunReport)):
+            what = "a dict" if isinstance(value, dict) and got is None else "a report built by hand"
+            raise AssertionError(
+                f"{ex.id}: `{name}` must be what a run returned (run(RunConfig(...)) in this notebook), not "
+                f"{what}: the check reads the figure off the run that measured it")
+
+
 def show_options(ex_id: str) -> None:
     """Print a choice exercise's options (a cell before the answer cell calls this)."""
     for k, v in sorted(get(ex_id).options.items()):
@@ -154,29 +213,29 @@ def show_options(ex_id: str) -> None:
 
 # ---------------------------------------------------------------- comparisons
 def _is_number(x) -> bool:
-    return isinstance(x, (Number, Fraction)) and not isinstance(x, bool)
+    return is_number(x)
 
 
-def _norm(x) -> str:
-    return re.sub(r"[\s_\-]+", "", str(x)).lower()
+def _picked(answer, options: dict) -> frozenset[str] | None:
+    """The keys a choice or set answer names (`answers.read_choice`: keys, or an option's text);
+    without options, the answer's own items."""
+    if not options:
+        items = answer if isinstance(answer, (list, tuple, set, frozenset)) else [answer]
+        return frozenset(normalize_term(x) for x in items)
+    keys = list(options)
+    got = read_choice(answer, [str(v) for v in options.values()], keys)
+    return None if got is None else frozenset(normalize_term(keys[i]) for i in got)
 
 
-def _same(kind: str, a, b, rel: float) -> bool:
+def _same(kind: str, a, b, rel: float, options: dict[str, str] | None = None) -> bool:
     if kind == "number":
-        if not (_is_number(a) and _is_number(b)):
-            return False
-        a, b = float(a), float(b)
-        return math.isclose(a, b, rel_tol=rel, abs_tol=rel if b == 0 else 0.0)
-    if kind == "choice":
-        return isinstance(a, str) and _norm(a) == _norm(b)
-    if kind == "set":
-        if isinstance(a, str):
-            a = [c for c in re.split(r"[,\s]+", a) if c]
-        try:
-            return {_norm(c) for c in a} == {_norm(c) for c in b}
-        except TypeError:
-            return False
-    return isinstance(a, str) and _norm(a) == _norm(b)  # name
+        got, want = read_number(a), read_number(b)
+        return got is not None and want is not None and (
+            math.isclose(got, want, rel_tol=rel, abs_tol=rel if want == 0 else 0.0))
+    if kind in ("choice", "set"):
+        got, want = _picked(a, options or {}), _picked(b, options or {})
+        return got is not None and got == want and (kind == "set" or len(got) == 1)
+    return isinstance(a, str) and normalize_term(a) == normalize_term(b)  # name
 
 
 _LOADED = False

@@ -68,7 +68,7 @@ def _placeholder_output(src: str) -> list[dict]:
     outs = []
     for ex_id in CHECK_ID.findall(src):
         ex = get(ex_id)
-        text = f"{ex.id}: not answered yet: {ex.prompt}" + (f" Hint: {ex.hint}" if ex.hint else "")
+        text = f"{ex.id}: not answered yet: {ex.prompt}"  # the hint comes after a wrong attempt
         outs.append(text + "\n")
     if outs and _predicts(src):
         outs.append(PREDICT_NOTE + "\n")

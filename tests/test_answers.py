@@ -1,0 +1,59 @@
+"""One reader of answers (`zeroedu.answers`) for the deck, the notebooks' exercises and the drills:
+the natural forms a person writes are read, a list of guesses is not, and every grader uses it."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from zeroedu.answers import normalize_term, parse_quantity, read_choice, read_number
+from zeroedu.notebook.exercises import check, get
+
+pytestmark = pytest.mark.fast
+
+
+@pytest.mark.parametrize("text,unit,want", [
+    ("3/2", None, 1.5), ("1.5×", None, 1.5), ("1.5x DDP's bytes", None, 1.5), ("1.5× DDP's bytes", None, 1.5),
+    ("36.75 GB per rank", None, 36.75e9), ("36.75 GB per rank", "GB", 36.75e9), ("14e9 B", None, 14e9),
+    ("about 14e9 bytes", None, 14e9), ("50 %", None, 0.5), ("3 / 2", "×", 1.5), ("7,500 tokens", "tokens", 7500),
+])
+def test_natural_forms_are_read(text, unit, want):
+    assert parse_quantity(text, unit, 1e9 if unit == "GB" else 1) == pytest.approx(want)
+
+
+@pytest.mark.parametrize("text", ["14 26.25", "1.5 DDP's bytes", "3/0", "twice", "GB", "36.75 GB 2"])
+def test_guesses_and_words_are_not_numbers(text):
+    assert parse_quantity(text) is None
+
+
+def test_read_number_and_choice():
+    assert read_number(3) == 3.0 and read_number("3/2") == 1.5 and read_number(True) is None
+    assert read_choice("b", ["x", "y"]) == {1} and read_choice("Y", ["x", "y"]) == {1}
+    assert read_choice(["zero1", "fsdp2"], ["ZeRO-1", "FSDP2", "DDP"], keys=["zero1", "fsdp2", "ddp"]) == {0, 1}
+    assert read_choice([], ["x"]) == frozenset() and read_choice("b c", ["x", "y"]) is None
+    assert normalize_term("The All-Gather") == "allgather"
+
+
+def test_exercises_take_the_natural_forms():
+    """A notebook exercise whose answer is in bytes accepts it with its unit; one whose answer is
+    a ratio accepts a fraction."""
+    check("02.4", "24 GB per GPU")  # 16 bytes x 1.5e9
+    check("02.4", "24e9 B")
+    with pytest.raises(AssertionError):
+        check("02.4", "24 ms")
+    want = get("02.6").expected()
+    check("02.6", get("02.6").options[want])  # the option's own text
+
+
+def test_no_grader_reads_answers_its_own_way():
+    """The deck, the exercises and the drills import `zeroedu.answers`; none of them defines
+    its own number, term or choice reader."""
+    root = Path(__file__).resolve().parents[1] / "zeroedu"
+    for rel in ("quiz/grading.py", "notebook/exercises/__init__.py", "quiz/drills.py"):
+        tree = ast.parse((root / rel).read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").endswith("answers")
+                    for a in n.names}
+        assert imported, rel
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert not defined & {"parse_quantity", "normalize_term", "_norm", "unit_family", "read_choice"}, rel
