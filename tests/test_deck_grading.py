@@ -228,3 +228,18 @@ def test_learners_get_their_own_orders_and_keep_them():
     a2 = [for_learner(c, learner_seed("ada")) for c in CARDS]
     b = [for_learner(c, learner_seed("grace")) for c in CARDS]
     assert _positions(a1, 4) == _positions(a2, 4) != _positions(b, 4)
+
+
+def _longest_is_right(options, right) -> bool:
+    """The right option is the one longest option (ties give nothing away)."""
+    lengths = [len(o) for o in options]
+    return lengths[right] == max(lengths) and lengths.count(max(lengths)) == 1
+
+
+def test_the_longest_option_is_not_the_tell():
+    """Over the deck's single-answer choices the right option is the longest no more often than
+    1/k + 10 points (before: 32 of 50)."""
+    choices = [(card, c) for card in CARDS for c in card.checks if isinstance(c, Choice) and not c.multi]
+    longest = sum(_longest_is_right([card.render(o) for o in c.options], c.answer[0]) for card, c in choices)
+    k = sum(len(c.options) for _, c in choices) / len(choices)
+    assert longest / len(choices) <= 1 / k + 0.10, (longest, len(choices))

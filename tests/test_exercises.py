@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from zeroedu.answers import LETTERS as LETTERS_
+
+from zeroedu.notebook.exercises import displayed, shuffled
 from zeroedu.reports import RunReport, vouch
 
 from zeroedu.notebook.exercises import STYLES, all_exercises, check, generate, get
@@ -20,6 +23,11 @@ pytestmark = pytest.mark.fast
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb"))
 EXERCISES = all_exercises()
+
+
+def _as_shown(ex, value):
+    """A choice's key as this learner answers it: the letter they see (`shown_order`)."""
+    return displayed(ex, value) if shuffled(ex) and isinstance(value, str) and value in ex.options else value
 
 
 def _context(ex):
@@ -47,12 +55,12 @@ def test_check_rejects_placeholder_and_wrong_answers_and_accepts_the_right_one(e
         value = w.resolve(ctx)
         assert not ex.right(value, ctx), f"{ex.id}: the anticipated wrong answer {value!r} is accepted"
         with pytest.raises(AssertionError) as ei:
-            check(ex.id, value, **ctx)
+            check(ex.id, _as_shown(ex, value), **ctx)
         assert w.why in str(ei.value)
         assert not ex.hint or ex.hint in str(ei.value)  # the wrong attempt earns the hint
     out = io.StringIO()
     with redirect_stdout(out):
-        assert check(ex.id, want, **ctx) is None
+        assert check(ex.id, _as_shown(ex, want), **ctx) is None
     assert "correct" in out.getvalue()
     if ex.kind == "number":  # any other number is refused, saying by how much
         with pytest.raises(AssertionError, match="factor|%"):
@@ -186,3 +194,37 @@ def test_no_solution_derives_with_the_package():
             if "exercise" in c["metadata"].get("tags", []) and any(
                     get(i).style == "formula" for i in generate.CHECK_ID.findall(src)):
                 assert not _package_calls().search(src), (p.name, src)
+
+
+@pytest.mark.parametrize("learner", ["ada", "grace", "root", "学生"])
+def test_notebook_choices_put_the_right_answer_at_every_letter(learner):
+    """For any learner, over the notebooks' lettered choices, the right option is shown at each
+    letter within ±10 points of 1/k (before: a 11, b 15, c 6, d 0 of 32); the letter they see is
+    graded, and so is the option's text."""
+    from zeroedu.answers import learner_seed
+    from zeroedu.notebook.exercises import canonical, shown_order
+
+    seed = learner_seed(learner)
+    four = [e for e in EXERCISES if shuffled(e) and len(e.options) == 4]
+    assert len(four) >= 25
+    at = [shown_order(e, seed).index(e.expected(**_context(e))) for e in four]
+    for p in range(4):
+        assert abs(at.count(p) / len(at) - 0.25) <= 0.10, (learner, p, at.count(p), len(at))
+    for e in four:
+        right = e.expected(**_context(e))
+        assert canonical(e, LETTERS_[shown_order(e, seed).index(right)], seed) == right
+        assert canonical(e, e.options[right], seed) == right
+
+
+
+def test_the_longest_option_is_not_the_tell_in_the_notebooks():
+    """Over the notebooks' lettered choices the right option is the longest no more often than
+    1/k + 10 points (before: 21 of 31)."""
+    choices = [e for e in EXERCISES if shuffled(e)]
+    longest = 0
+    for e in choices:
+        lengths = {k: len(v) for k, v in e.options.items()}
+        right = e.expected(**_context(e))
+        longest += lengths[right] == max(lengths.values()) and list(lengths.values()).count(max(lengths.values())) == 1
+    k = sum(len(e.options) for e in choices) / len(choices)
+    assert longest / len(choices) <= 1 / k + 0.10, (longest, len(choices))

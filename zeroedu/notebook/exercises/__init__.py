@@ -28,7 +28,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ...answers import is_number, normalize_term, read_choice, read_number
+from ...answers import LETTERS, is_number, learner_seed, normalize_term, read_choice, read_number
 from ...fmt import number
 from ...reports import Match, Measured, Predicted, RankReport, RunReport, Timeline, WireReport, made_here
 
@@ -141,14 +141,59 @@ def check(ex_id: str, answer: Any, **context) -> None:
         _check_runs(ex, context)
     if ex.style == "formula":
         _check_derived(ex, sys._getframe(1))
+    given = answer
+    if shuffled(ex):  # the letters the learner saw: this learner's order (`shown_order`)
+        answer = canonical(ex, answer)
     if ex.right(answer, context):
         want = ex.expected(**context)
-        # sets print in sorted order: the same text on every run (nbval compares it)
-        shown = number(want) if _is_number(want) else (sorted(want) if isinstance(want, (set, frozenset)) else want)
+        # sets print in sorted order, a shuffled choice its option's text: the same text on every
+        # run and for every learner (nbval compares it)
+        shown = (number(want) if _is_number(want) else sorted(want) if isinstance(want, (set, frozenset))
+                 else ex.options[want] if shuffled(ex) else want)
         print(f"{ex.id}: correct ✓ ({shown})")
         return None
-    raise AssertionError(f"{ex.id}: {answer!r} is not right: {ex.diagnose(answer, context)}."
+    raise AssertionError(f"{ex.id}: {given!r} is not right: {ex.diagnose(answer, context)}."
                          + (f" Hint: {ex.hint}" if ex.hint else ""))
+
+
+# ---------------------------------------------------------------- options in each learner's order
+def shuffled(ex: Exercise) -> bool:
+    """A single-answer choice lettered a, b, c, ...: shown in each learner's own order."""
+    return ex.kind == "choice" and bool(ex.options) and all(k in LETTERS for k in ex.options)
+
+
+_SHUFFLED_INDEX: dict[str, int] = {}
+
+
+def shown_order(ex: Exercise, seed: int | None = None) -> list[str]:
+    """The option keys of a shuffled choice in the order this learner sees them (letters a, b,
+    ... in turn). Balanced as the deck's (`quiz.deck.for_learner`): the i-th shuffled choice of
+    the course puts its right option at position (i + seed) mod k, the others in an order drawn
+    from the seed; so for every learner the right answer sits at each letter about equally often."""
+    import random
+
+    seed = learner_seed() if seed is None else seed
+    if not _SHUFFLED_INDEX:
+        _SHUFFLED_INDEX.update({e.id: i for i, e in enumerate(e for e in all_exercises() if shuffled(e))})
+    keys = sorted(ex.options)
+    right = ex.expected(**(ex.example() if ex.example is not None else {}))
+    rest = [k for k in keys if k != right]
+    random.Random(f"{seed}:{ex.id}").shuffle(rest)
+    at = (_SHUFFLED_INDEX[ex.id] + seed) % len(keys)
+    return rest[:at] + [right] + rest[at:]
+
+
+def canonical(ex: Exercise, answer, seed: int | None = None):
+    """A learner's answer to a shuffled choice as the option's key: a letter they saw, or the
+    option's text; anything else is returned as it is (and graded wrong)."""
+    order = shown_order(ex, seed)
+    got = read_choice(answer, [ex.options[k] for k in order])
+    return order[next(iter(got))] if got is not None and len(got) == 1 else answer
+
+
+def displayed(ex: Exercise, key: str, seed: int | None = None) -> str:
+    """The letter under which this learner sees option `key`."""
+    return LETTERS[shown_order(ex, seed).index(key)]
 
 
 def _package_calls() -> re.Pattern:
@@ -206,8 +251,14 @@ def _check_runs(ex: Exercise, context: dict) -> None:
 
 
 def show_options(ex_id: str) -> None:
-    """Print a choice exercise's options (a cell before the answer cell calls this)."""
-    for k, v in sorted(get(ex_id).options.items()):
+    """Print a choice exercise's options (a cell before the answer cell calls this), lettered in
+    this learner's order (`shown_order`)."""
+    ex = get(ex_id)
+    if shuffled(ex):
+        for letter, k in zip(LETTERS, shown_order(ex)):
+            print(f"  ({letter}) {ex.options[k]}")
+        return
+    for k, v in sorted(ex.options.items()):
         print(f"  ({k}) {v}")
 
 

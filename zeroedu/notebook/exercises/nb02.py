@@ -99,7 +99,7 @@ register(
         id="02.2", kind="choice", style="predict",
         prompt="Before the run: bucketed DDP on gpt-small, buckets of about 1 MiB. Where on rank 0's timeline "
                "will the buckets' all-reduces start?",
-        options={"a": "all after backward has finished, like naive DDP",
+        options={"a": "all after backward has finished, like naive DDP, so that no bucket leaves before every gradient is final",
                  "b": "during backward, each as soon as its bucket's gradients are all there",
                  "c": "before backward starts",
                  "d": "only at the next forward"},
@@ -140,7 +140,7 @@ register(
     Exercise(
         id="02.6", kind="choice", style="formula",
         prompt="Going from N = 8 to N = 64 GPUs, what happens to DDP's model-state bytes per GPU?",
-        options={"a": "they shrink 8×", "b": "they stay the same", "c": "they grow"},
+        options={"a": "they shrink 8×", "b": "they stay the same", "c": "they grow: each GPU must hold a larger share of the gradients"},
         expected=lambda **_: ("b" if theory.model_states("ddp", 1.5e9, 8).total
                               == theory.model_states("ddp", 1.5e9, 64).total else "a"),
         hint="what does DDP split across GPUs?",

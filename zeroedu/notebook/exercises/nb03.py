@@ -71,7 +71,7 @@ register(
         options={"a": "it forgets to multiply the summed gradient by 1/N",
                  "b": "each owner updates its slice with the summed gradient of its neighbour's slice",
                  "c": "it skips the all-gather after the update",
-                 "d": "it all-reduces the gradients instead of reduce-scattering them"},
+                 "d": "it all-reduces the gradients instead of reduce-scattering them, so every rank updates all the slices"},
         expected=lambda **_: "b",
         hint="rule out each option by the figure it would change: bytes, replicas, or only the losses",
         wrong=(Wrong("a", "Adam divides m by √v: a constant factor N on every gradient scales both and cancels "

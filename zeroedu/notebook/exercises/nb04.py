@@ -53,7 +53,7 @@ register(
         prompt="Before the run: ZeRO-2 holds far less gradient memory than ZeRO-1. How many bytes does each "
                "rank send per step, compared with ZeRO-1?",
         options={"a": "the same: one reduce-scatter of the gradients and one all-gather of the parameters",
-                 "b": "more: launching one reduce-scatter per unit during backward costs extra bytes",
+                 "b": "more: launching one reduce-scatter per unit during backward costs extra bytes on top of the one all-gather",
                  "c": "half: the gradients are sharded, so only half of them travel",
                  "d": "1.5 times: the gradient slices must be all-gathered again before the step"},
         expected=lambda: "a" if theory.comm_per_rank("zero2", 1e9, 8).total() ==
@@ -84,7 +84,7 @@ register(
         options={"a": "1x for both: gradients are summed locally and reduced once at the step",
                  "b": "4x for both: every backward reduces its gradients",
                  "c": "ZeRO-1 1x, ZeRO-2 4x: ZeRO-2's full gradient does not outlive one backward",
-                 "d": "ZeRO-1 4x, ZeRO-2 1x: ZeRO-2 keeps only slices, so it can wait"},
+                 "d": "ZeRO-1 4x, ZeRO-2 1x: ZeRO-2 keeps only its slices of the gradients, so it can wait for the step to reduce them"},
         expected=_accumulation_answer,
         hint="where does each strategy keep the sum of the micro-batches' gradients until the step?",
         wrong=(Wrong("a", "ZeRO-2 frees each unit's full gradient right after its reduce-scatter, so it "
@@ -112,7 +112,7 @@ register(
         prompt="`ZeRO2Broken` trained with K = 2 micro-batches (fp32): its memory and its bytes match the "
                "closed forms, its losses do not match single-process training. Which mistake is it?",
         options={"a": "it never frees the full gradient buffers",
-                 "b": "it all-reduces the gradients instead of reduce-scattering them",
+                 "b": "it all-reduces the gradients instead of reduce-scattering them, then keeps only its own shard of the sum",
                  "c": "each micro-batch's reduce-scatter overwrites the shard instead of adding to it",
                  "d": "it skips the all-gather of the updated parameters"},
         expected=lambda: "c",

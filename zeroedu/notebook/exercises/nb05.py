@@ -70,7 +70,7 @@ register(
                "many teeth (an unshard followed by its reshard) does the gathered-parameters band show per "
                "training step?",
         options={"a": "6: one per unit", "b": "12: two per unit, before its forward and again before its backward",
-                 "c": "1: the whole model is gathered once per step", "d": "18: three per unit, one per collective"},
+                 "c": "1: the whole model is gathered once per step", "d": "18: three per unit, one for each of its two all-gathers and one for the reduce-scatter of its gradients"},
         expected=_teeth_answer,
         hint="reshard_after_forward=True frees a unit after its forward; what must happen before its backward?",
         wrong=(Wrong("a", "after its forward a unit is resharded, so backward has to gather it again"),

@@ -110,7 +110,7 @@ register(
         prompt="`DDPBroken` trained gpt-tiny with K = 2 micro-batches (fp32): its memory matches the closed "
                "form, its all-reduce bytes and its losses do not. Which mistake is it?",
         options={"a": "it all-reduces the running gradient sum after every micro-batch, and again at the step",
-                 "b": "it all-reduces each micro-batch's gradient into a fresh buffer and adds them up",
+                 "b": "it all-reduces each micro-batch's gradient into a fresh buffer and adds the K reduced buffers up before the step",
                  "c": "it forgets to divide the gradient by K",
                  "d": "it never all-reduces"},
         expected=lambda: "a",

@@ -61,7 +61,7 @@ register(
         options={"a": "DDP: its all-reduce sends twice what an all-gather sends",
                  "b": "the same: both move every parameter once per step",
                  "c": "FSDP, about 1.5x: gather, gather again, reduce-scatter against one all-reduce",
-                 "d": "FSDP, about N = 4 times: every rank gathers the whole layer"},
+                 "d": "FSDP, about N = 4 times: every rank gathers the whole layer from each of the other ranks in turn"},
         expected=lambda: "c",
         hint="an all-reduce is a reduce-scatter plus an all-gather; count FSDP's collectives per step.",
         wrong=(Wrong("a", "DDP's all-reduce is two halves (reduce-scatter + all-gather) of one buffer; FSDP "
@@ -90,7 +90,7 @@ register(
                "and the size of its first SGD update with those of FSDPLinear and of nn.Linear on the "
                "global batch: which mistake is it?",
         options={"a": "its backward keeps the SUM of the gradients over ranks: it never divides by N",
-                 "b": "its backward all-reduces dW, then keeps its own rows",
+                 "b": "its backward all-reduces dW over all ranks first, then keeps only its own rows of the sum",
                  "c": "its forward saves the gathered W for backward instead of gathering it again",
                  "d": "each rank stores the rows of the next rank"},
         expected=lambda: "a",

@@ -59,7 +59,7 @@ register(
         id="08.3", kind="choice", style="predict",
         prompt="Before the run: FSDP2 with batched collectives (one all-gather and one reduce-scatter per "
                "unit) against per-parameter collectives, on the same model and N. What will the bytes show?",
-        options={"a": "batched sends fewer ring-model bytes: it pads once per unit instead of once per parameter",
+        options={"a": "batched sends fewer ring-model bytes: it pads once per unit instead of once per parameter, so the padding of every short shard stays off the wire",
                  "b": "the same ring-model bytes; per-parameter writes a little more to the wire, one framing "
                       "header per message of its many more messages",
                  "c": "per-parameter sends about N times more",
@@ -93,7 +93,7 @@ register(
         options={"a": "the all-gather's copy-out splits the gathered buffer with the wrong column widths",
                  "b": "the reduce-scatter's copy-out walks the output by each shard's real size instead of "
                       "its row-padded size",
-                 "c": "short shards are not zero-padded before the all-gather",
+                 "c": "short shards are not zero-padded before the all-gather, so the gathered buffer holds stale rows where the padding should be",
                  "d": "the reduce-scatter sums the gradients in bf16"},
         expected=lambda: "b",
         hint="which of these touches the forward? Which rank's shards are the only short ones at N = 3?",

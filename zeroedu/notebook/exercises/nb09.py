@@ -69,7 +69,7 @@ register(
         options={"a": "the all-gather of the updated parameters",
                  "b": "the reduce-scatter of the gradients: twice the all-gather's bytes",
                  "c": "neither: both move every element once",
-                 "d": "an all-reduce of the gradients, 2(N-1)/N of the buffer"},
+                 "d": "an all-reduce of the gradients, 2(N-1)/N of the buffer, since the optimizer needs the whole summed gradient"},
         expected=lambda: "b",
         hint="both buffers have the same number of elements; compare their dtypes.",
         wrong=(Wrong("a", "the parameters travel in bf16 (2 bytes), the gradients in fp32 (4 bytes)"),
@@ -92,7 +92,7 @@ register(
         prompt="Before the run: with K = 2 micro-batches per optimizer step (gradient accumulation), how many "
                "bytes does the gradient reduce-scatter send per optimizer step, compared with K = 1?",
         options={"a": "the same: both micro-batches add into the fp32 buffer, which is reduced once",
-                 "b": "twice as many: one reduce-scatter per micro-batch",
+                 "b": "twice as many: one reduce-scatter per micro-batch, each moving the whole fp32 gradient buffer",
                  "c": "half as many: each micro-batch is half the batch",
                  "d": "none until the next step"},
         expected=lambda: "a",

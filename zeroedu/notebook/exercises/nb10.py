@@ -33,9 +33,11 @@ def _smallest_m(limit=6 * GB) -> int:
 BUG_OPTIONS = {
     "a": "the outer all-reduce runs on each unit's full (unsharded) gradient instead of the 1/N shard "
          "that the inner reduce-scatter leaves",
-    "b": "the outer all-gather of the updated parameter sub-chunk after the optimizer step is missing",
+    "b": "the outer all-gather of the updated parameter sub-chunk after the optimizer step is missing, so the "
+         "replicas drift apart from the second step on",
     "c": "the summed gradient is divided by N instead of N·M",
-    "d": "the two mesh axes are swapped: the inner reduce-scatter runs over dp_outer",
+    "d": "the two mesh axes are swapped: the inner reduce-scatter runs over dp_outer and the outer all-reduce "
+         "over dp_shard, so each collective crosses the other link",
 }
 
 register(
@@ -112,7 +114,7 @@ register(
         prompt="7B on 2 domains of 8 GPUs, 8 NICs of 50 GB/s per node, NVLink 450 GB/s. If flat ZeRO-3's "
                "rings are striped over all 8 NICs of a node (flat_ring='striped'), which spends less time "
                "communicating per step, nothing overlapped?",
-        options={"a": "flat ZeRO-3 over 16 ranks", "b": "HSDP (8 x 2)", "c": "the same"},
+        options={"a": "flat ZeRO-3 over 16 ranks", "b": "HSDP (8 x 2)", "c": "the same: both wait on the slow link for the same bytes"},
         expected=_faster_striped,
         hint="striped: flat ZeRO-3 runs at min(NVLink, 8 NICs x 50 GB/s) = 400 GB/s; HSDP pays NVLink inside "
              "and one NIC's 50 GB/s per rank for its outer all-reduce.",

@@ -89,7 +89,7 @@ register(
                       "its own",
                  "b": "it all-reduces the gradients instead of reduce-scattering them",
                  "c": "it skips the all-gather of the updated parameters after the step",
-                 "d": "it keeps an extra fp32 copy of the gradients for the optimizer"},
+                 "d": "it keeps an extra fp32 copy of the gradients for the optimizer, beside the bf16 gradients it reduce-scatters"},
         expected=lambda: "a",
         hint="read the predicted-vs-measured table category by category, then the losses.",
         wrong=(Wrong("b", "the wire carries a reduce-scatter and an all-gather with the predicted bytes"),

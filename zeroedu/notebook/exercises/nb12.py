@@ -89,7 +89,8 @@ BUG_OPTIONS = {
          "of 2Ψ (card zero1_vs_zero2_comm)",
     "c": "it forgets to average the summed gradients, so it trains a different model than "
          "single-process training (card zero_equivalence)",
-    "d": "it gathers the parameters before backward as well, like ZeRO-3 (card zero3_comm)",
+    "d": "it gathers the parameters again before backward as well, like ZeRO-3, and so sends a third more bytes "
+         "per step than ZeRO-2 needs (card zero3_comm)",
 }
 
 register(

@@ -24,7 +24,7 @@ register(
         options={"a": "the same, 2Ψ: a reduce-scatter plus an all-gather is an all-reduce",
                  "b": "about 1.5x: gloo's reduce-scatter sends as much as an all-reduce, then the all-gather",
                  "c": "about half: ZeRO-1 only reduces its own 1/N",
-                 "d": "about twice: two collectives instead of one"},
+                 "d": "about twice: two collectives instead of one, each sending as much as the all-reduce it replaces"},
         expected=lambda: "b",
         hint="on gloo, reduce_scatter_single is an all-reduce of which each rank keeps one chunk.",
         wrong=(Wrong("a", "true for a reduce-scatter on the ring bound (zeroedu's ring, NCCL); gloo's own "
@@ -59,7 +59,7 @@ register(
                "(report `bug`). Which mistake is in it?",
         options={"a": "after the step it all-gathers the reduced gradients instead of the updated parameters",
                  "b": "it skips the all-gather after the step",
-                 "c": "it keeps optimizer state for every chunk, not only its own",
+                 "c": "it keeps optimizer state for every chunk, not only its own, so each rank updates the whole model",
                  "d": "it all-reduces the gradients instead of reduce-scattering them"},
         expected=lambda: "a",
         hint="which figures match their prediction (memory, bytes on the wire), and which do not (losses)?",
