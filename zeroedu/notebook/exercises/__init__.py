@@ -38,10 +38,12 @@ STYLES = ("formula", "predict", "measure", "find-the-bug")
 
 @dataclass(frozen=True)
 class Wrong:
-    """An anticipated wrong answer (a value, or a function of the context) and its diagnosis."""
+    """An anticipated wrong answer (a value, or a function of the context) and its diagnosis;
+    `mistake`: the named closed form of the misconception that computes it (`theory.mistakes`)."""
 
     value: Any
     why: str
+    mistake: str = ""
 
     def resolve(self, context: dict):
         return self.value(**context) if callable(self.value) else self.value
@@ -89,6 +91,12 @@ class Exercise:
         if self.kind in ("choice", "set"):
             return f"options are {', '.join(sorted(self.options))}"
         return "not the expected answer"
+
+
+def mistaken(m, why: str | None = None) -> Wrong:
+    """The wrong answer a known misconception computes (`theory.mistakes`), diagnosed by its own
+    message or by `why`."""
+    return Wrong(m.value, why or m.why, m.name)
 
 
 def example_report(*ranks: dict, **fields) -> RunReport:

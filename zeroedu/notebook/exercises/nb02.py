@@ -19,9 +19,10 @@ from __future__ import annotations
 import statistics
 
 from ... import theory
+from ...theory import mistakes
 from ...runtime.links import DOMAIN
 from ...models import get_model, make_model, unit_shapes
-from . import Exercise, Wrong, example_report, register
+from . import Exercise, Wrong, mistaken, example_report, register
 
 _CATEGORY_OPTIONS = {"a": "parameters (bf16)", "b": "gradients (bf16)",
                      "c": "optimizer state (fp32 master, Adam m and v)",
@@ -128,15 +129,18 @@ register(
         wrong=(Wrong(6e9, "4Ψ counts bf16 weights and gradients only; Adam's fp32 master, m and v add 12 "
                           "bytes per parameter"),
                Wrong(3e9, "2Ψ is the bf16 weights alone"),
-               Wrong(18e9, "12Ψ is Adam's state alone; add the bf16 weights and gradients"))),
+               mistaken(mistakes.only_optimizer_shard("ddp", 1.5e9, 8),
+                        "12Ψ is Adam's state alone; add the bf16 weights and gradients"))),
     Exercise(
         id="02.5", kind="number", style="formula",
         prompt="Bytes one GPU sends per step, ring model, bf16 gradients, for Ψ = 1.5e9 on N = 16?",
         expected=lambda **_: theory.comm_per_rank("ddp", 1.5e9, 16).total(),
         hint="2 (N-1)/N × Ψ × 2 bytes",
-        wrong=(Wrong(6e9, "2 × Ψ × 2 bytes is the limit for large N; at N = 16 the factor is 2·15/16"),
-               Wrong(2.8125e9, "that is one half of the ring; an all-reduce is a reduce-scatter and an all-gather"),
-               Wrong(11.25e9, "the recipe's gradients are bf16 (2 bytes), not fp32"))),
+        wrong=(mistaken(mistakes.ring_factor_dropped("ddp", 1.5e9, 16),
+                        "2 × Ψ × 2 bytes is the limit for large N; at N = 16 the factor is 2·15/16"),
+               mistaken(mistakes.allreduce_counted_once("ddp", 1.5e9, 16),
+                        "that is one half of the ring; an all-reduce is a reduce-scatter and an all-gather"),
+               mistaken(mistakes.fp32_gradients("ddp", 1.5e9, 16)))),
     Exercise(
         id="02.6", kind="choice", style="formula",
         prompt="Going from N = 8 to N = 64 GPUs, what happens to DDP's model-state bytes per GPU?",

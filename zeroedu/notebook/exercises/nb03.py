@@ -7,8 +7,9 @@ the kernel counted on rank r's sockets in the last optimizer step.
 from __future__ import annotations
 
 from ... import theory
+from ...theory import mistakes
 from ...models import get_model, make_model, unit_shapes
-from . import Exercise, Wrong, example_report, register
+from . import Exercise, Wrong, mistaken, example_report, register
 
 
 def _on_the_wire(strategy: str, implementation: str, model="gpt-small", n=4):
@@ -86,20 +87,23 @@ register(
                "states does each GPU hold?",
         expected=lambda **_: theory.model_states("zero1", 13e9, 16).total,
         hint="(P + G)Ψ stays whole, KΨ is split N ways",
-        wrong=(Wrong(16 * 13e9, "that is DDP's 16Ψ; ZeRO-1 splits the optimizer state N ways"),
-               Wrong(16 * 13e9 / 16, "16Ψ/N shards everything: that is ZeRO-3; ZeRO-1 keeps the bf16 weights "
-                                     "and gradients whole"),
-               Wrong(12 * 13e9 / 16, "that is the optimizer shard alone; the whole bf16 weights and gradients "
-                                     "(4Ψ) stay on every GPU"))),
+        wrong=(mistaken(mistakes.other_stage_states("zero1", "ddp", 13e9, 16),
+                        "that is DDP's 16Ψ; ZeRO-1 splits the optimizer state N ways"),
+               mistaken(mistakes.other_stage_states("zero1", "fsdp1", 13e9, 16),
+                        "16Ψ/N shards everything: that is ZeRO-3; ZeRO-1 keeps the bf16 weights and gradients whole"),
+               mistaken(mistakes.only_optimizer_shard("zero1", 13e9, 16),
+                        "that is the optimizer shard alone; the whole bf16 weights and gradients (4Ψ) stay on every "
+                        "GPU"))),
     Exercise(
         id="03.5", kind="number", style="formula",
         prompt="Same model and N: how many bytes does each GPU send per step with the all-reduce variant "
                "(zero1_allreduce), ring model, bf16 gradients and parameters?",
         expected=lambda **_: theory.comm_per_rank("zero1_allreduce", 13e9, 16).total(),
         hint="an all-reduce of S sends 2(N-1)/N · S, an all-gather of S sends (N-1)/N · S",
-        wrong=(Wrong(lambda **_: theory.comm_per_rank("zero1", 13e9, 16).total(),
-                     "that is zero1 with a reduce-scatter (2Ψ); the all-reduce variant adds a wasted all-gather"),
-               Wrong(3 * 13e9 * 2, "3 × Ψ × 2 bytes drops the ring's (N-1)/N factor"))),
+        wrong=(mistaken(mistakes.other_stage_comm("zero1_allreduce", "zero1", 13e9, 16),
+                        "that is zero1 with a reduce-scatter (2Ψ); the all-reduce variant adds a wasted all-gather"),
+               mistaken(mistakes.ring_factor_dropped("zero1_allreduce", 13e9, 16),
+                        "3 × Ψ × 2 bytes drops the ring's (N-1)/N factor"))),
     Exercise(
         id="03.6", kind="number", style="formula",
         prompt="What is the smallest N for which ZeRO-1's model states of a 7B model fit in a 40 GB GPU? "

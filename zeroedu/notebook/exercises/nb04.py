@@ -3,7 +3,8 @@ accumulation's price, and a ZeRO-2 that loses micro-batches."""
 from __future__ import annotations
 
 from ... import theory
-from . import Exercise, Wrong, example_report, register
+from ...theory import mistakes
+from . import Exercise, Wrong, mistaken, example_report, register
 
 
 def _r0(report, key: str):
@@ -43,10 +44,13 @@ register(
                "bytes per parameter). How many bytes of model states does each GPU hold?",
         expected=lambda: theory.model_states("zero2", 30e9, 64).total,
         hint="only the bf16 parameters stay whole; gradients and optimizer state are cut N ways.",
-        wrong=(Wrong(4 * 30e9 + 12 * 30e9 / 64, "that is ZeRO-1: it keeps the whole gradient; ZeRO-2 keeps GΨ/N"),
-               Wrong(16 * 30e9 / 64, "that is ZeRO-3: ZeRO-2 still keeps every parameter whole"),
-               Wrong(2 * 30e9 + 12 * 30e9 / 64, "the gradient slice is missing: each rank keeps GΨ/N of it"),
-               Wrong(16 * 30e9, "that is DDP: nothing sharded")),
+        wrong=(mistaken(mistakes.other_stage_states("zero2", "zero1", 30e9, 64),
+                        "that is ZeRO-1: it keeps the whole gradient; ZeRO-2 keeps GΨ/N"),
+               mistaken(mistakes.other_stage_states("zero2", "fsdp1", 30e9, 64),
+                        "that is ZeRO-3: ZeRO-2 still keeps every parameter whole"),
+               mistaken(mistakes.missing_gradients("zero2", 30e9, 64),
+                        "the gradient slice is missing: each rank keeps GΨ/N of it"),
+               mistaken(mistakes.other_stage_states("zero2", "ddp", 30e9, 64), "that is DDP: nothing sharded")),
     ),
     Exercise(
         id="04.2", kind="choice", style="predict",

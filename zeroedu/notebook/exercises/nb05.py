@@ -4,9 +4,10 @@ forward, and why one big unit does not bring back DDP's memory."""
 from __future__ import annotations
 
 from ... import theory
+from ...theory import mistakes
 from ...kinds import EventKind
 from ...reports import RunReport
-from . import Exercise, Wrong, example_report, register
+from . import Exercise, Wrong, mistaken, example_report, register
 
 GB = 1e9
 
@@ -48,9 +49,11 @@ register(
                "states does each GPU hold (between uses of the units)?",
         expected=lambda: theory.model_states("fsdp1", 70e9, 512).total,
         hint="parameters, gradients and optimizer state are all cut N ways: (P + G + K)Ψ/N.",
-        wrong=(Wrong(2 * 70e9 + 14 * 70e9 / 512, "that is ZeRO-2: ZeRO-3 shards the bf16 parameters too"),
-               Wrong(12 * 70e9 / 512, "only the optimizer state: parameters and gradients are sharded as well"),
-               Wrong(16 * 70e9, "that is DDP: nothing sharded")),
+        wrong=(mistaken(mistakes.other_stage_states("fsdp1", "zero2", 70e9, 512),
+                        "that is ZeRO-2: ZeRO-3 shards the bf16 parameters too"),
+               mistaken(mistakes.only_optimizer_shard("fsdp1", 70e9, 512),
+                        "only the optimizer state: parameters and gradients are sharded as well"),
+               mistaken(mistakes.other_stage_states("fsdp1", "ddp", 70e9, 512), "that is DDP: nothing sharded")),
     ),
     Exercise(
         id="05.2", kind="number", style="formula",

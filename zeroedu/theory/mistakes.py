@@ -1,0 +1,92 @@
+"""Known mistakes as closed forms: what a learner gets who reasons one known wrong way.
+
+Each function computes, from the same inputs as the right closed form (`memory.model_states`,
+`comm.comm_per_rank`), the figure one misconception produces, and `Mistake.why` says which
+misconception that is. A check that receives exactly that figure can then name the mistake
+instead of reporting "off by a factor": an answer of 16Ψ to a ZeRO-1 question is DDP's replica,
+not a slip. The notebooks' exercises (`notebook.exercises`: `Wrong(mistake(...))`) and the
+deck use them; `tests/test_mistakes.py` checks every one against its message.
+
+    >>> other_stage_states("zero1", "ddp", 13e9, 16).why
+    "that is ddp's model states, not zero1's: ..."
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from ..catalog import get_spec
+from .comm import comm_per_rank
+from .memory import model_states
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A wrong figure and the misconception that produces it."""
+    name: str  # the function that computed it
+    value: float
+    why: str
+
+
+def _what(strategy: str) -> str:
+    return get_spec(strategy).name
+
+
+def other_stage_states(asked: str, confused: str, psi, n, m=1, recipe=None) -> Mistake:
+    """Model states per GPU of another strategy than the one asked: the stages confused
+    (DDP's whole replica for ZeRO-1, ZeRO-3's 16Ψ/N for ZeRO-2, ...)."""
+    have = model_states(confused, psi, n, m, recipe)
+    keeps = {"param": "parameters", "grad": "gradients", "optim": "optimizer state"}
+    sharded = [v for k, v in keeps.items() if getattr(have, k) < getattr(model_states("ddp", psi, n, 1, recipe), k)]
+    return Mistake("other_stage_states", float(have.total),
+                   f"that is {_what(confused)}'s model states, not {_what(asked)}'s: {_what(confused)} shards "
+                   f"{', '.join(sharded) if sharded else 'nothing'}")
+
+
+def only_optimizer_shard(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
+    """Only the sharded optimizer state counted: the parameters and gradients forgotten."""
+    s = model_states(strategy, psi, n, m, recipe)
+    return Mistake("only_optimizer_shard", float(s.optim),
+                   "that is the optimizer state alone; the parameters and gradients a GPU holds count too")
+
+
+def missing_gradients(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
+    """The gradients left out of the model states (parameters and optimizer state only)."""
+    s = model_states(strategy, psi, n, m, recipe)
+    return Mistake("missing_gradients", float(s.total - s.grad),
+                   "the gradients are missing: a GPU holds its gradients (or their slice) beside the parameters")
+
+
+def ring_factor_dropped(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
+    """Bytes sent per step without the ring's (N-1)/N: every collective counted as moving its
+    whole buffer."""
+    total = comm_per_rank(strategy, psi, n, m, recipe).total()
+    return Mistake("ring_factor_dropped", float(Fraction(total) * n / (n - 1)),
+                   "that drops the ring's (N-1)/N: a rank sends N-1 of the N chunks, not all of them")
+
+
+def allreduce_counted_once(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
+    """Half of the all-reduce's bytes: an all-reduce counted as one pass over the buffer, not a
+    reduce-scatter followed by an all-gather."""
+    total = comm_per_rank(strategy, psi, n, m, recipe).total()
+    return Mistake("allreduce_counted_once", float(Fraction(total) / 2),
+                   "an all-reduce is two passes, a reduce-scatter and an all-gather: 2(N-1)/N of the buffer, "
+                   "not (N-1)/N")
+
+
+def other_stage_comm(asked: str, confused: str, psi, n, m=1, recipe=None) -> Mistake:
+    """Bytes sent per step by another strategy than the one asked."""
+    return Mistake("other_stage_comm", float(comm_per_rank(confused, psi, n, m, recipe).total()),
+                   f"that is what {_what(confused)} sends, not {_what(asked)}")
+
+
+def fp32_gradients(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
+    """Communication counted with 4-byte gradients where the recipe's are 2 bytes."""
+    return Mistake("fp32_gradients", float(comm_per_rank(strategy, psi, n, m, recipe, reduce_dtype="fp32").total()),
+                   "the recipe's gradients are bf16 (2 bytes), not fp32")
+
+
+MISTAKES = (other_stage_states, only_optimizer_shard, missing_gradients, ring_factor_dropped,
+            allreduce_counted_once, other_stage_comm, fp32_gradients)
+
+__all__ = ["Mistake", "MISTAKES", *[f.__name__ for f in MISTAKES]]
