@@ -21,6 +21,11 @@ CASES = [
     (M.allreduce_counted_once("ddp", 1.5e9, 16), 15 / 16 * 1.5e9 * 2, "two passes"),
     (M.other_stage_comm("zero1_allreduce", "zero1", PSI, N), 2 * 15 / 16 * PSI * 2, "zero1"),
     (M.fp32_gradients("ddp", 1.5e9, 16), 2 * 15 / 16 * 1.5e9 * 4, "bf16"),
+    (M.whole_buffer_sent("all_reduce", 1e9, 8), 2e9, "N-1 of the N chunks"),
+    (M.whole_buffer_sent("all_gather", 1e9, 8), 1e9, "N-1 of the N chunks"),
+    (M.one_pass_of_allreduce(1e9, 8), 7 / 8 * 1e9, "one half of the ring"),
+    (M.allreduce_for("all_gather", 1e9, 8), 2 * 7 / 8 * 1e9, "an all-gather is one pass"),
+    (M.elements_for_bytes(12e6, 4), 3e6, "4 bytes"),
 ]
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..catalog import get_spec
-from .comm import comm_per_rank
+from .comm import comm_per_rank, sent_bytes
 from .memory import model_states
 
 
@@ -86,7 +86,36 @@ def fp32_gradients(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
                    "the recipe's gradients are bf16 (2 bytes), not fp32")
 
 
-MISTAKES = (other_stage_states, only_optimizer_shard, missing_gradients, ring_factor_dropped,
+# ----------------------------------------------------------------- one collective on a ring
+def whole_buffer_sent(op: str, nbytes, n) -> Mistake:
+    """A ring collective counted as sending its whole buffer (per pass) instead of N-1 of its N
+    chunks: the large-N limit taken for the finite N asked."""
+    passes = 2 if op == "all_reduce" else 1
+    return Mistake("whole_buffer_sent", float(passes * nbytes),
+                   "a rank never sends the chunk it would receive back: N-1 of the N chunks per pass, "
+                   "the whole buffer only in the limit of large N")
+
+
+def one_pass_of_allreduce(nbytes, n) -> Mistake:
+    """An all-reduce counted as one pass: only its reduce-scatter (or only its all-gather)."""
+    return Mistake("one_pass_of_allreduce", float(sent_bytes("reduce_scatter", nbytes, n)),
+                   "that is one half of the ring, the reduce-scatter or the all-gather; an all-reduce runs both")
+
+
+def allreduce_for(op: str, nbytes, n) -> Mistake:
+    """An all-gather or a reduce-scatter counted as an all-reduce (two passes)."""
+    return Mistake("allreduce_for", float(sent_bytes("all_reduce", nbytes, n)),
+                   f"that is an all-reduce; a{'n' if op[0] == 'a' else ''} {op.replace('_', '-')} is one pass "
+                   "around the ring")
+
+
+def elements_for_bytes(nbytes, bytes_per_element: int) -> Mistake:
+    """Elements counted where bytes were asked."""
+    return Mistake("elements_for_bytes", float(Fraction(nbytes) / bytes_per_element),
+                   f"that counts elements; each is {bytes_per_element} bytes")
+
+
+MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states, only_optimizer_shard, missing_gradients, ring_factor_dropped,
             allreduce_counted_once, other_stage_comm, fp32_gradients)
 
 __all__ = ["Mistake", "MISTAKES", *[f.__name__ for f in MISTAKES]]

@@ -8,8 +8,9 @@ Context the measure exercises read (notebook 01's `wire`): {N: [per-rank result 
 from __future__ import annotations
 
 from ... import theory
+from ...theory import mistakes
 from ...runtime.wire import FRAMING_PER_MESSAGE
-from . import Exercise, Wrong, register
+from . import Exercise, Wrong, mistaken, register
 
 S = 3 << 20  # the payload of notebook 01's wire run: 3 MiB of fp32
 
@@ -42,9 +43,9 @@ register(
         prompt="Bytes one rank sends in a ring all-reduce of a 1 GB gradient over N = 8 ranks?",
         expected=lambda **_: theory.sent_bytes("all_reduce", 1e9, 8),
         hint="an all-reduce is a reduce-scatter then an all-gather, each (N-1)/N of S",
-        wrong=(Wrong(2e9, "2S is the limit for very large N; at N = 8 each half sends 7/8 of S, not all of it"),
-               Wrong(0.875e9, "that is one half of the ring (the reduce-scatter or the all-gather); "
-                              "an all-reduce runs both"),
+        wrong=(mistaken(mistakes.whole_buffer_sent("all_reduce", 1e9, 8),
+                        "2S is the limit for very large N; at N = 8 each half sends 7/8 of S, not all of it"),
+               mistaken(mistakes.one_pass_of_allreduce(1e9, 8)),
                Wrong(7e9, "(N-1)·S is what the root of a naive gather-then-broadcast sends; "
                           "a ring rank only ever sends chunks of S/N to its neighbour"))),
     Exercise(
@@ -52,18 +53,20 @@ register(
         prompt="Bytes one rank sends in a ring all-gather whose output is 1 GB, over N = 8 ranks?",
         expected=lambda **_: theory.sent_bytes("all_gather", 1e9, 8),
         hint="N-1 steps, one chunk of S/N each",
-        wrong=(Wrong(1.75e9, "that is an all-reduce; an all-gather only forwards chunks, it has no "
-                             "reduce-scatter half"),
+        wrong=(mistaken(mistakes.allreduce_for("all_gather", 1e9, 8),
+                        "that is an all-reduce; an all-gather only forwards chunks, it has no reduce-scatter half"),
                Wrong(0.125e9, "S/N is one chunk; each rank forwards N-1 of them around the ring"),
-               Wrong(1e9, "a rank never sends the chunk it would receive back: N-1 of the N chunks"))),
+               mistaken(mistakes.whole_buffer_sent("all_gather", 1e9, 8),
+                        "a rank never sends the chunk it would receive back: N-1 of the N chunks"))),
     Exercise(
         id="01.3", kind="number", style="formula",
         prompt="With N = 1000 ranks, how many bytes does one rank send in a ring all-reduce of 1 GB? "
                "(four significant digits)",
         expected=lambda **_: theory.sent_bytes("all_reduce", 1e9, 1000), rel=1e-4,
         hint="2 (N-1)/N · S: almost, but not quite, 2S",
-        wrong=(Wrong(2e9, "2S is the limit; at N = 1000 the factor is 2·999/1000"),
-               Wrong(0.999e9, "that is one half of the ring"))),
+        wrong=(mistaken(mistakes.whole_buffer_sent("all_reduce", 1e9, 1000),
+                        "2S is the limit; at N = 1000 the factor is 2·999/1000"),
+               mistaken(mistakes.one_pass_of_allreduce(1e9, 1000), "that is one half of the ring"))),
     Exercise(
         id="01.4", kind="choice", style="predict",
         prompt="Before the run: on N = 4 ranks with S = 3 MiB, how many payload bytes will each rank "

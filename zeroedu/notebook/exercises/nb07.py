@@ -3,7 +3,8 @@ wire per call, and a backward that forgets to average."""
 from __future__ import annotations
 
 from ... import shard, theory
-from . import Exercise, Wrong, register
+from ...theory import mistakes
+from . import Exercise, Wrong, mistaken, register
 
 _LAYER = [[(1024, 1024)]]  # a bias-free 1024 x 1024 layer, fp32, N = 8
 _ODD = [[(1001, 1024), (1001,)]]  # 1001 rows do not divide by N = 8
@@ -41,7 +42,8 @@ register(
         wrong=(Wrong(2 * 7 / 8 * 4 * 1024 ** 2, "that is 2Ψ: DDP's all-reduce, or FSDP without the second "
                                                 "all-gather in backward"),
                Wrong(3 * 4 * 1024 ** 2, "a ring sends (N-1)/N of each buffer, not all of it"),
-               Wrong(3 * 7 / 8 * 1024 ** 2, "that counts elements; fp32 has 4 bytes per element")),
+               mistaken(mistakes.elements_for_bytes(3 * 7 / 8 * 4 * 1024 ** 2, 4),
+                        "that counts elements; fp32 has 4 bytes per element")),
     ),
     Exercise(
         id="07.3", kind="number", style="formula",

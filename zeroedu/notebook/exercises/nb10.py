@@ -3,9 +3,10 @@ two broken hybrids, the time model's two readings, cross-domain bytes and the sm
 from __future__ import annotations
 
 from ... import theory
+from ...theory import mistakes
 from ...theory.hybrid import cross_domain_bytes, step_comm_time
 from ...reports import RunReport
-from . import Exercise, Wrong, example_report, register
+from . import Exercise, Wrong, mistaken, example_report, register
 
 GB = 10**9
 
@@ -130,7 +131,8 @@ register(
         wrong=(Wrong(lambda: cross_domain_bytes("hsdp", 7e9, 8, 2), "that is M = 2: with 4 domains the ring "
                                                                     "sends 2·3/4 of the shard, not 2·1/2"),
                Wrong(2 * 7e9 / 8 * 2, "a ring all-reduce sends 2(M-1)/M of the buffer, not twice all of it"),
-               Wrong(2 * 3 / 4 * 7e9 / 8, "that counts elements; bf16 has 2 bytes per element")),
+               mistaken(mistakes.elements_for_bytes(2 * 3 / 4 * 7e9 / 8 * 2, 2),
+                        "that counts elements; bf16 has 2 bytes per element")),
     ),
     Exercise(
         id="10.8", kind="number", style="formula",
