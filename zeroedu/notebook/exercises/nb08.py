@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ... import shard, theory
 from ...reports import RunReport
-from . import Exercise, Wrong, example_report, register
+from ...theory import mistakes
+from . import Exercise, Wrong, mistaken, example_report, register
 
 
 def _total(report: RunReport, rank: int) -> int:
@@ -112,7 +113,7 @@ register(
         hint="chunks of ceil(10/4) = 3 rows of 4 elements; what is left for the last rank?",
         wrong=(Wrong(160, "40 elements / 4 ranks is FSDP1's even split; FSDP2 cuts whole rows"),
                Wrong(192, "3 rows is the chunk of ranks 0 to 2; rank 3 gets the rest"),
-               Wrong(4, "that counts elements; each costs 16 bytes")),
+               mistaken(mistakes.elements_for_bytes(64, 16), "that counts elements; each costs 16 bytes")),
     ),
     Exercise(
         id="08.7", kind="number", style="formula",

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from ... import theory
 from ...reports import RunReport
-from . import Exercise, Wrong, example_report, register
+from ...theory import mistakes
+from . import Exercise, Wrong, mistaken, example_report, register
 
 PSI_13B = 13e9
 
@@ -37,8 +38,8 @@ register(
                "optimizer and `megatron-bf16` (bf16 weights, fp32 gradients, fp32 master, m, v)?",
         expected=lambda: theory.model_states("megatron_distopt", PSI_13B, 16).total,
         hint="(P + G)Ψ + KΨ/N with P = 2, G = 4, K = 12.",
-        wrong=(Wrong(lambda: theory.model_states("zero1", PSI_13B, 16).total,
-                     "that is ZeRO-1 with bf16 gradients (G = 2); this optimizer keeps them in fp32"),
+        wrong=(mistaken(mistakes.other_stage_states("megatron_distopt", "zero1", PSI_13B, 16),
+                        "that is ZeRO-1 with bf16 gradients (G = 2); this optimizer keeps them in fp32"),
                Wrong(6 * PSI_13B, "the optimizer state's 12Ψ/N is missing"),
                Wrong(18 * PSI_13B / 16, "only the optimizer state is sharded: weights and gradients stay whole")),
     ),

@@ -48,11 +48,11 @@ register(
                "per GPU?",
         expected=lambda: theory.model_states("hfsdp", 13e9, 8, 4).total,
         hint="parameters and gradients are sharded N ways (4Ψ/N), the optimizer state N·M ways (12Ψ/(N·M)).",
-        wrong=(Wrong(lambda: theory.model_states("hsdp", 13e9, 8, 4).total,
-                     "that is HSDP, 16Ψ/N: HFSDP also splits the optimizer state across the M domains"),
-               Wrong(lambda: theory.model_states("fsdp1", 13e9, 32).total,
-                     "that is flat ZeRO-3 over all 32 ranks: HFSDP shards parameters and gradients only "
-                     "inside a domain, N ways"),
+        wrong=(mistaken(mistakes.other_stage_states("hfsdp", "hsdp", 13e9, 8, 4),
+                        "that is HSDP, 16Ψ/N: HFSDP also splits the optimizer state across the M domains"),
+               mistaken(mistakes.other_stage_states("hfsdp", "fsdp1", 13e9, 32),
+                        "that is flat ZeRO-3 over all 32 ranks: HFSDP shards parameters and gradients only "
+                        "inside a domain, N ways"),
                Wrong(4 * 13e9 / 8 + 12 * 13e9 / 4, "the optimizer state is split N·M = 32 ways, not M ways")),
     ),
     Exercise(
