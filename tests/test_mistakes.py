@@ -26,6 +26,9 @@ CASES = [
     (M.one_pass_of_allreduce(1e9, 8), 7 / 8 * 1e9, "one half of the ring"),
     (M.allreduce_for("all_gather", 1e9, 8), 2 * 7 / 8 * 1e9, "an all-gather is one pass"),
     (M.elements_for_bytes(12e6, 4), 3e6, "4 bytes"),
+    (M.optimizer_forgotten("ddp", 1.5e9, 8), 4 * 1.5e9, "optimizer state is missing"),
+    (M.optimizer_forgotten("megatron_distopt", PSI, N), 6 * PSI, "optimizer state is missing"),  # fp32 grads
+    (M.parameters_only("zero2", 30e9, 64), 2 * 30e9, "parameters alone"),
 ]
 
 

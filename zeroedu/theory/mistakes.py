@@ -57,6 +57,21 @@ def missing_gradients(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
                    "the gradients are missing: a GPU holds its gradients (or their slice) beside the parameters")
 
 
+def optimizer_forgotten(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
+    """The optimizer state left out: the 16-bit weights and gradients counted, Adam's fp32
+    master, m and v (12 bytes per parameter with mixed-bf16) not."""
+    s = model_states(strategy, psi, n, m, recipe)
+    return Mistake("optimizer_forgotten", float(s.total - s.optim),
+                   "the optimizer state is missing: Adam's fp32 master, m and v add 12 bytes per parameter, "
+                   "or their shard")
+
+
+def parameters_only(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
+    """Only the parameters a GPU holds counted."""
+    s = model_states(strategy, psi, n, m, recipe)
+    return Mistake("parameters_only", float(s.param), "that is the parameters alone")
+
+
 def ring_factor_dropped(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
     """Bytes sent per step without the ring's (N-1)/N: every collective counted as moving its
     whole buffer."""
@@ -115,7 +130,8 @@ def elements_for_bytes(nbytes, bytes_per_element: int) -> Mistake:
                    f"that counts elements; each is {bytes_per_element} bytes")
 
 
-MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states, only_optimizer_shard, missing_gradients, ring_factor_dropped,
+MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
+            optimizer_forgotten, parameters_only, only_optimizer_shard, missing_gradients, ring_factor_dropped,
             allreduce_counted_once, other_stage_comm, fp32_gradients)
 
 __all__ = ["Mistake", "MISTAKES", *[f.__name__ for f in MISTAKES]]

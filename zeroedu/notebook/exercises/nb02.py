@@ -126,9 +126,10 @@ register(
         prompt="Bytes per GPU of model states for DDP with Ψ = 1.5e9 and the mixed-bf16 recipe?",
         expected=lambda **_: theory.model_states("ddp", 1.5e9, 8).total,
         hint="16 bytes per parameter",
-        wrong=(Wrong(6e9, "4Ψ counts bf16 weights and gradients only; Adam's fp32 master, m and v add 12 "
-                          "bytes per parameter"),
-               Wrong(3e9, "2Ψ is the bf16 weights alone"),
+        wrong=(mistaken(mistakes.optimizer_forgotten("ddp", 1.5e9, 8),
+                        "4Ψ counts bf16 weights and gradients only; Adam's fp32 master, m and v add 12 bytes per "
+                        "parameter"),
+               mistaken(mistakes.parameters_only("ddp", 1.5e9, 8), "2Ψ is the bf16 weights alone"),
                mistaken(mistakes.only_optimizer_shard("ddp", 1.5e9, 8),
                         "12Ψ is Adam's state alone; add the bf16 weights and gradients"))),
     Exercise(

@@ -40,7 +40,8 @@ register(
         hint="(P + G)Ψ + KΨ/N with P = 2, G = 4, K = 12.",
         wrong=(mistaken(mistakes.other_stage_states("megatron_distopt", "zero1", PSI_13B, 16),
                         "that is ZeRO-1 with bf16 gradients (G = 2); this optimizer keeps them in fp32"),
-               Wrong(6 * PSI_13B, "the optimizer state's 12Ψ/N is missing"),
+               mistaken(mistakes.optimizer_forgotten("megatron_distopt", PSI_13B, 16),
+                        "the optimizer state's 12Ψ/N is missing"),
                Wrong(18 * PSI_13B / 16, "only the optimizer state is sharded: weights and gradients stay whole")),
     ),
     Exercise(
