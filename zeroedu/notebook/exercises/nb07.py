@@ -39,9 +39,10 @@ register(
                "in backward, reduce-scatter dW)?",
         expected=lambda: theory.exact_comm("fsdp2", _LAYER, 8, recipe="fp32").total(),
         hint="each of the three collectives sends (N-1)/N of the 4·1024·1024-byte buffer.",
-        wrong=(Wrong(2 * 7 / 8 * 4 * 1024 ** 2, "that is 2Ψ: DDP's all-reduce, or FSDP without the second "
-                                                "all-gather in backward"),
-               Wrong(3 * 4 * 1024 ** 2, "a ring sends (N-1)/N of each buffer, not all of it"),
+        wrong=(mistaken(mistakes.other_stage_comm("fsdp2", "ddp", 1024 ** 2, 8, recipe="fp32"),
+                        "that is 2Ψ: DDP's all-reduce, or FSDP without the second all-gather in backward"),
+               mistaken(mistakes.ring_factor_dropped("fsdp2", 1024 ** 2, 8, recipe="fp32"),
+                        "a ring sends (N-1)/N of each buffer, not all of it"),
                mistaken(mistakes.elements_for_bytes(3 * 7 / 8 * 4 * 1024 ** 2, 4),
                         "that counts elements; fp32 has 4 bytes per element")),
     ),

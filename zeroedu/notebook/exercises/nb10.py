@@ -130,7 +130,8 @@ register(
         hint="an all-reduce of the rank's Ψ/N-element bf16 gradient shard over M ranks sends 2(M-1)/M of it.",
         wrong=(Wrong(lambda: cross_domain_bytes("hsdp", 7e9, 8, 2), "that is M = 2: with 4 domains the ring "
                                                                     "sends 2·3/4 of the shard, not 2·1/2"),
-               Wrong(2 * 7e9 / 8 * 2, "a ring all-reduce sends 2(M-1)/M of the buffer, not twice all of it"),
+               mistaken(mistakes.whole_buffer_sent("all_reduce", 7e9 / 8 * 2, 4),
+                        "a ring all-reduce sends 2(M-1)/M of the buffer, not twice all of it"),
                mistaken(mistakes.elements_for_bytes(2 * 3 / 4 * 7e9 / 8 * 2, 2),
                         "that counts elements; bf16 has 2 bytes per element")),
     ),
