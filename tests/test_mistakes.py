@@ -29,6 +29,9 @@ CASES = [
     (M.optimizer_forgotten("ddp", 1.5e9, 8), 4 * 1.5e9, "optimizer state is missing"),
     (M.optimizer_forgotten("megatron_distopt", PSI, N), 6 * PSI, "optimizer state is missing"),  # fp32 grads
     (M.parameters_only("zero2", 30e9, 64), 2 * 30e9, "parameters alone"),
+    (M.other_recompute("none", "selective", 2048, 1, 12288, 96), 34 * 2048 * 12288, "selective"),
+    (M.other_recompute("selective", "full", 4096, 1, 4096, 32, layers=32), 32 * 2 * 4096 * 4096, "full"),
+    (M.one_layer_only(4096, 1, 4096, 32, "selective", 32), 34 * 4096 * 4096, "32"),
 ]
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..catalog import get_spec
+from .activations import korthikanti_layer_bytes
 from .comm import comm_per_rank, sent_bytes
 from .memory import model_states
 
@@ -101,6 +102,21 @@ def fp32_gradients(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
                    "the recipe's gradients are bf16 (2 bytes), not fp32")
 
 
+# ----------------------------------------------------------------- activations
+def other_recompute(asked: str, confused: str, s, b, h, a, layers: int = 1) -> Mistake:
+    """The activations of another recompute mode than the one asked (Korthikanti et al. 2022)."""
+    what = {"none": "without recompute, sbh(34 + 5as/h)", "selective": "selective recompute, 34sbh",
+            "full": "full recompute, 2sbh: only the layer's input is kept"}
+    return Mistake("other_recompute", float(layers * korthikanti_layer_bytes(s, b, h, a, confused)),
+                   f"that is {what[confused]}, not {asked}")
+
+
+def one_layer_only(s, b, h, a, recompute: str, layers: int) -> Mistake:
+    """One layer's activations where the model's were asked."""
+    return Mistake("one_layer_only", float(korthikanti_layer_bytes(s, b, h, a, recompute)),
+                   f"one layer only; the model has {layers}")
+
+
 # ----------------------------------------------------------------- one collective on a ring
 def whole_buffer_sent(op: str, nbytes, n) -> Mistake:
     """A ring collective counted as sending its whole buffer (per pass) instead of N-1 of its N
@@ -131,7 +147,7 @@ def elements_for_bytes(nbytes, bytes_per_element: int) -> Mistake:
 
 
 MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
-            optimizer_forgotten, parameters_only, only_optimizer_shard, missing_gradients, ring_factor_dropped,
+            optimizer_forgotten, parameters_only, other_recompute, one_layer_only, only_optimizer_shard, missing_gradients, ring_factor_dropped,
             allreduce_counted_once, other_stage_comm, fp32_gradients)
 
 __all__ = ["Mistake", "MISTAKES", *[f.__name__ for f in MISTAKES]]

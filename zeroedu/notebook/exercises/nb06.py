@@ -7,7 +7,8 @@ from ... import theory
 from ...kinds import RECOMPUTE_MODES
 from ...models import PRESETS
 from ...theory.activations import korthikanti_layer_bytes
-from . import Exercise, Wrong, example_report, register
+from ...theory import mistakes
+from . import Exercise, Wrong, mistaken, example_report, register
 
 # GPT-3 175B's layer (Korthikanti et al. 2022, Table 3): s = 2048, b = 1, h = 12288, a = 96
 S175, B175, H175, A175 = 2048, 1, 12288, 96
@@ -59,8 +60,10 @@ register(
         expected=lambda: korthikanti_layer_bytes(S175, B175, H175, A175),
         hint="sbh(34 + 5as/h): 34sbh for the linear-size tensors, 5as²b for the attention scores, their "
              "dropout mask and the masked scores.",
-        wrong=(Wrong(34 * S175 * B175 * H175, "that is selective recompute: the 5as²b of the attention core is missing"),
-               Wrong(2 * S175 * B175 * H175, "that is full recompute: only the layer's input is kept"),
+        wrong=(mistaken(mistakes.other_recompute("none", "selective", S175, B175, H175, A175),
+                        "that is selective recompute: the 5as²b of the attention core is missing"),
+               mistaken(mistakes.other_recompute("none", "full", S175, B175, H175, A175),
+                        "that is full recompute: only the layer's input is kept"),
                Wrong(S175 * B175 * H175 * (34 + 5 * A175), "5as/h: the heads times s over h, not the heads alone")),
     ),
     Exercise(
@@ -128,8 +131,10 @@ register(
                "outside the layers aside)?",
         expected=lambda: 32 * korthikanti_layer_bytes(4096, 1, 4096, 32, "selective"),
         hint="34sbh per layer with selective recompute.",
-        wrong=(Wrong(32 * korthikanti_layer_bytes(4096, 1, 4096, 32), "that is without recompute: sbh(34 + 5as/h)"),
-               Wrong(32 * 2 * 4096 * 4096, "that is full recompute: 2sbh per layer"),
-               Wrong(34 * 4096 * 4096, "one layer only; the model has 32")),
+        wrong=(mistaken(mistakes.other_recompute("selective", "none", 4096, 1, 4096, 32, layers=32),
+                        "that is without recompute: sbh(34 + 5as/h)"),
+               mistaken(mistakes.other_recompute("selective", "full", 4096, 1, 4096, 32, layers=32),
+                        "that is full recompute: 2sbh per layer"),
+               mistaken(mistakes.one_layer_only(4096, 1, 4096, 32, "selective", 32))),
     ),
 )
