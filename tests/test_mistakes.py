@@ -32,6 +32,11 @@ CASES = [
     (M.other_recompute("none", "selective", 2048, 1, 12288, 96), 34 * 2048 * 12288, "selective"),
     (M.other_recompute("selective", "full", 4096, 1, 4096, 32, layers=32), 32 * 2 * 4096 * 4096, "full"),
     (M.one_layer_only(4096, 1, 4096, 32, "selective", 32), 34 * 4096 * 4096, "32"),
+    (M.even_split(10, 4), 2.5, "whole rows"),  # 10 rows on 4 ranks: chunks of 3, 3, 3, 1
+    (M.full_chunk_everywhere(10, 4), 3, "last rank"),
+    (M.floor_rows(10, 4), 2, "no owner"),
+    (M.unpadded_buffer(10, 4, per_row=4), 40, "padded"),
+    (M.one_padded_chunk(10, 4, per_row=4), 12, "N of them"),
 ]
 
 

@@ -102,6 +102,38 @@ def fp32_gradients(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
                    "the recipe's gradients are bf16 (2 bytes), not fp32")
 
 
+# ----------------------------------------------------------------- dim-0 shards (FSDP2)
+def even_split(d0: int, n: int, per_row=1) -> Mistake:
+    """d0/N rows each, fractions and all: a flat parameter's even split (FSDP1) for FSDP2's
+    whole rows."""
+    return Mistake("even_split", float(Fraction(d0, n) * per_row),
+                   "that is an even split of the elements, FSDP1's flat chunks; FSDP2 gives each rank whole rows")
+
+
+def full_chunk_everywhere(d0: int, n: int, per_row=1) -> Mistake:
+    """ceil(d0/N) rows for every rank: the last rank's shorter (or empty) chunk forgotten."""
+    return Mistake("full_chunk_everywhere", float(-(-d0 // n) * per_row),
+                   "that is the chunk c = ceil(d0/N) of the first ranks; the last rank gets what is left")
+
+
+def floor_rows(d0: int, n: int, per_row=1) -> Mistake:
+    """floor(d0/N) rows each: the rows left over have no owner."""
+    return Mistake("floor_rows", float(d0 // n * per_row),
+                   "floor(d0/N) rows each would leave rows with no owner")
+
+
+def unpadded_buffer(d0: int, n: int, per_row=1) -> Mistake:
+    """The parameter's own elements for the all-gather's buffer: the short chunk's padding left out."""
+    return Mistake("unpadded_buffer", float(d0 * per_row),
+                   "that is the parameter itself; on the wire every rank's chunk is padded to c rows")
+
+
+def one_padded_chunk(d0: int, n: int, per_row=1) -> Mistake:
+    """One rank's padded chunk for the whole all-gather buffer (N of them)."""
+    return Mistake("one_padded_chunk", float(-(-d0 // n) * per_row),
+                   "that is one rank's padded chunk; the all-gather's buffer holds N of them")
+
+
 # ----------------------------------------------------------------- activations
 def other_recompute(asked: str, confused: str, s, b, h, a, layers: int = 1) -> Mistake:
     """The activations of another recompute mode than the one asked (Korthikanti et al. 2022)."""
@@ -147,7 +179,8 @@ def elements_for_bytes(nbytes, bytes_per_element: int) -> Mistake:
 
 
 MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
-            optimizer_forgotten, parameters_only, other_recompute, one_layer_only, only_optimizer_shard, missing_gradients, ring_factor_dropped,
+            optimizer_forgotten, parameters_only, other_recompute, one_layer_only, even_split,
+            full_chunk_everywhere, floor_rows, unpadded_buffer, one_padded_chunk, only_optimizer_shard, missing_gradients, ring_factor_dropped,
             allreduce_counted_once, other_stage_comm, fp32_gradients)
 
 __all__ = ["Mistake", "MISTAKES", *[f.__name__ for f in MISTAKES]]

@@ -28,9 +28,10 @@ register(
                "does rank 3 hold?",
         expected=lambda: shard.dim0_rows(10, 4, 3).size,
         hint="chunks of c = ceil(d_out/N) whole rows, in rank order; the last rank gets what is left.",
-        wrong=(Wrong(3, "3 is the chunk c = ceil(10/4): ranks 0, 1 and 2 hold 3 rows each"),
-               Wrong(2.5, "rows are not split into fractions: every rank holds whole rows"),
-               Wrong(2, "floor(10/4) = 2 rows each would leave 2 rows with no owner")),
+        wrong=(mistaken(mistakes.full_chunk_everywhere(10, 4),
+                        "3 is the chunk c = ceil(10/4): ranks 0, 1 and 2 hold 3 rows each"),
+               mistaken(mistakes.even_split(10, 4), "rows are not split into fractions: every rank holds whole rows"),
+               mistaken(mistakes.floor_rows(10, 4), "floor(10/4) = 2 rows each would leave 2 rows with no owner")),
     ),
     Exercise(
         id="07.2", kind="number", style="formula",

@@ -111,8 +111,10 @@ register(
                "state per element): how many bytes does rank 3 hold under FSDP2?",
         expected=lambda: theory.exact_model_states("fsdp2", [[(10, 4)]], 4, rank=3, recipe="mixed-bf16").total,
         hint="chunks of ceil(10/4) = 3 rows of 4 elements; what is left for the last rank?",
-        wrong=(Wrong(160, "40 elements / 4 ranks is FSDP1's even split; FSDP2 cuts whole rows"),
-               Wrong(192, "3 rows is the chunk of ranks 0 to 2; rank 3 gets the rest"),
+        wrong=(mistaken(mistakes.even_split(10, 4, per_row=4 * 16),
+                        "40 elements / 4 ranks is FSDP1's even split; FSDP2 cuts whole rows"),
+               mistaken(mistakes.full_chunk_everywhere(10, 4, per_row=4 * 16),
+                        "3 rows is the chunk of ranks 0 to 2; rank 3 gets the rest"),
                mistaken(mistakes.elements_for_bytes(64, 16), "that counts elements; each costs 16 bytes")),
     ),
     Exercise(
@@ -121,9 +123,11 @@ register(
                "(the buffer, padded on the wire)?",
         expected=lambda: theory.exact_comm("fsdp2", [[(10, 4)]], 4, recipe="fp32").ops[0].nbytes / 4,
         hint="every rank contributes a chunk of ceil(10/4) rows, padded if short.",
-        wrong=(Wrong(40, "40 is the parameter itself (and FSDP1's buffer, already a multiple of 4): the short "
-                         "last chunk is padded to 3 rows"),
-               Wrong(12, "12 is one rank's padded chunk; the all-gather's buffer holds N of them")),
+        wrong=(mistaken(mistakes.unpadded_buffer(10, 4, per_row=4),
+                        "40 is the parameter itself (and FSDP1's buffer, already a multiple of 4): the short "
+                        "last chunk is padded to 3 rows"),
+               mistaken(mistakes.one_padded_chunk(10, 4, per_row=4),
+                        "12 is one rank's padded chunk; the all-gather's buffer holds N of them")),
     ),
     Exercise(
         id="08.8", kind="set", style="formula",
