@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from zeroedu.notebook.exercises import all_exercises, check
+
+from tests.test_exercises import _context
 from zeroedu.theory import mistakes as M
 
 pytestmark = pytest.mark.fast
@@ -37,6 +39,56 @@ CASES = [
     (M.floor_rows(10, 4), 2, "no owner"),
     (M.unpadded_buffer(10, 4, per_row=4), 40, "padded"),
     (M.one_padded_chunk(10, 4, per_row=4), 12, "N of them"),
+    # a figure read off a report
+    (M.sign_flipped(3_000), -3_000, "the sign"),
+    (M.upside_down(1.5), 2 / 3, "upside down"),
+    (M.complement(0.25), 0.75, "everything else"),
+    (M.part_over_rest(0.25), 1 / 3, "the rest"),
+    (M.assumed_equal("difference"), 0, "not the same"),
+    (M.assumed_equal("ratio"), 1, "not the same"),
+    (M.framing_left_out(1_000), 1_000, "framing"),
+    (M.framing_not_subtracted(1_144), 1_144, "take the payload away"),
+    (M.one_part_only({"all_gather": 10, "reduce_scatter": 20}, "reduce_scatter"), 20, "reduce_scatter alone"),
+    (M.all_parts({"param": 10, "activation": 5}), 15, "everything together"),
+    (M.own_shard_forgotten(4_000), 4_000, "1/N shard"),
+    (M.not_per_parameter(17_831_462), 17_831_462, "divide by Ψ"),
+    (M.kept_for_saved(640), 640, "keeps, not what it saves"),
+    (M.nothing_kept(6_400), 6_400, "still keeps"),
+    (M.other_mode(0, "resharding after forward"), 0, "resharding after forward"),
+    (M.transient_forgotten(16 * 7e9 / 8, 2 * 7e9), 14e9 + 2 * 7e9, "transient"),
+    # counting per step
+    (M.once_per_micro_batch(6, 4), 24, "4 micro-batches"),
+    (M.split_over_micro_batches(1, 4), 0.25, "does not shrink"),
+    (M.per_step_not_per_unit(6, 6), 1, "6 units"),
+    (M.per_unit_for_per_parameter(6), 18, "per unit"),
+    (M.one_per_parameter(54), 54, "gathered twice"),
+    (M.messages_for_collectives(162, 3), 324, "point-to-point"),
+    # how bytes scale, one collective on a ring
+    (M.doubles_with_n(2, 4), 2, "proportion to N"),
+    (M.shrinks_with_n(2, 4), 0.5, "shard shrinks"),
+    (M.one_over_m(4), 0.25, "1/M"),
+    (M.naive_root_sends(1e9, 8), 7e9, "gather-then-broadcast"),
+    (M.one_chunk_only(1e9, 8), 0.125e9, "one chunk"),
+    (M.one_message_per_ring_step("all_reduce", 4), 6, "segments"),
+    (M.one_message_per_ring_step("all_gather", 4), 3, "segments"),
+    # ZeRO-2 sends a bf16 reduce-scatter and a bf16 all-gather of Ψ: half each
+    (M.ring_model_share("reduce_scatter", "zero2", 7e9, 8), 0.5, "ring model"),
+    # Megatron's distributed optimizer: fp32 reduce-scatter (4 B) against a bf16 all-gather (2 B)
+    (M.ring_model_share("reduce_scatter", "megatron_distopt", PSI, N), 2 / 3, "ring model"),
+    # time on a link: 2 s busy over 100 all-reduces; α = 50 µs at N = 2; S = 10 MB, a = 4 ms, T_b = 0.25 s
+    (M.bytes_time_kept(2.0, 100), 0.02, "S·r"),
+    (M.latency_alone(50e-6, 2), 100e-6, "latency"),
+    (M.bytes_time_ignored(10e6, 4e-3, 0.25), 160e3, "T_b - S·r"),
+    # solving for N or M
+    (M.off_by_one(7), 6, "one off"),
+    (M.power_of_two_habit(5), 8, "power of two"),
+    (M.power_of_two_habit(8), 8, "power of two"),
+    (M.optimizer_over_m_only(13e9, 8, 4), 4 * 13e9 / 8 + 12 * 13e9 / 4, "N·M ways"),
+    (M.elements_ratio(3, 2), 1.5, "elements"),
+    (M.heads_alone(2048, 1, 12288, 96), 2048 * 12288 * (34 + 5 * 96), "s over h"),
+    (M.all_sharded("megatron_distopt", PSI, N), 18 * PSI / N, "only ZeRO-3"),
+    (M.large_n_limit("zero2", 7e9), 2 * 7e9, "limit of large N"),  # the bf16 weights stay whole
+    (M.baseline_forgotten(4 * PSI), 4 * PSI, "already holds"),
 ]
 
 
@@ -48,7 +100,8 @@ def test_each_mistake_computes_its_figure(mistake, want, word):
 
 def test_every_named_mistake_is_anticipated_somewhere_and_named_there():
     """Each named mistake is an anticipated wrong answer of at least one exercise, and giving its
-    figure there gets the diagnosis, not "off by a factor"."""
+    figure there (computed on the exercise's example run) gets the diagnosis, not "off by a
+    factor"."""
     used = {}
     for ex in all_exercises():
         for w in ex.wrong:
@@ -57,6 +110,20 @@ def test_every_named_mistake_is_anticipated_somewhere_and_named_there():
     assert set(used) == {f.__name__ for f in M.MISTAKES}
     for name, pairs in used.items():
         for ex, w in pairs:
+            ctx = _context(ex)
             with pytest.raises(AssertionError) as ei:
-                check(ex.id, w.value)
+                check(ex.id, w.resolve(ctx), **ctx)
             assert w.why in str(ei.value) and "off by a factor" not in str(ei.value), (name, ex.id)
+
+
+def test_every_anticipated_wrong_number_is_a_named_mistake():
+    """A numeric exercise's anticipated wrong answers are all computed by a named mistake (a
+    function of `theory.mistakes`), never a bare figure with a message."""
+    names = {f.__name__ for f in M.MISTAKES}
+    bare = [(ex.id, w.why[:50]) for ex in all_exercises() if ex.kind == "number"
+            for w in ex.wrong if w.mistake not in names]
+    assert not bare
+
+
+def test_every_mistake_function_has_a_case_here():
+    assert {m.name for m, _, _ in CASES} == {f.__name__ for f in M.MISTAKES}

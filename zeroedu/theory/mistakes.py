@@ -178,9 +178,264 @@ def elements_for_bytes(nbytes, bytes_per_element: int) -> Mistake:
                    f"that counts elements; each is {bytes_per_element} bytes")
 
 
+# ----------------------------------------------------------------- a figure read off a report
+def sign_flipped(difference) -> Mistake:
+    """A difference taken the other way round: b - a where a - b was asked."""
+    return Mistake("sign_flipped", -float(difference), "the sign: that is the difference the other way round")
+
+
+def upside_down(ratio) -> Mistake:
+    """A ratio inverted: b / a where a / b was asked."""
+    return Mistake("upside_down", 1 / float(ratio), "upside down: that is the inverse ratio")
+
+
+def complement(share) -> Mistake:
+    """The rest's share, 1 - s, where the share s was asked."""
+    return Mistake("complement", 1 - float(share), "that is the share of everything else")
+
+
+def part_over_rest(share) -> Mistake:
+    """A part divided by the rest, s / (1 - s), where its share of the whole was asked."""
+    s = Fraction(share)
+    return Mistake("part_over_rest", float(s / (1 - s)), "that divides by the rest, not by the whole")
+
+
+def assumed_equal(kind: str) -> Mistake:
+    """Two figures taken to be the same without reading them: a difference of 0, a ratio of 1."""
+    if kind not in ("difference", "ratio"):
+        raise ValueError("kind is 'difference' or 'ratio'")
+    return Mistake("assumed_equal", 0.0 if kind == "difference" else 1.0,
+                   "the two figures are not the same: read each one")
+
+
+def framing_left_out(payload) -> Mistake:
+    """The payload (the ring model's bytes) given where the wire's bytes were asked: the
+    transport's framing, headers per message, forgotten."""
+    return Mistake("framing_left_out", float(payload),
+                   "that is the payload (the ring model); the wire also carries each message's framing")
+
+
+def framing_not_subtracted(wire) -> Mistake:
+    """The whole wire figure given where only the framing (wire - payload) was asked."""
+    return Mistake("framing_not_subtracted", float(wire), "that is the whole wire figure; take the payload away")
+
+
+def one_part_only(parts: dict, part: str) -> Mistake:
+    """One part of a breakdown (one collective, one category, one phase) given for another part or
+    for the whole."""
+    return Mistake("one_part_only", float(parts[part]), f"that is {part} alone")
+
+
+def all_parts(parts: dict) -> Mistake:
+    """Every part of a breakdown summed where one part was asked."""
+    return Mistake("all_parts", float(sum(parts.values())), "that is everything together; the question asks for one part")
+
+
+def own_shard_forgotten(full) -> Mistake:
+    """What a sharded strategy saves taken as the whole buffer: the 1/N shard it still keeps
+    forgotten."""
+    return Mistake("own_shard_forgotten", float(full), "that is the whole buffer; the rank still keeps its own 1/N shard")
+
+
+def not_per_parameter(total_bytes) -> Mistake:
+    """A total in bytes given where bytes per parameter were asked."""
+    return Mistake("not_per_parameter", float(total_bytes), "that is the total in bytes; divide by Ψ")
+
+
+# ----------------------------------------------------------------- counting per step
+def once_per_micro_batch(per_step, k: int) -> Mistake:
+    """What happens once per optimizer step counted once per micro-batch (K times)."""
+    return Mistake("once_per_micro_batch", float(Fraction(per_step) * k),
+                   f"that repeats it for each of the {k} micro-batches")
+
+
+def split_over_micro_batches(per_step, k: int) -> Mistake:
+    """A per-step figure divided among the K micro-batches, as if it shrank with the batch."""
+    return Mistake("split_over_micro_batches", float(Fraction(per_step) / k),
+                   "it does not shrink with the micro-batch: the gradient is as large as the model")
+
+
+def per_step_not_per_unit(count: int, units: int) -> Mistake:
+    """One collective per step counted where there is one per unit."""
+    return Mistake("per_step_not_per_unit", float(Fraction(count, units)), f"there is one per unit ({units} units)")
+
+
+def per_unit_for_per_parameter(units: int, per_unit: int = 3) -> Mistake:
+    """The batched layout's count (per_unit collectives per FSDP unit) for a layout that
+    communicates each parameter on its own."""
+    return Mistake("per_unit_for_per_parameter", float(per_unit * units),
+                   "that is the batched variant's count, per unit, not per parameter")
+
+
+def one_per_parameter(params: int) -> Mistake:
+    """One collective per parameter per step: the second all-gather and the reduce-scatter
+    forgotten."""
+    return Mistake("one_per_parameter", float(params),
+                   "each parameter is gathered twice and reduce-scattered once per step")
+
+
+def messages_for_collectives(collectives: int, n: int) -> Mistake:
+    """Point-to-point messages counted (N-1 per ring pass) where collectives were asked."""
+    return Mistake("messages_for_collectives", float(collectives * (n - 1)),
+                   f"that counts point-to-point messages (N - 1 = {n - 1} per ring pass), not collectives")
+
+
+# ----------------------------------------------------------------- how bytes scale
+def doubles_with_n(n_from: int, n_to: int) -> Mistake:
+    """Bytes per rank taken to grow in proportion to N."""
+    return Mistake("doubles_with_n", n_to / n_from,
+                   "bytes per rank do not grow in proportion to N: a ring sends (N-1)/N of each buffer per rank")
+
+
+def shrinks_with_n(n_from: int, n_to: int) -> Mistake:
+    """Bytes per rank taken to shrink as 1/N, like a shard."""
+    return Mistake("shrinks_with_n", n_from / n_to,
+                   "the shard shrinks with N, the bytes a rank sends do not: (N-1)/N of each buffer")
+
+
+def one_over_m(m: int) -> Mistake:
+    """A share of traffic taken as 1/M of the total, as if every axis carried the same."""
+    return Mistake("one_over_m", 1 / m, "1/M would mean every axis carries the same bytes")
+
+
+def naive_root_sends(nbytes, n: int) -> Mistake:
+    """What the root of a naive gather-then-broadcast sends, (N-1)·S, for a ring rank's bytes."""
+    return Mistake("naive_root_sends", float((n - 1) * Fraction(nbytes)),
+                   "(N-1)·S is what the root of a gather-then-broadcast sends; a ring rank only sends chunks of S/N")
+
+
+def one_chunk_only(nbytes, n: int) -> Mistake:
+    """One chunk, S/N, for a ring pass that forwards N-1 of them."""
+    return Mistake("one_chunk_only", float(Fraction(nbytes) / n),
+                   "S/N is one chunk; each rank forwards N-1 of them around the ring")
+
+
+def one_message_per_ring_step(op: str, n: int) -> Mistake:
+    """One message per ring step, (N-1) per pass, for a collective whose chunks travel in segments."""
+    passes = 2 if op == "all_reduce" else 1
+    return Mistake("one_message_per_ring_step", float(passes * (n - 1)),
+                   f"one message per ring step is {passes}(N-1); each chunk travels in segments, one message each")
+
+
+def ring_model_share(op: str, strategy: str, psi, n, m=1, recipe=None, reduce_dtype=None) -> Mistake:
+    """The share of one collective in a strategy's bytes on the ring model: right for the ring
+    (and NCCL), not for a transport whose collective sends more, nor for another strategy."""
+    c = comm_per_rank(strategy, psi, n, m, recipe, reduce_dtype=reduce_dtype)
+    part = c.by_collective().get(op, Fraction(0))
+    return Mistake("ring_model_share", float(part / Fraction(c.total())),
+                   f"that is the {op.replace('_', '-')}'s share on the ring model of {_what(strategy)}")
+
+
+# ----------------------------------------------------------------- time on a link
+def bytes_time_kept(busy, collectives: int) -> Mistake:
+    """A collective's fixed cost read as the link's whole busy time per collective: the bytes'
+    own time S·r left in."""
+    return Mistake("bytes_time_kept", float(busy) / collectives,
+                   "that shares the bytes' time among the collectives too; take S·r out first")
+
+
+def latency_alone(alpha, n: int) -> Mistake:
+    """A ring all-reduce's fixed cost taken as the link's latency alone, 2(N-1)·α."""
+    return Mistake("latency_alone", 2 * (n - 1) * float(alpha),
+                   "that is the link's latency alone, 2(N-1)α; launching a collective and handing its "
+                   "messages over cost more")
+
+
+def bytes_time_ignored(nbytes, fixed, t_backward) -> Mistake:
+    """The smallest bucket the link keeps up with, S·a/T_b: the bytes' own time S·r not taken out
+    of backward."""
+    return Mistake("bytes_time_ignored", float(nbytes) * float(fixed) / float(t_backward),
+                   "the bytes' own time S·r has to fit inside backward too: only T_b - S·r is left for the fixed costs")
+
+
+# ----------------------------------------------------------------- solving for N or M
+def off_by_one(right: int, step: int = -1) -> Mistake:
+    """A neighbour of the smallest N (or M) that satisfies a budget: the bound not checked at the
+    answer given."""
+    return Mistake("off_by_one", float(right + step), "one off: check the inequality at that value")
+
+
+def power_of_two_habit(right: int) -> Mistake:
+    """The next power of two where the smallest integer was asked."""
+    p = 1
+    while p < right:
+        p *= 2
+    return Mistake("power_of_two_habit", float(p), "a power of two fits, but it is not the smallest that does")
+
+
+def optimizer_over_m_only(psi, n, m, recipe=None) -> Mistake:
+    """HFSDP's model states with the optimizer state split M ways only (across domains), not N·M."""
+    s = model_states("fsdp1", psi, n, 1, recipe)
+    per_m = Fraction(model_states("ddp", psi, 1, 1, recipe).optim) / m
+    return Mistake("optimizer_over_m_only", float(s.param + s.grad + per_m),
+                   "the optimizer state is split over every rank, N·M ways, not M ways")
+
+
+def elements_ratio(a_elements, b_elements) -> Mistake:
+    """A ratio of bytes taken as the ratio of the elements moved: right only when every pass has
+    the same dtype."""
+    return Mistake("elements_ratio", float(Fraction(a_elements) / Fraction(b_elements)),
+                   "that counts elements; in bytes it holds only when every pass uses the same dtype")
+
+
+def kept_for_saved(kept) -> Mistake:
+    """What a scheme keeps given where what it saves was asked."""
+    return Mistake("kept_for_saved", float(kept), "that is what it keeps, not what it saves")
+
+
+def nothing_kept(total) -> Mistake:
+    """A saving taken as the whole: what the scheme still keeps forgotten."""
+    return Mistake("nothing_kept", float(total), "that is everything; the scheme still keeps part of it")
+
+
+def other_mode(figure, mode: str) -> Mistake:
+    """A figure of another mode or option than the one asked (another recompute mode, resharding
+    on where it is off)."""
+    return Mistake("other_mode", float(figure), f"that is {mode}")
+
+
+def transient_forgotten(states, *kept) -> Mistake:
+    """A peak taken as the model states (plus `kept`): the transient buffers a unit holds at its
+    peak (its gathered parameters, its unsharded gradient before the reduce-scatter) forgotten."""
+    return Mistake("transient_forgotten", float(sum((Fraction(k) for k in kept), Fraction(states))),
+                   "the transient buffers of the unit at work (gathered parameters, unsharded gradient) are missing")
+
+
+def heads_alone(s, b, h, a) -> Mistake:
+    """Korthikanti et al.'s attention term 5as/h taken as 5a: the scores' s/h forgotten."""
+    return Mistake("heads_alone", float(s * b * h * (34 + 5 * a)), "5as/h: the heads times s over h, not the heads alone")
+
+
+def all_sharded(strategy: str, psi, n, m=1, recipe=None) -> Mistake:
+    """Every category divided by N, where the strategy keeps some of them whole (only ZeRO-3
+    shards parameters, gradients and optimizer state alike)."""
+    return Mistake("all_sharded", float(Fraction(model_states(strategy, psi, 1, 1, recipe).total) / n),
+                   f"{_what(strategy)} does not shard every category: only ZeRO-3 divides all three by N")
+
+
+def large_n_limit(strategy: str, psi, recipe=None) -> Mistake:
+    """Model states per GPU in the limit N -> infinity (what stays whole), for a finite N asked."""
+    one, two = (Fraction(model_states(strategy, psi, k, 1, recipe).total) for k in (1, 2))
+    return Mistake("large_n_limit", float(2 * two - one),  # T(N) = U + S/N, so U = 2T(2) - T(1)
+                   "that is the limit of large N; at the N asked the sharded terms still count")
+
+
+def baseline_forgotten(figure) -> Mistake:
+    """A difference between two strategies taken as one's whole buffer: what the other already
+    holds of it forgotten."""
+    return Mistake("baseline_forgotten", float(figure), "that is the whole buffer; the other strategy already holds part of it")
+
+
 MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
             optimizer_forgotten, parameters_only, other_recompute, one_layer_only, even_split,
             full_chunk_everywhere, floor_rows, unpadded_buffer, one_padded_chunk, only_optimizer_shard, missing_gradients, ring_factor_dropped,
-            allreduce_counted_once, other_stage_comm, fp32_gradients)
+            allreduce_counted_once, other_stage_comm, fp32_gradients, sign_flipped, upside_down, complement,
+            part_over_rest, assumed_equal, framing_left_out, framing_not_subtracted, one_part_only, all_parts,
+            own_shard_forgotten, not_per_parameter, once_per_micro_batch, split_over_micro_batches,
+            per_step_not_per_unit, per_unit_for_per_parameter, one_per_parameter, messages_for_collectives,
+            doubles_with_n, shrinks_with_n, one_over_m, naive_root_sends, one_chunk_only, one_message_per_ring_step,
+            ring_model_share, bytes_time_kept, latency_alone, bytes_time_ignored, off_by_one, power_of_two_habit,
+            optimizer_over_m_only, elements_ratio, kept_for_saved, nothing_kept, other_mode,
+            transient_forgotten, heads_alone, all_sharded, large_n_limit, baseline_forgotten)
 
 __all__ = ["Mistake", "MISTAKES", *[f.__name__ for f in MISTAKES]]

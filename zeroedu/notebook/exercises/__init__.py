@@ -93,10 +93,24 @@ class Exercise:
         return "not the expected answer"
 
 
-def mistaken(m, why: str | None = None) -> Wrong:
+def mistaken(m, why: str | None = None, *, of: Callable[..., Any] | None = None,
+             given: Callable[..., tuple] | None = None) -> Wrong:
     """The wrong answer a known misconception computes (`theory.mistakes`), diagnosed by its own
-    message or by `why`."""
-    return Wrong(m.value, why or m.why, m.name)
+    message or by `why`.
+
+    `m` is a `Mistake`; or, where the wrong figure depends on the notebook's run (a measure
+    exercise) or is solved for (the smallest N under a mistaken form), the mistake *function* and
+    `of`, a function of the exercise's context that computes the figure through it, with `why`:
+    ``mistaken(mistakes.sign_flipped, "...", of=lambda report: mistakes.sign_flipped(d(report)).value)``;
+    `given` (the context -> the function's arguments) is short for an `of` that calls it on them:
+    ``mistaken(mistakes.sign_flipped, "...", given=lambda report: (d(report),))``."""
+    if given is not None:
+        of = lambda **ctx: m(*given(**ctx)).value  # noqa: E731
+    if of is None:
+        return Wrong(m.value, why or m.why, m.name)
+    if not callable(m) or why is None:
+        raise TypeError("mistaken(function, why, of=...): the mistake function and the diagnosis")
+    return Wrong(of, why, m.__name__)
 
 
 def example_report(*ranks: dict, **fields) -> RunReport:

@@ -46,8 +46,7 @@ register(
         wrong=(mistaken(mistakes.whole_buffer_sent("all_reduce", 1e9, 8),
                         "2S is the limit for very large N; at N = 8 each half sends 7/8 of S, not all of it"),
                mistaken(mistakes.one_pass_of_allreduce(1e9, 8)),
-               Wrong(7e9, "(N-1)·S is what the root of a naive gather-then-broadcast sends; "
-                          "a ring rank only ever sends chunks of S/N to its neighbour"))),
+               mistaken(mistakes.naive_root_sends(1e9, 8)))),
     Exercise(
         id="01.2", kind="number", style="formula",
         prompt="Bytes one rank sends in a ring all-gather whose output is 1 GB, over N = 8 ranks?",
@@ -55,7 +54,7 @@ register(
         hint="N-1 steps, one chunk of S/N each",
         wrong=(mistaken(mistakes.allreduce_for("all_gather", 1e9, 8),
                         "that is an all-reduce; an all-gather only forwards chunks, it has no reduce-scatter half"),
-               Wrong(0.125e9, "S/N is one chunk; each rank forwards N-1 of them around the ring"),
+               mistaken(mistakes.one_chunk_only(1e9, 8)),
                mistaken(mistakes.whole_buffer_sent("all_gather", 1e9, 8),
                         "a rank never sends the chunk it would receive back: N-1 of the N chunks"))),
     Exercise(
@@ -89,10 +88,12 @@ register(
                                     - _fig(wire, "ring", "reduce_scatter")["wire"][0]),
         rel=1e-4, example=_example,
         hint="subtract the two measured (wire) figures of the reduce-scatter row",
-        wrong=(Wrong(lambda wire, **_: _fig(wire, "ring", "reduce_scatter")["model"],
-                     "that is the payload difference alone, (N-1)/N · S; the wire also carries gloo's "
-                     "framing, and gloo's version sends more messages than the ring's"),
-               Wrong(0, "the two implementations do not send the same bytes: look at the wire column"))),
+        wrong=(mistaken(mistakes.framing_left_out,
+                        "that is the payload difference alone, (N-1)/N · S; the wire also carries gloo's "
+                        "framing, and gloo's version sends more messages than the ring's",
+                        given=lambda wire, **_: (_fig(wire, "ring", "reduce_scatter")["model"],)),
+               mistaken(mistakes.assumed_equal("difference"),
+                        "the two implementations do not send the same bytes: look at the wire column"))),
     Exercise(
         id="01.6", kind="number", style="measure",
         prompt="gloo's own all-reduce at N = 4, rank 0: how many point-to-point messages did it send? "
@@ -100,8 +101,10 @@ register(
         expected=lambda wire, **_: ((_fig(wire, "backend", "all_reduce")["wire"][0]
                                      - _fig(wire, "backend", "all_reduce")["model"]) / FRAMING_PER_MESSAGE),
         hint="every message costs 144 B of framing on top of its payload", example=_example,
-        wrong=(Wrong(6, "one message per ring step would be 2(N-1) = 6; gloo cuts each rank's chunk "
+        wrong=(mistaken(mistakes.one_message_per_ring_step("all_reduce", 4),
+                        "one message per ring step would be 2(N-1) = 6; gloo cuts each rank's chunk "
                         "into segments (at least two), and each segment is a message of its own"),
-               Wrong(3, "N-1 steps is one half of the ring; an all-reduce has two"))),
+               mistaken(mistakes.one_message_per_ring_step("all_gather", 4),
+                        "N-1 steps is one half of the ring; an all-reduce has two"))),
 )
 

@@ -117,10 +117,12 @@ register(
         expected=lambda base, acc, **_: _wire(acc) / _wire(base),
         example=_accumulation_example,
         hint="divide report.ranks[0].wire.sent of the two runs",
-        wrong=(Wrong(4, "one all-reduce per micro-batch would send 4×; inside no_sync the hooks stay quiet "
+        wrong=(mistaken(mistakes.once_per_micro_batch(1, 4),
+                        "one all-reduce per micro-batch would send 4×; inside no_sync the hooks stay quiet "
                         "and only the last backward of the step launches the buckets"),
-               Wrong(0.25, "the bytes do not shrink either: the gradient is as large as the model, whatever "
-                           "the batch"))),
+               mistaken(mistakes.split_over_micro_batches(1, 4),
+                        "the bytes do not shrink either: the gradient is as large as the model, whatever "
+                        "the batch"))),
     Exercise(
         id="02.4", kind="number", style="formula",
         prompt="Bytes per GPU of model states for DDP with Ψ = 1.5e9 and the mixed-bf16 recipe?",
@@ -160,11 +162,13 @@ register(
         expected=lambda sweep, link, **_: _fixed_cost(sweep, link),
         example=_sweep_example,
         hint="the busy time is the all-reduces' fixed costs plus the bytes' time, S · 2(N-1)/(N·β)",
-        wrong=(Wrong(lambda sweep, **_: sweep[0].link_busy / sweep[0].collectives,
-                     "that shares the bytes' time among the all-reduces too; take S · 2(N-1)/(N·β) out first"),
-               Wrong(lambda link, **_: 2 * (_N - 1) * link.alpha,
-                     "that is the link's latency alone, 2(N-1) messages of α; the busy time says what each "
-                     "all-reduce costs on this machine, launching it and handing its messages over included"))),
+        wrong=(mistaken(mistakes.bytes_time_kept,
+                        "that shares the bytes' time among the all-reduces too; take S · 2(N-1)/(N·β) out first",
+                        given=lambda sweep, **_: (sweep[0].link_busy, sweep[0].collectives)),
+               mistaken(mistakes.latency_alone,
+                        "that is the link's latency alone, 2(N-1) messages of α; the busy time says what each "
+                        "all-reduce costs on this machine, launching it and handing its messages over included",
+                        given=lambda link, **_: (link.alpha, _N)))),
     Exercise(
         id="02.8", kind="number", style="formula",
         prompt="Backward lasts T_b (the median of the sweep's rows' `backward`) and produces the S bytes of "
@@ -174,10 +178,13 @@ register(
         expected=lambda sweep, link, **_: _best_bucket(sweep, link),
         example=_sweep_example,
         hint="the link's time per step, (S/b)·a + S·r, must fit inside T_b",
-        wrong=(Wrong(lambda sweep, link, **_: _grad_bytes() * _fixed_cost(sweep, link) / _backward(sweep),
-                     "the bytes' own time, S·r, has to fit inside backward too: only T_b − S·r is left for the "
-                     "fixed costs"),
-               Wrong(lambda sweep, link, **_: _best_bucket(sweep, link, a=2 * (_N - 1) * link.alpha),
-                     "with the link's latency alone as a; each all-reduce costs this machine more than that "
-                     "(02.7), and the sweep's small buckets pay it"))),
+        wrong=(mistaken(mistakes.bytes_time_ignored,
+                        "the bytes' own time, S·r, has to fit inside backward too: only T_b − S·r is left for the "
+                        "fixed costs",
+                        given=lambda sweep, link, **_: (_grad_bytes(), _fixed_cost(sweep, link), _backward(sweep))),
+               mistaken(mistakes.latency_alone,
+                        "with the link's latency alone as a; each all-reduce costs this machine more than that "
+                        "(02.7), and the sweep's small buckets pay it",
+                        of=lambda sweep, link, **_: _best_bucket(
+                            sweep, link, a=mistakes.latency_alone(link.alpha, _N).value)))),
 )

@@ -60,11 +60,13 @@ register(
         expected=lambda runs, **_: _wire(runs["zero1_allreduce", "ring"]) - _wire(runs["zero1", "ring"]),
         rel=1e-4, example=_runs_example,
         hint="subtract report.ranks[0].wire.sent of the two ring runs",
-        wrong=(Wrong(lambda runs, **_: (_predicted_comm(runs["zero1_allreduce", "ring"])
-                                        - _predicted_comm(runs["zero1", "ring"])),
-                     "that is the ring model's difference, (N-1)/N · ΨG; the wire also carries gloo's framing, "
-                     "and the all-reduce sends more messages than the ring reduce-scatter: read the wire"),
-               Wrong(0, "with the ring collectives the two differ: 3Ψ against 2Ψ"))),
+        wrong=(mistaken(mistakes.framing_left_out,
+                        "that is the ring model's difference, (N-1)/N · ΨG; the wire also carries gloo's framing, "
+                        "and the all-reduce sends more messages than the ring reduce-scatter: read the wire",
+                        given=lambda runs, **_: (_predicted_comm(runs["zero1_allreduce", "ring"])
+                                                 - _predicted_comm(runs["zero1", "ring"]),)),
+               mistaken(mistakes.assumed_equal("difference"),
+                        "with the ring collectives the two differ: 3Ψ against 2Ψ"))),
     Exercise(
         id="03.3", kind="choice", style="find-the-bug",
         prompt="BuggyZeRO1 has one mistake. Its memory, its collectives and its wire bytes equal ZeRO-1's, but "
@@ -110,7 +112,10 @@ register(
                "(Solve 4Ψ + 12Ψ/N ≤ 40 GB for N.)",
         expected=lambda **_: next(k for k in range(1, 1025) if theory.model_states("zero1", 7e9, k).total <= 40e9),
         hint="4Ψ = 28 GB stays whatever N is; the remaining 12 GB must hold 12Ψ/N",
-        wrong=(Wrong(3, "12Ψ/N ≤ 40 GB forgets the 4Ψ of bf16 weights and gradients that every GPU keeps"),
-               Wrong(8, "8 fits, but it is not the smallest: try N = 7, 28 + 12 = 40 GB"),
-               Wrong(6, "at N = 6: 28 + 14 = 42 GB, just over"))),
+        wrong=(mistaken(mistakes.only_optimizer_shard,
+                        "12Ψ/N ≤ 40 GB forgets the 4Ψ of bf16 weights and gradients that every GPU keeps",
+                        of=lambda **_: next(k for k in range(1, 1025)
+                                            if mistakes.only_optimizer_shard("zero1", 7e9, k).value <= 40e9)),
+               mistaken(mistakes.power_of_two_habit(7), "8 fits, but it is not the smallest: try N = 7, 28 + 12 = 40 GB"),
+               mistaken(mistakes.off_by_one(7), "at N = 6: 28 + 14 = 42 GB, just over"))),
 )

@@ -63,9 +63,15 @@ register(
         expected=_ratio_fp32_reduce,
         hint="count bytes, not elements: two bf16 all-gathers of Ψ and one fp32 reduce-scatter of Ψ, "
              "against two bf16 halves of an all-reduce.",
-        wrong=(Wrong(1.5, "3Ψ vs 2Ψ counts elements; in bytes it holds only when every pass uses the same dtype"),
-               Wrong(1.0, "that is against a DDP that also reduces in fp32 (8 bytes per parameter each)"),
-               Wrong(3.0, "DDP's all-reduce is two passes over Ψ, not one")),
+        wrong=(mistaken(mistakes.elements_ratio(3, 2),
+                        "3Ψ vs 2Ψ counts elements; in bytes it holds only when every pass uses the same dtype"),
+               mistaken(mistakes.fp32_gradients, "that is against a DDP that also reduces in fp32 (8 bytes per "
+                                                 "parameter each)",
+                        of=lambda: float(theory.comm_per_rank("fsdp1", 7e9, 8, reduce_dtype="fp32").total())
+                        / mistakes.fp32_gradients("ddp", 7e9, 8).value),
+               mistaken(mistakes.allreduce_counted_once, "DDP's all-reduce is two passes over Ψ, not one",
+                        of=lambda: float(theory.comm_per_rank("fsdp1", 7e9, 8, reduce_dtype="fp32").total())
+                        / mistakes.allreduce_counted_once("ddp", 7e9, 8).value)),
     ),
     Exercise(
         id="05.3", kind="choice", style="predict",
@@ -88,12 +94,14 @@ register(
         expected=_gathered_at_forward_end,
         hint="report.ranks[0].timeline.events: pick the last step's 'forward end' event; its "
              "'bytes' are split by category.",
-        wrong=(Wrong(0, "that is with resharding after forward; this run keeps every unit gathered"),
-               Wrong(lambda report: _forward_end(report)["activation"],
-                     "that is the activations at that event, not the gathered parameters"),
-               Wrong(lambda report: sum(_forward_end(report).values()),
-                     "that is everything the rank holds at that event; the question asks for the gathered "
-                     "parameters only")),
+        wrong=(mistaken(mistakes.other_mode(0, "resharding after forward"),
+                        "that is with resharding after forward; this run keeps every unit gathered"),
+               mistaken(mistakes.one_part_only, "that is the activations at that event, not the gathered parameters",
+                        given=lambda report: (_forward_end(report), "activation")),
+               mistaken(mistakes.all_parts,
+                        "that is everything the rank holds at that event; the question asks for the gathered "
+                        "parameters only",
+                        given=lambda report: (_forward_end(report),))),
         example=_example_keep,
     ),
     Exercise(
@@ -123,7 +131,9 @@ register(
         hint="the sharded states stay 16Ψ/N; the unit adds PΨ of gathered parameters and GΨ of full gradient.",
         wrong=(mistaken(mistakes.other_stage_states("fsdp1", "ddp", 7e9, 8),
                         "that is DDP's 112 GB: but the fp32 master, m and v stay sharded"),
-               Wrong(16 * 7e9 / 8, "the unit's gathered parameters and full gradient are missing"),
-               Wrong(16 * 7e9 / 8 + 2 * 7e9, "the full gradient before its reduce-scatter is missing")),
+               mistaken(mistakes.transient_forgotten(theory.model_states("fsdp1", 7e9, 8).total),
+                        "the unit's gathered parameters and full gradient are missing"),
+               mistaken(mistakes.transient_forgotten(theory.model_states("fsdp1", 7e9, 8).total, 2 * 7e9),
+                        "the full gradient before its reduce-scatter is missing")),
     ),
 )

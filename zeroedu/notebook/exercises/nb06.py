@@ -64,7 +64,7 @@ register(
                         "that is selective recompute: the 5as²b of the attention core is missing"),
                mistaken(mistakes.other_recompute("none", "full", S175, B175, H175, A175),
                         "that is full recompute: only the layer's input is kept"),
-               Wrong(S175 * B175 * H175 * (34 + 5 * A175), "5as/h: the heads times s over h, not the heads alone")),
+               mistaken(mistakes.heads_alone(S175, B175, H175, A175))),
     ),
     Exercise(
         id="06.2", kind="choice", style="predict",
@@ -86,11 +86,14 @@ register(
                "did full recompute save on rank 0, against no recompute, for one micro-batch?",
         expected=lambda reports: _activations("none")(reports) - _activations("full")(reports),
         hint="report.ranks[0].measured.activations is what the ledger counted at 'forward end'.",
-        wrong=(Wrong(lambda reports: _activations("none")(reports) - _activations("selective")(reports),
-                     "that is what selective recompute saves"),
-               Wrong(_activations("full"), "that is what full recompute keeps, not what it saves"),
-               Wrong(_activations("none"), "that is everything without recompute; full recompute still keeps "
-                                           "each block's input")),
+        wrong=(mistaken(mistakes.other_mode, "that is what selective recompute saves",
+                        given=lambda reports: (_activations("none")(reports) - _activations("selective")(reports),
+                                               "selective recompute")),
+               mistaken(mistakes.kept_for_saved, "that is what full recompute keeps, not what it saves",
+                        given=lambda reports: (_activations("full")(reports),)),
+               mistaken(mistakes.nothing_kept, "that is everything without recompute; full recompute still keeps "
+                                               "each block's input",
+                        given=lambda reports: (_activations("none")(reports),))),
         example=_example_reports,
     ),
     Exercise(

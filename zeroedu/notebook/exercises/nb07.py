@@ -54,9 +54,12 @@ register(
         expected=lambda: (theory.exact_model_states("ddp", _ODD, 8, rank=7, recipe="fp32").param
                           / theory.exact_model_states("fsdp2", _ODD, 8, rank=7, recipe="fp32").param),
         hint="chunks of ceil(1001/8) rows of W and b; how many rows are left for rank 7?",
-        wrong=(Wrong(8, "N is the ratio for a rank with a full chunk; rank 7 holds fewer rows"),
-               Wrong(1001 / 126, "126 rows is the chunk of ranks 0 to 6; rank 7 gets the rest"),
-               Wrong(126 / 1001, "upside down: the DDP rank holds more")),
+        wrong=(mistaken(mistakes.even_split, "N is the ratio for a rank with a full chunk; rank 7 holds fewer rows",
+                        of=lambda: 1001 / mistakes.even_split(1001, 8).value),
+               mistaken(mistakes.full_chunk_everywhere, "126 rows is the chunk of ranks 0 to 6; rank 7 gets the rest",
+                        of=lambda: 1001 / mistakes.full_chunk_everywhere(1001, 8).value),
+               mistaken(mistakes.upside_down, "upside down: the DDP rank holds more",
+                        of=lambda: mistakes.upside_down(1001 / (1001 - 7 * 126)).value)),
     ),
     Exercise(
         id="07.4", kind="choice", style="predict",
@@ -81,11 +84,14 @@ register(
                "payloads?",
         expected=lambda ranks: ranks[3]["calls"]["backward"]["wire"] - ranks[3]["calls"]["backward"]["ring_model"],
         hint="fsdp_calls[3]['calls']['backward'] holds 'wire' (the kernel's count) and 'ring_model'.",
-        wrong=(Wrong(_calls(3, "backward", "wire"), "that is the whole wire figure; take the payload away"),
-               Wrong(_calls(3, "backward", "ring_model"), "that is the payload (ring model); the question asks "
-                                                          "for what the wire adds to it"),
-               Wrong(lambda ranks: ranks[3]["calls"]["forward"]["wire"] - ranks[3]["calls"]["forward"]["ring_model"],
-                     "that is the forward's framing; the question asks for backward")),
+        wrong=(mistaken(mistakes.framing_not_subtracted, "that is the whole wire figure; take the payload away",
+                        given=lambda ranks: (_calls(3, "backward", "wire")(ranks),)),
+               mistaken(mistakes.framing_left_out, "that is the payload (ring model); the question asks "
+                                                   "for what the wire adds to it",
+                        given=lambda ranks: (_calls(3, "backward", "ring_model")(ranks),)),
+               mistaken(mistakes.other_mode, "that is the forward's framing; the question asks for backward",
+                        given=lambda ranks: (ranks[3]["calls"]["forward"]["wire"]
+                                             - ranks[3]["calls"]["forward"]["ring_model"], "the forward's framing"))),
         example=_example_calls,
     ),
     Exercise(

@@ -52,8 +52,9 @@ register(
                "than rank 2 (measured)?",
         expected=lambda report: _total(report, 0) - _total(report, 2),
         hint="report.ranks[r].measured.total for r = 0 and 2.",
-        wrong=(Wrong(lambda report: _total(report, 2) - _total(report, 0), "the sign: rank 2 holds less"),
-               Wrong(0, "that is FSDP1, whose flat chunks are all the same size")),
+        wrong=(mistaken(mistakes.sign_flipped, "the sign: rank 2 holds less",
+                        given=lambda report: (_total(report, 0) - _total(report, 2),)),
+               mistaken(mistakes.assumed_equal("difference"), "that is FSDP1, whose flat chunks are all the same size")),
         example=_example_states,
     ),
     Exercise(
@@ -79,11 +80,13 @@ register(
                "step? Count the ledger's records of that step.",
         expected=lambda report: _collectives_last_step(report),
         hint="report.ranks[0].timeline.comm lists every collective with its 'step'.",
-        wrong=(Wrong(18, "18 is the batched variant: two all-gathers and one reduce-scatter per unit"),
-               Wrong(54, "one per parameter is not enough: each parameter is gathered twice and "
-                         "reduce-scattered once per step"),
-               Wrong(lambda report: 2 * _collectives_last_step(report),
-                     "that counts point-to-point messages (N - 1 = 2 per ring collective), not collectives")),
+        wrong=(mistaken(mistakes.per_unit_for_per_parameter(6),
+                        "18 is the batched variant: two all-gathers and one reduce-scatter per unit"),
+               mistaken(mistakes.one_per_parameter(54), "one per parameter is not enough: each parameter is gathered "
+                                                        "twice and reduce-scattered once per step"),
+               mistaken(mistakes.messages_for_collectives,
+                        "that counts point-to-point messages (N - 1 = 2 per ring collective), not collectives",
+                        given=lambda report: (_collectives_last_step(report), report.n))),
         example=_example_records,
     ),
     Exercise(

@@ -42,7 +42,8 @@ register(
                         "that is ZeRO-1 with bf16 gradients (G = 2); this optimizer keeps them in fp32"),
                mistaken(mistakes.optimizer_forgotten("megatron_distopt", PSI_13B, 16),
                         "the optimizer state's 12Ψ/N is missing"),
-               Wrong(18 * PSI_13B / 16, "only the optimizer state is sharded: weights and gradients stay whole")),
+               mistaken(mistakes.all_sharded("megatron_distopt", PSI_13B, 16),
+                        "only the optimizer state is sharded: weights and gradients stay whole")),
     ),
     Exercise(
         id="09.2", kind="number", style="formula",
@@ -51,8 +52,9 @@ register(
         expected=lambda: (theory.model_states("megatron_distopt", PSI_13B, 16).total
                           - theory.model_states("zero1", PSI_13B, 16).total),
         hint="only G changes, from 2 to 4 bytes per parameter.",
-        wrong=(Wrong(4 * PSI_13B, "4Ψ is the whole fp32 buffer, but ZeRO-1 already holds a 2Ψ bf16 one"),
-               Wrong(PSI_13B, "a gradient grows by 2 bytes, not 1")),
+        wrong=(mistaken(mistakes.baseline_forgotten(4 * PSI_13B),
+                        "4Ψ is the whole fp32 buffer, but ZeRO-1 already holds a 2Ψ bf16 one"),
+               mistaken(mistakes.elements_for_bytes(2 * PSI_13B, 2), "a gradient grows by 2 bytes, not 1")),
     ),
     Exercise(
         id="09.3", kind="number", style="formula",
@@ -62,8 +64,8 @@ register(
                               if theory.model_states("megatron_distopt", 1, n, recipe="fp32").total
                               == theory.model_states("megatron_distopt", 1, n, recipe="megatron-bf16").total),
         hint="solve 8 + 8/N = 6 + 12/N.",
-        wrong=(Wrong(4, "at N = 4: 8 + 2 = 10 against 6 + 3 = 9"),
-               Wrong(1, "at N = 1: 16 against 18")),
+        wrong=(mistaken(mistakes.off_by_one(2), "at N = 1: 16 against 18"),
+               mistaken(mistakes.power_of_two_habit(3), "at N = 4: 8 + 2 = 10 against 6 + 3 = 9")),
     ),
     Exercise(
         id="09.4", kind="choice", style="predict",
@@ -84,9 +86,9 @@ register(
                "reduce-scatter? (A fraction between 0 and 1.)",
         expected=_share,
         hint="rep.ranks[0].measured.comm has the bytes of each collective.",
-        wrong=(Wrong(0.5, "a half would mean equal dtypes, ZeRO-1 with bf16 gradients; here the gradients "
-                          "are fp32"),
-               Wrong(lambda report: 1 - _share(report), "that is the all-gather's share")),
+        wrong=(mistaken(mistakes.ring_model_share("reduce_scatter", "zero1", PSI_13B, 4),
+                        "a half would mean equal dtypes, ZeRO-1 with bf16 gradients; here the gradients are fp32"),
+               mistaken(mistakes.complement, "that is the all-gather's share", given=lambda report: (_share(report),))),
         example=_example_comm,
     ),
     Exercise(
@@ -110,9 +112,11 @@ register(
                "last optimizer step?",
         expected=_reduce_scatters,
         hint="count the 'reduce_scatter' records of the last step in acc.ranks[0].timeline.comm.",
-        wrong=(Wrong(lambda report: 2 * _reduce_scatters(report),
-                     "one per micro-batch and unit would be ZeRO-2; here it is one per unit and optimizer step"),
-               Wrong(1, "there is one reduce-scatter per unit (gpt-small has 6), not one per step")),
+        wrong=(mistaken(mistakes.once_per_micro_batch,
+                        "one per micro-batch and unit would be ZeRO-2; here it is one per unit and optimizer step",
+                        given=lambda report: (_reduce_scatters(report), 2)),
+               mistaken(mistakes.per_step_not_per_unit(6, 6),
+                        "there is one reduce-scatter per unit (gpt-small has 6), not one per step")),
         example=_example_accumulation,
     ),
     Exercise(

@@ -53,7 +53,8 @@ register(
                mistaken(mistakes.other_stage_states("hfsdp", "fsdp1", 13e9, 32),
                         "that is flat ZeRO-3 over all 32 ranks: HFSDP shards parameters and gradients only "
                         "inside a domain, N ways"),
-               Wrong(4 * 13e9 / 8 + 12 * 13e9 / 4, "the optimizer state is split N·M = 32 ways, not M ways")),
+               mistaken(mistakes.optimizer_over_m_only(13e9, 8, 4),
+                        "the optimizer state is split N·M = 32 ways, not M ways")),
     ),
     Exercise(
         id="10.2", kind="choice", style="predict",
@@ -80,12 +81,13 @@ register(
         rel=1e-2,
         example=lambda: {"report": _example_hsdp_report()},
         hint="wire['by_axis']['dp_outer'] divided by wire['sent'].",
-        wrong=(Wrong(lambda report: 1 - _outer_share(report),
-                     "that is dp_shard's share, the traffic that stays inside a domain"),
-               Wrong(0.5, "1/M is not it: the inner axis moves parameters twice and gradients once, "
-                          "the outer axis only a 1/N gradient shard"),
-               Wrong(lambda report: _outer_share(report) / (1 - _outer_share(report)),
-                     "that is dp_outer divided by dp_shard; the question asks for dp_outer's share of the total")),
+        wrong=(mistaken(mistakes.complement, "that is dp_shard's share, the traffic that stays inside a domain",
+                        given=lambda report: (_outer_share(report),)),
+               mistaken(mistakes.one_over_m(2), "1/M is not it: the inner axis moves parameters twice and gradients "
+                                                "once, the outer axis only a 1/N gradient shard"),
+               mistaken(mistakes.part_over_rest,
+                        "that is dp_outer divided by dp_shard; the question asks for dp_outer's share of the total",
+                        given=lambda report: (_outer_share(report),))),
     ),
     Exercise(
         id="10.4", kind="choice", style="find-the-bug",
@@ -128,8 +130,9 @@ register(
         prompt="HSDP, mixed-bf16, Ψ = 7e9, N = 8, M = 4: bytes per rank per step that cross domains?",
         expected=lambda: cross_domain_bytes("hsdp", 7e9, 8, 4),
         hint="an all-reduce of the rank's Ψ/N-element bf16 gradient shard over M ranks sends 2(M-1)/M of it.",
-        wrong=(Wrong(lambda: cross_domain_bytes("hsdp", 7e9, 8, 2), "that is M = 2: with 4 domains the ring "
-                                                                    "sends 2·3/4 of the shard, not 2·1/2"),
+        wrong=(mistaken(mistakes.other_mode, "that is M = 2: with 4 domains the ring sends 2·3/4 of the shard, "
+                                             "not 2·1/2",
+                        given=lambda: (cross_domain_bytes("hsdp", 7e9, 8, 2), "M = 2")),
                mistaken(mistakes.whole_buffer_sent("all_reduce", 7e9 / 8 * 2, 4),
                         "a ring all-reduce sends 2(M-1)/M of the buffer, not twice all of it"),
                mistaken(mistakes.elements_for_bytes(2 * 3 / 4 * 7e9 / 8 * 2, 2),
@@ -141,8 +144,11 @@ register(
         expected=_smallest_m,
         rel=0,
         hint="4Ψ/N = 3.5 GB stays whatever M is; 12Ψ/(N·M) = 10.5 GB / M must fit in what is left.",
-        wrong=(Wrong(4, "at M = 4: 3.5 + 10.5/4 = 6.125 GB, just over 6 GB"),
-               Wrong(1, "at M = 1 HFSDP is FSDP over 8: 14 GB"),
-               Wrong(2, "M = 2 gives 3.5 + 5.25 = 8.75 GB")),
+        wrong=(mistaken(mistakes.off_by_one(5), "at M = 4: 3.5 + 10.5/4 = 6.125 GB, just over 6 GB"),
+               mistaken(mistakes.power_of_two_habit(5), "8 fits, but it is not the smallest: 3.5 + 10.5/5 = 5.6 GB"),
+               mistaken(mistakes.optimizer_over_m_only,
+                        "that splits the optimizer state M ways only; it is split over all N·M ranks",
+                        of=lambda: next(m for m in range(1, 1025)
+                                        if mistakes.optimizer_over_m_only(7e9, 8, m).value <= 6 * GB))),
     ),
 )

@@ -3,7 +3,8 @@ how bytes per rank grow with N on the wire, and a ZeRO-1 whose memory is off."""
 from __future__ import annotations
 
 from ... import catalog, theory
-from . import Exercise, Wrong, example_report, register
+from ...theory import mistakes
+from . import Exercise, Wrong, mistaken, example_report, register
 
 # The "Which fits in 80 GB?" question of the notebook: 7B on N = 8 (hybrids 2 x 8), GPT shape
 # inferred from Ψ, S = 4096, micro-batch 2, selective recompute, each strategy's own recipe.
@@ -78,9 +79,12 @@ register(
         rel=5e-2,
         example=_example_scaling,
         hint="report.ranks[0].wire.sent of each run; the ring says (3/4) / (1/2).",
-        wrong=(Wrong(2, "bytes per rank do not double with N: a ring sends (N-1)/N of each buffer per rank"),
-               Wrong(1, "not constant either: (N-1)/N grows from 1/2 at N = 2 to 3/4 at N = 4"),
-               Wrong(0.5, "upside down: more ranks, more bytes per rank, towards a limit of 3Ψ")),
+        wrong=(mistaken(mistakes.doubles_with_n(2, 4),
+                        "bytes per rank do not double with N: a ring sends (N-1)/N of each buffer per rank"),
+               mistaken(mistakes.assumed_equal("ratio"),
+                        "not constant either: (N-1)/N grows from 1/2 at N = 2 to 3/4 at N = 4"),
+               mistaken(mistakes.shrinks_with_n(2, 4),
+                        "upside down: more ranks, more bytes per rank, towards a limit of 3Ψ")),
     ),
     Exercise(
         id="11.4", kind="choice", style="find-the-bug",

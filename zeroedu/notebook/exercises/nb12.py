@@ -16,7 +16,8 @@ from functools import lru_cache
 
 from ... import theory
 from ...reports import RunReport
-from . import Exercise, Wrong, example_report, register
+from ...theory import mistakes
+from . import Exercise, Wrong, mistaken, example_report, register
 
 N = 4  # the notebook's runs use four ranks
 K = 4  # micro-batches in the accumulation runs
@@ -117,9 +118,9 @@ register(
         example=_wire_example,
         hint=("the cell above prints both counters; they include gloo's framing, so the ratio sits a "
               "little off the ring model's"),
-        wrong=(Wrong(lambda ddp, fsdp: _wire(ddp) / _wire(fsdp), "upside down: FSDP's bytes over DDP's"),
-               Wrong(2.0, "that is the 'double' of some notes; read the counters instead"),
-               Wrong(1.0, "the counters differ: read each report's own wire bytes")),
+        wrong=(mistaken(mistakes.upside_down, "upside down: FSDP's bytes over DDP's",
+                        given=lambda ddp, fsdp: (_wire_ratio(ddp, fsdp),)),
+               mistaken(mistakes.assumed_equal("ratio"), "the counters differ: read each report's own wire bytes")),
     ),
     Exercise(
         id="12.1", kind="number", style="measure",
@@ -128,11 +129,14 @@ register(
         expected=_bytes_per_param,
         example=_zero2_example,
         hint="the table above gives rank 0's measured total in bytes; Ψ is printed with the run",
-        wrong=(Wrong(16, "16 bytes is what DDP holds: nothing sharded"),
-               Wrong(lambda report: 4 + 12 / report.n, "that is ZeRO-1: the gradients are sharded too"),
-               Wrong(lambda report: 16 / report.n, "that is ZeRO-3: ZeRO-2 keeps the bf16 weights whole"),
-               Wrong(lambda report: report.ranks[0].measured.total, "that is the total in bytes; "
-                                                                            "divide by Ψ")),
+        wrong=(mistaken(mistakes.other_stage_states, "16 bytes is what DDP holds: nothing sharded",
+                        given=lambda report: ("zero2", "ddp", 1, report.n)),
+               mistaken(mistakes.other_stage_states, "that is ZeRO-1: the gradients are sharded too",
+                        given=lambda report: ("zero2", "zero1", 1, report.n)),
+               mistaken(mistakes.other_stage_states, "that is ZeRO-3: ZeRO-2 keeps the bf16 weights whole",
+                        given=lambda report: ("zero2", "fsdp1", 1, report.n)),
+               mistaken(mistakes.not_per_parameter, "that is the total in bytes; divide by Ψ",
+                        given=lambda report: (report.ranks[0].measured.total,))),
     ),
     Exercise(
         id="12.4", kind="choice", style="predict",

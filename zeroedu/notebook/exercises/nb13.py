@@ -3,7 +3,8 @@ at N = 64, and a ZeRO-2 built from a wrong description."""
 from __future__ import annotations
 
 from ... import theory
-from . import Exercise, Wrong, register
+from ...theory import mistakes
+from . import Exercise, Wrong, mistaken, register
 
 
 def _rs_share(claim: dict) -> float:
@@ -40,18 +41,23 @@ register(
         rel=1e-2,
         example=_example_claim8,
         hint="c8['wire_by_collective']['zero1_gloo']['reduce_scatter'] over c8['wire']['zero1_gloo'].",
-        wrong=(Wrong(0.5, "that is the share with a ring reduce-scatter; gloo's sends twice the ring bound"),
-               Wrong(lambda claim: 1 - _rs_share(claim), "that is the all-gather's share")),
+        wrong=(mistaken(mistakes.ring_model_share("reduce_scatter", "zero1", 7e9, 4),
+                        "that is the share with a ring reduce-scatter; gloo's sends twice the ring bound"),
+               mistaken(mistakes.complement, "that is the all-gather's share", given=lambda claim: (_rs_share(claim),))),
     ),
     Exercise(
         id="13.3", kind="number", style="formula",
         prompt="mixed-bf16: by what factor does ZeRO-2 cut model-state memory per GPU against DDP at N = 64?",
         expected=lambda: theory.model_states("ddp", 7e9, 64).total / theory.model_states("zero2", 7e9, 64).total,
         hint="16Ψ against 2Ψ + 14Ψ/N: the bf16 parameters are never sharded by ZeRO-2.",
-        wrong=(Wrong(8, "8 = 16/2 is the limit as N -> infinity; at N = 64 the 14Ψ/N term still counts"),
-               Wrong(lambda: theory.model_states("ddp", 7e9, 8).total / theory.model_states("zero2", 7e9, 8).total,
-                     "that is N = 8"),
-               Wrong(64, "only ZeRO-3 divides all three categories by N")),
+        wrong=(mistaken(mistakes.large_n_limit, "8 = 16/2 is the limit as N -> infinity; at N = 64 the 14Ψ/N term "
+                                                "still counts",
+                        of=lambda: theory.model_states("ddp", 7e9, 64).total / mistakes.large_n_limit("zero2", 7e9).value),
+               mistaken(mistakes.other_mode, "that is N = 8",
+                        given=lambda: (theory.model_states("ddp", 7e9, 8).total
+                                       / theory.model_states("zero2", 7e9, 8).total, "N = 8")),
+               mistaken(mistakes.all_sharded, "only ZeRO-3 divides all three categories by N",
+                        of=lambda: theory.model_states("ddp", 7e9, 64).total / mistakes.all_sharded("zero2", 7e9, 64).value)),
     ),
     Exercise(
         id="13.4", kind="choice", style="find-the-bug",
