@@ -42,6 +42,8 @@ def test_exercises_take_the_natural_forms():
     check("02.4", "24e9 B")
     with pytest.raises(AssertionError):
         check("02.4", "24 ms")
+    with pytest.raises(AssertionError, match="off by a factor 0.5"):  # a wrong figure in words: by how much
+        check("02.4", "12 GB per GPU")
     want = get("02.6").expected()
     check("02.6", get("02.6").options[want])  # the option's own text
 

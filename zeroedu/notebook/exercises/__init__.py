@@ -82,12 +82,13 @@ class Exercise:
             if _same(self.kind, answer, w.resolve(context), self.rel, self.options):
                 return w.why
         want = self.expected(**context)
-        if self.kind == "number" and _is_number(answer) and float(want) != 0 and float(answer) != 0:
-            ratio = float(answer) / float(want)
+        got = read_number(answer) if self.kind == "number" else None  # "36.75 GB", "3/2" read as numbers
+        if got is not None and float(want) != 0 and got != 0:
+            ratio = got / float(want)
             return (f"off by a factor {ratio:.3g}" if abs(math.log(abs(ratio))) > 0.05
                     else f"{100 * (ratio - 1):+.2g} % from the right value")
-        if self.kind == "number" and not _is_number(answer):
-            return f"expected a number, got {type(answer).__name__}"
+        if self.kind == "number" and got is None:
+            return f"expected a number (a figure, with its unit if you like), got {answer!r}"
         if self.kind in ("choice", "set"):
             return f"options are {', '.join(sorted(self.options))}"
         return "not the expected answer"
