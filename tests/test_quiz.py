@@ -14,7 +14,7 @@ import pytest
 from tests.cli_inprocess import zeroedu
 from zeroedu import catalog, theory
 from zeroedu.cli import build_parser
-from zeroedu.quiz import deck, drills, session
+from zeroedu.quiz import deck, drills, figures, session
 from zeroedu.quiz.deck import CARDS, HARD_CODED, NOTEBOOKS, PAPER_FIG1
 from zeroedu.quiz.grading import Choice, Number, Term
 
@@ -149,11 +149,10 @@ def every_quoted_figure_is_theory_output(card):
     for m in re.finditer(rf"\d+(?:\.\d+)?\s*(?:{units})(?![\w/])", text):
         assert m.group(0) in shown, m.group(0)
     for name, f in card.figures.items():
-        idents = set(re.findall(r"[A-Za-z_]\w*", f.expr))
-        if f.input:
-            assert f.note, f"input {name} says where it comes from"
-        else:
-            assert idents & set(deck.THEORY_NAMES), f"{name}: {f.expr} does not use the theory"
+        if f.input:  # an assumption, given as a value, and said where it comes from
+            assert f.fn == "given" and f.note, f"input {name} says where it comes from"
+        else:  # computed: a named function over the theory, never a value typed in
+            assert f.fn != "given" and f.fn in figures.FIGURES, f"{name}: {f.call()} does not use the theory"
         shown_value = float(f.text().split()[0].rstrip("×%"))
         assert abs(shown_value - float(f.value()) / f.scale) <= 1e-3 * abs(float(f.value()) / f.scale), name
 
@@ -508,7 +507,7 @@ def test_cli_list_and_bad_topic():
     for c in CARDS:
         assert f"Q [{c.id}]" in p.stdout
     assert p.stdout.count("30-second answer:") == len(CARDS) and p.stdout.count("Proof:") == len(CARDS)
-    assert "theory.model_states('hfsdp'" in p.stdout and "Checks (auto-graded):" in p.stdout
+    assert "model_states(strategy='hfsdp'" in p.stdout and "Checks (auto-graded):" in p.stdout
     p = _quiz(["--list", "--topic", "hybrid"], "")
     assert p.returncode == 0 and "mfsdp_v2" in p.stdout and "ddp_overlap" not in p.stdout
     p = _quiz(["--topic", "nope"], "")

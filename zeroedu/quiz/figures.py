@@ -1,0 +1,166 @@
+"""The figures the interview cards quote, as named functions of the theory layer.
+
+A card's data file (`zeroedu/quiz/cards/*.yaml`) names a figure's function and its arguments::
+
+    figures:
+      z1: {fn: model_states, strategy: zero1, psi: 7.0e+9, n: 8}
+
+and `deck.Fig.value()` calls ``FIGURES["model_states"](strategy="zero1", psi=7e9, n=8)``: no
+expression is evaluated, and every figure goes through `zeroedu.theory` except `given`, an
+assumption (a GPU's memory, a library default), which the card marks ``input: true`` with a note
+saying where it comes from. A new kind of figure is a new function here, registered in
+`FIGURES`, with the closed form it computes in its docstring.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from .. import recipes, theory
+from ..theory import activations, hybrid
+
+LINKS = ("dp_shard", "dp_outer")  # the links' presets: inside an NVLink domain, across domains
+
+
+def _link(link: str) -> float:
+    if link not in LINKS:
+        raise ValueError(f"link is one of {LINKS}, got {link!r}")
+    return theory.DEFAULT_BANDWIDTH[link]
+
+
+def given(value):
+    """An assumption, not a theory output (the card says where it comes from)."""
+    return value
+
+
+def recipe_bytes(recipe: str, part: str = "total_bytes"):
+    """Bytes per parameter of a precision recipe: `total_bytes`, `optim_bytes`, `grad_bytes`, ..."""
+    return getattr(recipes.get_recipe(recipe), part)
+
+
+def model_states(strategy: str, psi, n: int, m: int = 1, recipe: str | None = None, part: str = "total"):
+    """Model-state bytes per GPU (`theory.model_states`), one category or the total."""
+    return getattr(theory.model_states(strategy, psi, n, m, recipe), part)
+
+
+def comm_total(strategy: str, psi, n: int, m: int = 1, recipe: str | None = None, micro_batches: int = 1,
+               reshard_after_forward: bool = True, reduce_dtype: str | None = None):
+    """Bytes one rank sends per optimizer step, ring model (`theory.comm_per_rank`)."""
+    return theory.comm_per_rank(strategy, psi, n, m, recipe, reshard_after_forward=reshard_after_forward,
+                                micro_batches=micro_batches, reduce_dtype=reduce_dtype).total()
+
+
+def comm_collective(strategy: str, psi, n: int, collective: str, clip: bool = False):
+    """Bytes one rank sends per step in one kind of collective."""
+    return theory.comm_per_rank(strategy, psi, n, clip=clip).by_collective()[collective]
+
+
+def comm_ratio(strategy: str, versus: str, psi, n: int, reduce_dtype: str | None = None,
+               versus_reduce_dtype: str | None = None):
+    """One strategy's bytes per step divided by another's, each with its reduce dtype."""
+    return (comm_total(strategy, psi, n, reduce_dtype=reduce_dtype)
+            / comm_total(versus, psi, n, reduce_dtype=versus_reduce_dtype))
+
+
+def zeropp_ratio(psi, n: int):
+    """ZeRO-3's bytes over ZeRO++'s (Wang et al. 2023 §3): one all-gather of Ψ bf16 parameters (the
+    backward one is served from the secondary shard inside the node, counted away) and a
+    reduce-scatter of int4 gradients, Ψ/2 bytes."""
+    zpp = theory.sent_bytes("all_gather", psi * 1, n) + theory.sent_bytes("reduce_scatter", Fraction(psi) / 2, n)
+    return comm_total("fsdp1", psi, n) / zpp
+
+
+def sent_bytes(collective: str, nbytes, n: int, times: int = 1):
+    """Bytes one rank sends in `times` ring collectives of an `nbytes` buffer."""
+    return times * theory.sent_bytes(collective, nbytes, n)
+
+
+def recipe_sent(collective: str, psi, n: int, recipe: str):
+    """Bytes one rank sends in a ring collective of Ψ gradients in the recipe's gradient dtype."""
+    return theory.sent_bytes(collective, psi * recipes.get_recipe(recipe).grad_bytes, n)
+
+
+def bandwidth(link: str):
+    """The link preset's bandwidth per GPU, bytes per second."""
+    return _link(link)
+
+
+def bandwidth_ratio(link: str, versus: str):
+    return _link(link) / _link(versus)
+
+
+def alpha(link: str):
+    """The link preset's latency per message, seconds."""
+    _link(link)
+    return theory.DEFAULT_ALPHA[link]
+
+
+def all_gather_time(nbytes, n: int, link: str):
+    """A ring all-gather of `nbytes` on the link, bandwidth term only."""
+    return theory.all_gather_time(nbytes, n, _link(link))
+
+
+def ring_allreduce_time(nbytes, n: int, link: str):
+    """A ring all-reduce of `nbytes` on the link: 2(N-1)α + 2(N-1)/N · S/β."""
+    return theory.ring_allreduce_time(nbytes, n, _link(link), theory.DEFAULT_ALPHA[link])
+
+
+def min_bucket_bytes(n: int, link: str, efficiency: float):
+    """The smallest all-reduce bucket that reaches `efficiency` of the link's bandwidth."""
+    return theory.min_bucket_bytes(n, _link(link), theory.DEFAULT_ALPHA[link], efficiency=efficiency)
+
+
+def comm_time(strategy: str, psi, n: int, link: str | None = None):
+    """A step's communication time on the ring model; `link` puts the strategy's one axis on that
+    preset (default: its own)."""
+    bw = None if link is None else {"dp_shard": _link(link)}
+    return theory.comm_time(theory.comm_per_rank(strategy, psi, n), bw)
+
+
+def tokens_to_hide(strategy: str, psi, n: int, flops: float, link: str | None = None):
+    """Tokens per GPU per step whose compute (6Ψ FLOPs each at `flops`) lasts as long as the
+    step's communication: fewer, and the link shows."""
+    return comm_time(strategy, psi, n, link) * flops / (6 * psi)
+
+
+def cross_domain_bytes(layout: str, psi, n: int, m: int):
+    """Bytes per rank per step that cross NVLink domains (`theory.hybrid`)."""
+    return hybrid.cross_domain_bytes(layout, psi, n, m)
+
+
+def cross_domain_ratio(layout: str, versus: str, psi, n: int, m: int):
+    return hybrid.cross_domain_bytes(layout, psi, n, m) / hybrid.cross_domain_bytes(versus, psi, n, m)
+
+
+def step_comm_time(layout: str, psi, n: int, m: int, flat_ring: str | None = None):
+    """A step's communication time for a hybrid layout on the two link presets."""
+    return hybrid.step_comm_time(layout, psi, n, m, **({"flat_ring": flat_ring} if flat_ring else {}))
+
+
+def layer_activations(s: int, b: int, h: int, a: int, recompute: str = "none", layers: int = 1):
+    """Activation bytes of `layers` transformer layers (Korthikanti et al. 2022, Table 2)."""
+    return layers * activations.korthikanti_layer_bytes(s, b, h, a, recompute)
+
+
+def layer_activations_fused(s: int, b: int, h: int, a: int, attention: str = "fused"):
+    """One layer's activations with fused attention (the S×S scores never stored)."""
+    return activations.korthikanti_layer_bytes_tp(s, b, h, a, 1, "none", 2, attention)
+
+
+def offloaded(strategy: str, psi, n: int, side: str, parts: tuple = ("total",), per_second: float | None = None):
+    """ZeRO-Offload's bytes on `side` (device or host) per GPU, summed over `parts`; divided by
+    `per_second` (a PCIe link) it is the time to move them."""
+    states = theory.offload(strategy, psi, n)[side]
+    total = sum(getattr(states, p) for p in parts)
+    return total if per_second is None else total / per_second
+
+
+def composed_states(strategy: str, psi, n: int, tp: int):
+    """Model-state bytes per GPU with tensor parallelism of degree `tp` composed (`theory.compose`)."""
+    return theory.compose(strategy, psi, n, tp=tp).total
+
+
+FIGURES = {f.__name__: f for f in (
+    given, recipe_bytes, model_states, comm_total, comm_collective, comm_ratio, zeropp_ratio, sent_bytes,
+    recipe_sent, bandwidth, bandwidth_ratio, alpha, all_gather_time, ring_allreduce_time, min_bucket_bytes,
+    comm_time, tokens_to_hide, cross_domain_bytes, cross_domain_ratio, step_comm_time, layer_activations,
+    layer_activations_fused, offloaded, composed_states)}
