@@ -77,3 +77,8 @@ def test_a_card_with_an_unknown_key_or_figure_function_is_refused(tmp_path):
         (tmp_path / "01_t.yaml").write_text(yaml.safe_dump({"topic": "t", "cards": [bad]}), encoding="utf-8")
         with pytest.raises(ValueError, match=match):
             deck.load_cards(tmp_path)
+
+
+def test_every_card_has_a_follow_up_and_a_check():
+    """An interviewer's follow-up is where a candidate is found out: every card has one."""
+    assert all(c.follow_ups and c.checks for c in deck.CARDS), [c.id for c in deck.CARDS if not c.follow_ups]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 
 from zeroedu.notebook.exercises import all_exercises, check
+from zeroedu.quiz import deck
+from zeroedu.quiz.grading import Number
 
 from tests.test_exercises import _context
 from zeroedu.theory import mistakes as M
@@ -89,6 +91,11 @@ CASES = [
     (M.all_sharded("megatron_distopt", PSI, N), 18 * PSI / N, "only ZeRO-3"),
     (M.large_n_limit("zero2", 7e9), 2 * 7e9, "limit of large N"),  # the bf16 weights stay whole
     (M.baseline_forgotten(4 * PSI), 4 * PSI, "already holds"),
+    (M.whole_for_shard(0.875e9, 8), 7e9, "1/N shard"),
+    (M.other_recipe_bytes("megatron-bf16", "mixed-bf16"), 2 + 2 + 12, "mixed-bf16"),
+    (M.forward_flops_only(0.7875, 7e9, 400e12), 0.7875 * 400e12 / (2 * 7e9), "6Ψ"),
+    # equal terms (e = 1/2) with one α per collective: α = 2(N-1)/N · S/β, S = N·α·β / (2(N-1))
+    (M.one_latency_per_collective(8, 50e9, 5e-6, 0.5), 8 * 5e-6 * 50e9 / 14, "2(N-1) steps"),
 ]
 
 
@@ -98,16 +105,26 @@ def test_each_mistake_computes_its_figure(mistake, want, word):
     assert word in mistake.why
 
 
+def _deck_mistakes():
+    """(card, number check, its figure, the mistake made) over the interview deck."""
+    for card in deck.CARDS:
+        for c in card.checks:
+            if isinstance(c, Number):
+                for made in c.mistakes:
+                    yield card, c, card.figures[c.figure], made()
+
+
 def test_every_named_mistake_is_anticipated_somewhere_and_named_there():
-    """Each named mistake is an anticipated wrong answer of at least one exercise, and giving its
-    figure there (computed on the exercise's example run) gets the diagnosis, not "off by a
-    factor"."""
+    """Each named mistake is an anticipated wrong answer of at least one exercise or card, and
+    giving its figure there (computed on the exercise's example run) gets the diagnosis, not "off
+    by a factor"."""
     used = {}
     for ex in all_exercises():
         for w in ex.wrong:
             if w.mistake:
                 used.setdefault(w.mistake, []).append((ex, w))
-    assert set(used) == {f.__name__ for f in M.MISTAKES}
+    in_deck = {m.name for *_, m in _deck_mistakes()}
+    assert set(used) | in_deck == {f.__name__ for f in M.MISTAKES}
     for name, pairs in used.items():
         for ex, w in pairs:
             ctx = _context(ex)
@@ -127,3 +144,14 @@ def test_every_anticipated_wrong_number_is_a_named_mistake():
 
 def test_every_mistake_function_has_a_case_here():
     assert {m.name for m, _, _ in CASES} == {f.__name__ for f in M.MISTAKES}
+
+
+def test_every_number_check_of_the_deck_names_a_misconception():
+    """Each card's number checks anticipate at least one known mistake, and an answer equal to
+    the mistake's figure, written in the check's unit, is told that mistake, not "off by 40 %"."""
+    numbers = [(card.id, c) for card in deck.CARDS for c in card.checks if isinstance(c, Number)]
+    assert len(numbers) >= 40 and all(c.mistakes for _, c in numbers), [i for i, c in numbers if not c.mistakes]
+    for card, check, fig, made in _deck_mistakes():
+        r = check.grade(f"{made.value / fig.scale:.12g} {fig.unit}", fig)
+        assert not r.ok and r.note == made.why, (card.id, check.figure, made.name, r)
+        assert made.name in {f.__name__ for f in M.MISTAKES}

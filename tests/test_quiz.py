@@ -95,7 +95,7 @@ EXPECTED = {
                   "z3": 16 * P13 / 8, "gpu": 80e9, "reserve": 20e9},
     "precision_bytes": {"k": 12, "mixed": 16, "meg": 18, "fp16": 20, "fp32": 16},
     "grad_accumulation": {"z1k": 2 * RS8, "z2k": 4 * RS8 + RS8, "z3k": 4 * 3 * RS8, "z3": 3 * RS8},
-    "grad_clipping": {"norm_bytes": 2 * 7 / 8 * 4},
+    "grad_clipping": {},
     "loss_scaling": {"rs_fp32": 7 / 8 * 4 * P7, "rs_bf16": RS8},
     "checkpoint_reshard": {"opt": 12 * P7, "total": 16 * P7},
     "fsdp_tp": {"ms": 16 * P70 / 64, "dp_sent": 3 * 7 / 8 * 2 * P70 / 8},

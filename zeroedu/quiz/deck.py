@@ -37,6 +37,7 @@ import yaml
 
 from ..answers import LETTERS
 from ..fmt import significant
+from ..theory import mistakes
 from .figures import FIGURES
 from .grading import CardGrade, Choice, Number, Point, Term, grade_checks
 
@@ -243,9 +244,34 @@ def _letters(answer) -> tuple[int, ...]:
     return tuple(LETTERS.index(a) for a in ([answer] if isinstance(answer, str) else answer))
 
 
-def _check(d: dict):
+def _mistake(spec: dict, figures: dict):
+    """A number check's anticipated mistake: a function of `theory.mistakes` and its arguments,
+    each a value, ``{figure: name}`` (one of the card's figures) or a figure of its own
+    (``{fn: ...}``); ``per`` divides the mistake's bytes by a figure (a bandwidth: bytes -> time);
+    ``why`` words the diagnosis for this card. Called when a wrong answer is graded."""
+    spec = dict(spec)
+    name, why, per = spec.pop("fn"), spec.pop("why", None), spec.pop("per", None)
+    fn = {f.__name__: f for f in mistakes.MISTAKES}.get(name)
+    if fn is None:
+        raise ValueError(f"unknown mistake {name!r}; one of the functions of zeroedu.theory.mistakes")
+
+    def value(v):
+        if isinstance(v, dict) and set(v) == {"figure"}:
+            return figures[v["figure"]].value()
+        return _fig(v).value() if isinstance(v, dict) else _arg(v)
+
+    def made() -> mistakes.Mistake:
+        m = fn(**{k: value(v) for k, v in spec.items()})
+        if per is not None:
+            m = replace(m, value=m.value / float(value(per)))
+        return replace(m, why=why) if why else m
+    return made
+
+
+def _check(d: dict, figures: dict):
     if "number" in d:
-        return Number(d["number"], d["figure"], **({"tolerance": d["tolerance"]} if "tolerance" in d else {}))
+        return Number(d["number"], d["figure"], **({"tolerance": d["tolerance"]} if "tolerance" in d else {}),
+                      mistakes=tuple(_mistake(m, figures) for m in d.get("mistakes", ())))
     if "choice" in d:
         return Choice(d["choice"], tuple(d["options"]), _letters(d["answer"]), d.get("why", ""))
     if "term" in d:
@@ -264,12 +290,12 @@ def _card(d: dict, topic: str, where: str) -> Card:
              "evidence", "sources"}
     if set(d) - known:
         raise ValueError(f"{where}: card {d.get('id')!r} has unknown keys {sorted(set(d) - known)}")
+    figures = {k: _fig(v) for k, v in d.get("figures", {}).items()}
     return Card(id=d["id"], topic=topic, question=d["question"], question_zh=d["question_zh"], answer=d["answer"],
-                checks=tuple(_check(c) for c in d["checks"]), must_hit=tuple(Point(t) for t in d["must_hit"]),
+                checks=tuple(_check(c, figures) for c in d["checks"]), must_hit=tuple(Point(t) for t in d["must_hit"]),
                 follow_ups=tuple((f["q"], f["a"]) for f in d.get("follow_ups", ())),
                 evidence=tuple(_evidence(e) for e in d.get("evidence", ())),
-                figures={k: _fig(v) for k, v in d.get("figures", {}).items()},
-                sources=tuple(d.get("sources", ())))
+                figures=figures, sources=tuple(d.get("sources", ())))
 
 
 def load_cards(directory: Path = CARDS_DIR) -> list[Card]:

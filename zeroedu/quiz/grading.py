@@ -64,6 +64,9 @@ class Number:
     prompt: str
     figure: str
     tolerance: float = TOLERANCE
+    # the wrong figures known misconceptions give: functions returning a `theory.mistakes.Mistake`
+    # (in the figure's own unit, before `scale`); an answer equal to one is told which mistake it is
+    mistakes: tuple = field(default=(), compare=False)
     kind = "number"
 
     def hint(self, fig) -> str:
@@ -82,8 +85,16 @@ class Number:
             return Result(False, answer, fig.text(),
                           f"give one number{' in ' + fig.unit if fig.unit else ''}")
         ok = close(got, exp, self.tolerance) if exp else got == 0
-        note = "" if ok else f"off by {100 * (got - exp) / exp:+.0f} %" if exp else ""
+        note = "" if ok else self.diagnose(got) or (f"off by {100 * (got - exp) / exp:+.0f} %" if exp else "")
         return Result(ok, answer, fig.text(), note)
+
+    def diagnose(self, got: float) -> str:
+        """The misconception a wrong figure comes from, when it is one the check anticipates."""
+        for m in self.mistakes:
+            wrong = m()
+            if close(got, wrong.value, self.tolerance) if wrong.value else got == 0:
+                return wrong.why
+        return ""
 
 
 @dataclass(frozen=True)

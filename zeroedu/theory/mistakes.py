@@ -426,6 +426,35 @@ def baseline_forgotten(figure) -> Mistake:
     return Mistake("baseline_forgotten", float(figure), "that is the whole buffer; the other strategy already holds part of it")
 
 
+def whole_for_shard(shard, n: int) -> Mistake:
+    """The whole model's bytes where each GPU handles only its 1/N shard."""
+    return Mistake("whole_for_shard", float(Fraction(shard) * n), "that is the whole model's; each GPU moves its 1/N shard")
+
+
+def other_recipe_bytes(asked: str, confused: str) -> Mistake:
+    """Bytes per parameter of another precision recipe than the one asked."""
+    from ..recipes import get_recipe
+
+    return Mistake("other_recipe_bytes", float(get_recipe(confused).total_bytes),
+                   f"that is the {confused} recipe's bytes per parameter, not {asked}'s")
+
+
+def forward_flops_only(seconds, psi, flops) -> Mistake:
+    """Tokens whose compute lasts `seconds` at `flops`, counted with 2Ψ FLOPs per token (the
+    forward alone) instead of 6Ψ (forward 2Ψ + backward 4Ψ)."""
+    return Mistake("forward_flops_only", float(seconds) * float(flops) / (2 * float(psi)),
+                   "a token costs 6Ψ FLOPs in training, forward 2Ψ and backward 4Ψ; 2Ψ is the forward alone")
+
+
+def one_latency_per_collective(n: int, bandwidth, alpha, efficiency) -> Mistake:
+    """The bucket at which a ring all-reduce's bytes take `efficiency` of its time, with one α
+    per collective instead of one per ring step, 2(N-1) of them."""
+    e = float(efficiency)
+    transfer_per_byte = 2 * (n - 1) / (n * float(bandwidth))
+    return Mistake("one_latency_per_collective", e / (1 - e) * float(alpha) / transfer_per_byte,
+                   "a ring all-reduce pays α at each of its 2(N-1) steps, not once")
+
+
 MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
             optimizer_forgotten, parameters_only, other_recompute, one_layer_only, even_split,
             full_chunk_everywhere, floor_rows, unpadded_buffer, one_padded_chunk, only_optimizer_shard, missing_gradients, ring_factor_dropped,
@@ -436,6 +465,7 @@ MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_fo
             doubles_with_n, shrinks_with_n, one_over_m, naive_root_sends, one_chunk_only, one_message_per_ring_step,
             ring_model_share, bytes_time_kept, latency_alone, bytes_time_ignored, off_by_one, power_of_two_habit,
             optimizer_over_m_only, elements_ratio, kept_for_saved, nothing_kept, other_mode,
-            transient_forgotten, heads_alone, all_sharded, large_n_limit, baseline_forgotten)
+            transient_forgotten, heads_alone, all_sharded, large_n_limit, baseline_forgotten,
+            whole_for_shard, other_recipe_bytes, forward_flops_only, one_latency_per_collective)
 
 __all__ = ["Mistake", "MISTAKES", *[f.__name__ for f in MISTAKES]]
