@@ -82,3 +82,23 @@ def test_a_card_with_an_unknown_key_or_figure_function_is_refused(tmp_path):
 def test_every_card_has_a_follow_up_and_a_check():
     """An interviewer's follow-up is where a candidate is found out: every card has one."""
     assert all(c.follow_ups and c.checks for c in deck.CARDS), [c.id for c in deck.CARDS if not c.follow_ups]
+
+
+def test_every_card_names_a_misconception_and_a_wrong_pick_is_told_it():
+    """A card's number checks anticipate named mistakes (`tests/test_mistakes.py` grades each);
+    its choices may name the misconception behind a wrong option, and a learner who picks that
+    option, in their own order of the options, is told it."""
+    from zeroedu.answers import LETTERS
+    from zeroedu.quiz.grading import Choice, Number
+
+    for card in deck.CARDS:
+        named = [c for c in card.checks if (isinstance(c, Number) and c.mistakes)
+                 or (isinstance(c, Choice) and c.misconceptions)]
+        assert named, f"{card.id} names no misconception"
+        for seed in (0, 1, 7):
+            mine = deck.for_learner(card, seed)
+            for c in mine.checks:
+                if isinstance(c, Choice):
+                    for i, why in c.misconceptions:
+                        r = c.grade(LETTERS[i])
+                        assert not r.ok and why in r.note, (card.id, seed, i)

@@ -273,7 +273,9 @@ def _check(d: dict, figures: dict):
         return Number(d["number"], d["figure"], **({"tolerance": d["tolerance"]} if "tolerance" in d else {}),
                       mistakes=tuple(_mistake(m, figures) for m in d.get("mistakes", ())))
     if "choice" in d:
-        return Choice(d["choice"], tuple(d["options"]), _letters(d["answer"]), d.get("why", ""))
+        wrong = d.get("wrong", {})
+        return Choice(d["choice"], tuple(d["options"]), _letters(d["answer"]), d.get("why", ""),
+                      tuple((LETTERS.index(k), why) for k, why in wrong.items()))
     if "term" in d:
         return Term(d["term"], tuple(d["accepted"]), d.get("why", ""))
     raise ValueError(f"a check is a number, a choice or a term: {d}")

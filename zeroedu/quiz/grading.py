@@ -106,6 +106,8 @@ class Choice:
     options: tuple[str, ...]
     answer: tuple[int, ...]
     why: str = ""
+    # (option index, the misconception that picks it): a wrong single pick of that option is told it
+    misconceptions: tuple[tuple[int, str], ...] = ()
     kind = "choice"
 
     def __post_init__(self):
@@ -115,6 +117,8 @@ class Choice:
             raise ValueError(f"answer indices out of range: {self.prompt!r}")
         if len(set(self.answer)) != len(self.answer):
             raise ValueError(f"repeated answer index: {self.prompt!r}")
+        if any(i in self.answer or not 0 <= i < len(self.options) for i, _ in self.misconceptions):
+            raise ValueError(f"a misconception names a wrong option: {self.prompt!r}")
 
     @property
     def multi(self) -> bool:
@@ -124,8 +128,9 @@ class Choice:
         """The same choice with its options shown in `order` (order[j]: the option shown j-th)."""
         if sorted(order) != list(range(len(self.options))):
             raise ValueError(f"not an order of {len(self.options)} options: {order}")
-        return Choice(self.prompt, tuple(self.options[i] for i in order),
-                      tuple(sorted(list(order).index(i) for i in self.answer)), self.why)
+        at = list(order).index
+        return Choice(self.prompt, tuple(self.options[i] for i in order), tuple(sorted(at(i) for i in self.answer)),
+                      self.why, tuple((at(i), why) for i, why in self.misconceptions))
 
     def hint(self, fig=None) -> str:
         return "(letters, all that apply)" if self.multi else "(one letter)"
@@ -153,7 +158,8 @@ class Choice:
             return Result(False, answer, self.expected_text(),
                           f"answer with {'letters' if self.multi else 'one letter'} a-{LETTERS[n - 1]}")
         ok = got == frozenset(self.answer)
-        return Result(ok, answer, self.expected_text(), self.why)
+        named = dict(self.misconceptions).get(next(iter(got))) if not ok and len(got) == 1 else None
+        return Result(ok, answer, self.expected_text(), " ".join(t for t in (named, self.why) if t))
 
 
 @dataclass(frozen=True)
