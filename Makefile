@@ -68,7 +68,7 @@ tour: setup
 # (every strategy, N = 2 and 4, two links), the notebooks' time lessons (benchmarks/results/lessons.json):
 # over 20 minutes on 2 cores. Quick pass: make bench BENCH_ARGS=--quick
 BENCH_ARGS ?=
-BENCHES ?= compare collectives instrumentation scaling launch links predict lessons
+BENCHES ?= compare collectives instrumentation scaling launch links predict lessons loss_curves
 
 bench: setup
 	@for b in $(BENCHES); do echo "== benchmarks/bench_$$b.py"; \

@@ -108,3 +108,12 @@ def test_lessons(bench):
     assert all(r.measured > 0 and r.predicted > 0 and 0 < r.bound <= r.predicted + 1e-9 for r in rows)
     saved = time_lessons.results("fsdp_prefetch", str(out / "lessons.json"))
     assert saved == rows and json.load(open(out / "lessons.json"))["rounds"] == 2
+
+
+def test_loss_curves(bench):
+    load, out = bench
+    rows = load("bench_loss_curves").main(["--steps", "3", "--families", "zero2,hfsdp"])
+    assert [(r["strategy"], r["n"], r["m"]) for r in rows] == [("zero2", 4, 1), ("hfsdp", 2, 2)]
+    data = json.load(open(out / "loss_curves.json"))
+    assert data["steps"] == 3 and all(len(r["losses"]) == len(r["reference"]) == 3 for r in data["rows"])
+    assert all(r["worst_relative"] < 1e-4 for r in rows)  # fp32: the single-process curve

@@ -109,12 +109,19 @@ def test_report_figures_show_the_report():
         [r0.predicted.comm["all_reduce"], r0.measured.comm["all_reduce"], wire])
     _png(fig)
 
+    # on a time axis the first step, whose backward is recorded op by op, is left out, and said so
     fig = viz.memory_timeline(rep)
     ax = fig.axes[0]
+    assert rep.steps > 1 and "step 0, recorded op by op, left out" in ax.get_title()
     lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("rank")]
     assert len(lines) == 2
     for r, ln in enumerate(lines):
-        assert len(ln.get_xdata()) == len(rep.ranks[r].timeline.events)
+        assert len(ln.get_xdata()) == len([e for e in rep.ranks[r].timeline.events if e["step"] > 0])
+    fig = viz.memory_timeline(rep, steps=range(rep.steps))  # every step, when asked
+    ax = fig.axes[0]
+    lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("rank")]
+    for r, ln in enumerate(lines):
+        assert len(ln.get_xdata()) == len([e for e in rep.ranks[r].timeline.events if e["step"] in range(rep.steps)])
     evs = rep.ranks[0].timeline.events
     div, _ = viz.byte_scale([sum(e["bytes"].values()) for e in evs] + [rep.ranks[0].predicted.total])
     dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and len(ln.get_ydata()) == 2]

@@ -57,3 +57,21 @@ def significant(x, digits: int = 4) -> str:
 def gb(x, width: int = 10, decimals: int = 2) -> str:
     """A right-aligned column of GB (1e9 bytes)."""
     return f"{float(x) / 1e9:{width}.{decimals}f}"
+
+
+def params(psi) -> str:
+    """A parameter count as people say it: 7e9 -> '7B', 1.5e9 -> '1.5B', 3242081 -> '3.24M'."""
+    x = float(psi)
+    for unit, scale in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(x) >= scale:
+            return f"{significant(x / scale, 3)}{unit}"
+    return significant(x, 3)
+
+
+def short_bytes(x) -> str:
+    """Bytes for a title: 14e9 -> '14 GB', 26.25e9 -> '26.25 GB', 1.6e6 -> '1.6 MB' (no trailing zeros)."""
+    x = float(x)
+    for unit, scale in _UNITS:
+        if abs(x) >= scale:
+            return f"{significant(x / scale, 4)} {unit}"
+    return f"{x:.0f} B"

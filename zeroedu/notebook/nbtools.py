@@ -103,3 +103,15 @@ def assert_match(report: RunReport) -> None:
     if not ok:
         raise AssertionError(f"prediction and measurement disagree:\n{match_table(report).text}\n"
                              f"loss rel. diff {diff:.3g} (tolerance {tol:g})")
+
+
+def cached_result(name: str) -> dict:
+    """A result the benchmarks committed (`benchmarks/results/<name>.json`) that a notebook reads
+    instead of rerunning minutes of training: `benchmarks/bench_<name>.py` regenerates it."""
+    import json
+    import os
+
+    from ..references.bench import RESULTS_DIR
+
+    with open(os.path.join(RESULTS_DIR, f"{name}.json")) as f:
+        return json.load(f)

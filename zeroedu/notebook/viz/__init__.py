@@ -25,6 +25,7 @@ Figures
     trace_figure          one run's Chrome trace (`notebook.trace`): compute and comm tracks per rank
     fsdp_lifecycle        ZeRO-3 / FSDP unit lifecycle: unshard, compute, reshard, reduce-scatter
     loss_curves           one run's losses against the single-process reference
+    learning_curves       long runs, one per strategy family, against single-process training (cached)
     ownership_figure      FSDP1 flat vs FSDP2 dim-0: which rank stores which element
     cross_domain_figure   flat ZeRO-3 over M·N vs HSDP vs HFSDP: bytes, cross-domain bytes, time
     axis_bytes_bars       runs' bytes per mesh axis: ring model beside the wire
@@ -33,16 +34,17 @@ Figures
     scaling_figure        step time and bytes per rank against N, zeroedu and torch, with the
                           closed-form communication time (`scaling_results`, `step_times`)
 """
-from .common import COLORS, RANK_COLORS, STATE_CATS, TIMELINE_CATS, byte_scale, human_bytes, new_figure, rank_color
+from .common import (COLORS, RANK_COLORS, STATE_CATS, TIMELINE_CATS, byte_scale, human_bytes, mesh, new_figure,
+                     rank_color)
 from .layouts import dim0_ownership, flat_ownership, ownership_figure
-from .runs import accumulation_figure, activation_bars, comm_bars, loss_curves, memory_bars
+from .runs import accumulation_figure, activation_bars, comm_bars, learning_curves, loss_curves, memory_bars
 from .timelines import (lifecycle_kind, memory_timeline, overlap_timeline, timeline_axes, trace_figure)
 from .theory import (axis_bytes_bars, cross_domain_figure, fsdp_lifecycle, ring_scaling, scaling_figure,
                      scaling_results, sharding_diagram, step_times, theory_comm,
                      theory_comm_bars, theory_memory, theory_memory_bars)
 
-__all__ = ["accumulation_figure", "activation_bars", "lifecycle_kind", "axis_bytes_bars", "scaling_figure", "scaling_results", "step_times", "COLORS", "RANK_COLORS", "STATE_CATS", "TIMELINE_CATS", "byte_scale", "human_bytes", "new_figure", "rank_color",
-           "dim0_ownership", "flat_ownership", "ownership_figure", "comm_bars", "loss_curves",
+__all__ = ["accumulation_figure", "activation_bars", "lifecycle_kind", "axis_bytes_bars", "scaling_figure", "scaling_results", "step_times", "COLORS", "RANK_COLORS", "STATE_CATS", "TIMELINE_CATS", "byte_scale", "human_bytes", "mesh", "new_figure", "rank_color",
+           "dim0_ownership", "flat_ownership", "ownership_figure", "comm_bars", "learning_curves", "loss_curves",
            "memory_bars", "memory_timeline", "overlap_timeline", "timeline_axes", "trace_figure", "cross_domain_figure",
            "fsdp_lifecycle", "ring_scaling", "sharding_diagram", "theory_comm", "theory_comm_bars",
            "theory_memory", "theory_memory_bars"]

@@ -23,11 +23,16 @@ def rank_color(r: int) -> str:
     return RANK_COLORS[r % len(RANK_COLORS)]
 
 
+def mesh(report) -> str:
+    """A run's ranks as the course writes them: "N=4", or "N=2, M=2" on a two-level mesh."""
+    return f"N={report.n}" + (f", M={report.m}" if getattr(report, "m", 1) > 1 else "")
+
+
 def new_figure(w: float = 7.0, h: float = 3.2, **kw) -> Figure:
     return Figure(figsize=(w, h), layout="constrained", **kw)
 
 
-__all__ = ["COLORS", "RANK_COLORS", "rank_color", "STATE_CATS", "TIMELINE_CATS", "new_figure", "byte_scale", "human_bytes"]
+__all__ = ["COLORS", "RANK_COLORS", "mesh", "rank_color", "STATE_CATS", "TIMELINE_CATS", "new_figure", "byte_scale", "human_bytes"]
 
 
 def outside_legend(ax, handles=None, ncol: int = 1) -> None:

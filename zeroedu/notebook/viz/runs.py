@@ -8,8 +8,9 @@ from typing import Sequence
 
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
-from .common import COLORS, byte_scale, new_figure, outside_legend, rank_color
+from .common import COLORS, RANK_COLORS, byte_scale, mesh, new_figure, outside_legend, rank_color
 from ...reports import RankReport, RunReport
 
 
@@ -40,7 +41,7 @@ def memory_bars(report: RunReport, rank: int = 0) -> Figure:
     ax = fig.add_subplot()
     _paired_bars(ax, keys, pred, meas, div)
     ax.set_ylabel(unit)
-    ax.set_title(f"{report.strategy} rank {rank}, N={report.n}, {report.recipe}: model states",
+    ax.set_title(f"{report.strategy} rank {rank}, {mesh(report)}, {report.recipe}: model states",
                  fontsize=9)
     return fig
 
@@ -69,7 +70,7 @@ def comm_bars(report: RunReport, rank: int = 0) -> Figure:
     ax.set_xticks(list(xs), keys, fontsize=8)
     ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_ylabel(f"{unit} sent per step")
-    ax.set_title(f"{report.strategy} rank {rank}, N={report.n}: communication", fontsize=9)
+    ax.set_title(f"{report.strategy} rank {rank}, {mesh(report)}: communication", fontsize=9)
     return fig
 
 
@@ -79,10 +80,45 @@ def loss_curves(report: RunReport) -> Figure:
     ax = fig.add_subplot()
     steps = range(len(report.losses))
     ax.plot(steps, report.reference_losses, "o-", color="grey", label="single process (torch.optim.Adam)")
-    ax.plot(steps, report.losses, "x--", color="#C44E52", label=f"{report.strategy} on N={report.n}")
+    ax.plot(steps, report.losses, "x--", color="#C44E52", label=f"{report.strategy} on {mesh(report)}")
     ax.set_xlabel("step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole
     ax.set_ylabel("loss")
     ax.legend(fontsize=7, frameon=False)
+    return fig
+
+
+def learning_curves(data: dict) -> Figure:
+    """Long runs, one per strategy family (`benchmarks/bench_loss_curves.py`'s cached result):
+    each family's loss against the single-process reference (left; the curves lie on it) and how
+    far each step is from it, relative, on a log scale (right; 0, bitwise equal, drawn at the floor)."""
+    fig = new_figure(9.0, 3.2)
+    left, right = fig.subplots(1, 2, width_ratios=(1.15, 1.0))
+    rows = data["rows"]
+    steps = range(1, len(rows[0]["reference"]) + 1)
+    left.plot(steps, rows[0]["reference"], color="black", lw=3.0, alpha=0.25, label="single process")
+    floor = 1e-9
+    markers = "osD^vP"
+    every = max(1, len(steps) // 8)
+    for i, r in enumerate(rows):
+        mesh = f"N = {r['n']}" + (f", M = {r['m']}" if r["m"] > 1 else "")
+        color = RANK_COLORS[i % len(RANK_COLORS)]
+        label = f"{r['strategy']} ({mesh})"
+        left.plot(steps, r["losses"], lw=0.9, color=color, marker=markers[i % len(markers)], ms=3.5,
+                  markevery=(i * every // len(rows), every), label=label)
+        rel = [max(abs(a - b) / abs(b), floor) for a, b in zip(r["losses"], r["reference"])]
+        right.plot(steps, rel, lw=0.8, color=color, label=label)
+    for ax in (left, right):
+        ax.set_xlabel("optimizer step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    left.set_ylabel("training loss")
+    left.set_title(f"{data['model']}, {data['recipe']}: every family learns, on the single-process curve",
+                   fontsize=9)
+    right.set_yscale("log")
+    right.set_ylim(floor / 2, 1e-3)
+    right.set_ylabel("|loss − single process| / loss")
+    right.set_title("how far from single-process training (log)", fontsize=9)
+    outside_legend(right)
     return fig
 
 

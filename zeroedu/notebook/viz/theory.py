@@ -8,12 +8,14 @@ from typing import Sequence
 
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import MaxNLocator
 
 from ... import catalog, theory
 from ...kinds import EventKind
 from ...recipes import get_recipe
 from ...theory.hybrid import cross_domain_table
-from .common import COLORS, STATE_CATS, byte_scale, human_bytes, new_figure, rank_color
+from ...fmt import params
+from .common import COLORS, STATE_CATS, byte_scale, human_bytes, new_figure, outside_legend, rank_color
 from ...reports import RunReport
 
 def sharding_diagram(strategy: str, n: int = 4, m: int = 1, recipe: str | None = None,
@@ -113,7 +115,7 @@ def theory_memory_bars(strategies=None, psi=7e9, n=8, m=1, recipe=None, gpu_byte
                 ha="right", va="bottom", fontsize=7)
     ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel(f"{unit} per GPU")
-    ax.set_title(f"model states per GPU: Ψ={psi:.3g}, N={n}, M={m}" + (f", tp={tp}, pp={pp}" if tp * pp > 1 else "")
+    ax.set_title(f"model states per GPU: Ψ = {params(psi)}, N = {n}" + (f", M = {m}" if m > 1 else "") + (f", tp={tp}, pp={pp}" if tp * pp > 1 else "")
                  + (f", offload={offload}" if offload != "none" else ""), fontsize=9)
     ax.legend(handles=[Patch(color=COLORS[c], label=c) for c in STATE_CATS], fontsize=7, frameon=False)
     return fig
@@ -151,7 +153,7 @@ def theory_comm_bars(strategies=None, psi=7e9, n=8, m=1, recipe=None, highlight:
             bottom += v
     ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel(f"{unit} sent per GPU per step")
-    ax.set_title(f"communication per step (ring model): Ψ={psi:.3g}, N={n}, M={m}", fontsize=9)
+    ax.set_title(f"communication per step (ring model): Ψ = {params(psi)}, N = {n}" + (f", M = {m}" if m > 1 else ""), fontsize=9)
     ax.legend(handles=[Patch(color=COLORS[c], label=c) for c in theory.COLLECTIVES], fontsize=7,
               frameon=False)
     return fig
@@ -165,22 +167,29 @@ def ring_scaling(nbytes: float, n_max: int = 16, measured: dict | None = None,
     if not isinstance(n_max, int) or n_max < 1:
         raise ValueError(f"n_max must be an integer >= 1, got {n_max!r}")
     ns = list(range(1, n_max + 1))
-    fig = new_figure(5.5, 3.0)
+    fig = new_figure(6.5, 3.0)
     ax = fig.add_subplot()
+    curves: dict[tuple, list[str]] = {}  # one line per distinct formula: reduce-scatter's is all-gather's
     for c in theory.COLLECTIVES:
-        ax.plot(ns, [float(theory.sent_bytes(c, nbytes, n)) / nbytes for n in ns], "-", color=COLORS[c],
-                label=f"{c} (formula)")
-        for n, d in sorted((measured or {}).items()):
-            if c in d:
-                ax.plot([n], [d[c] / nbytes], "o", color=COLORS[c], markersize=7, markeredgecolor="black")
-    if measured:
-        ax.plot([], [], "o", color="white", markeredgecolor="black", label=measured_label)
+        curves.setdefault(tuple(float(theory.sent_bytes(c, nbytes, n)) / nbytes for n in ns), []).append(c)
+    for ys, cs in curves.items():
+        ax.plot(ns, ys, "-", color=COLORS[cs[0]], label=" = ".join(cs) + " (formula)")
+    # measured points side by side around each N, each collective its own marker, so points
+    # that land on one curve (or on the same spot) stay visible
+    markers = {"all_reduce": "o", "reduce_scatter": "s", "all_gather": "^", "broadcast": "D"}
+    k = len(theory.COLLECTIVES)
+    for j, c in enumerate(theory.COLLECTIVES):
+        pts = [(n + 0.12 * (j - (k - 1) / 2), d[c] / nbytes) for n, d in sorted((measured or {}).items()) if c in d]
+        if pts:
+            ax.plot(*zip(*pts), linestyle="none", marker=markers.get(c, "o"), color=COLORS[c], markersize=6,
+                    markeredgecolor="black", markeredgewidth=0.6, label=f"{c}, {measured_label}")
     ax.axhline(2, color="grey", linestyle=":", linewidth=0.8)
     ax.axhline(1, color="grey", linestyle=":", linewidth=0.8)
     ax.set_xlabel("N (ranks in the group)")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("bytes sent per rank / S")
     ax.set_title(title or f"ring collectives, payload S = {human_bytes(nbytes)}", fontsize=9)
-    ax.legend(fontsize=7, frameon=False)
+    outside_legend(ax)
     return fig
 
 
@@ -266,7 +275,7 @@ def cross_domain_figure(psi=7e9, n: int = 8, m: int = 2, recipe=None, bandwidth=
                        Patch(facecolor="#BBBBBB", hatch="//", edgecolor="white",
                              label="flat: rings striped over the node's NICs")], fontsize=6, frameon=False)
     nics = n if nics_per_node is None else nics_per_node
-    fig.suptitle(f"Ψ={float(psi):.3g}, {m} domains × {n} ranks; {nics} NICs per node", fontsize=9)
+    fig.suptitle(f"Ψ = {params(psi)}, {m} domains × {n} ranks; {nics} NICs per node", fontsize=9)
     return fig
 
 

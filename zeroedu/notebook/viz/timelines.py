@@ -23,7 +23,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ...kinds import EventKind
 from ...runtime import analysis
-from .common import COLORS, TIMELINE_CATS, byte_scale, new_figure, outside_legend, rank_color
+from .common import COLORS, TIMELINE_CATS, byte_scale, mesh, new_figure, outside_legend, rank_color
 from .runs import _rank
 from ...reports import RankReport, RunReport
 
@@ -132,6 +132,8 @@ def _decorate(ax, events: list[dict], marks: list[dict], xm: _XMap, annotate: bo
                     transform=ax.get_xaxis_transform(), clip_on=False, linestyle="none")
             drawn.add("recompute")
     xs = xm.events()
+    span = (max(xs) - min(xs)) if xs else 1.0
+    last_label, low = None, False  # a unit number close to the one before drops a line, so they do not overlap
     for x, e in zip(xs, events):
         kind = lifecycle_kind(e)
         if kind == "step":
@@ -144,8 +146,10 @@ def _decorate(ax, events: list[dict], marks: list[dict], xm: _XMap, annotate: bo
             drawn.add(kind)
             u = e.get("unit")
             if annotate and marker == "^" and u is not None:
-                ax.annotate(str(u), (x, 0.975), xycoords=ax.get_xaxis_transform(), xytext=(0, -5),
+                low = last_label is not None and x - last_label < 0.025 * span and not low
+                ax.annotate(str(u), (x, 0.975), xycoords=ax.get_xaxis_transform(), xytext=(0, -13 if low else -5),
                             textcoords="offset points", ha="center", va="top", fontsize=6, color=color)
+                last_label = x
     return drawn
 
 
@@ -246,18 +250,26 @@ def memory_timeline(report: RunReport, ranks: Sequence[int] | None = None, stack
     layout="panels": small multiples, one stacked panel per rank in `ranks`, same y scale, so a
     rank that differs stands out (`stacked_rank` is then not used).
     x="time" | "event" (event index: every lifecycle step equally wide); `steps` keeps only
-    those training steps (an int or several); `annotate` writes the unit number over each
-    unshard (default: when at most 80 events are shown)."""
+    those training steps (an int or several; on a time axis the default leaves out a full
+    record's first step, whose backward is recorded op by op and runs several times slower);
+    `annotate` writes the unit number over each unshard (default: when at most 80 events are shown)."""
     if layout not in TIMELINE_LAYOUTS:
         raise ValueError(f"layout must be one of {TIMELINE_LAYOUTS}, got {layout!r}")
     if x not in TIMELINE_X:
         raise ValueError(f"x must be one of {TIMELINE_X}, got {x!r}")
+    skipped = ""
+    if steps is None and x == "time" and report.timeline_mode == "full" and report.steps > 1:
+        # a full record watches the first step's backward op by op, several times slower than
+        # the steps after it: on a time axis it would squash them, so it is left out, and said so
+        steps = range(1, report.steps)
+        skipped = " (step 0, recorded op by op, left out)"
     ranks = list(range(len(report.ranks))) if ranks is None else list(ranks)
     for r in ranks + ([] if stacked_rank is None or layout == "panels" else [stacked_rank]):
         _rank(report, r)
     where = "" if steps is None else f", step{'s' if not isinstance(steps, int) else ''} " + (
         str(steps) if isinstance(steps, int) else ", ".join(map(str, sorted(_step_filter(steps)))))
-    head = f"{report.strategy}, N={report.n}, {report.recipe}"
+    where += skipped
+    head = f"{report.strategy}, {mesh(report)}, {report.recipe}"
     if layout == "panels":
         cols = min(len(ranks), 4)
         rows = -(-len(ranks) // cols)
@@ -295,6 +307,7 @@ def memory_timeline(report: RunReport, ranks: Sequence[int] | None = None, stack
     fig = new_figure(8.5, 3.0 if stacked_rank is None else 5.8)
     axes = fig.subplots(1 if stacked_rank is None else 2, 1, squeeze=False)[:, 0]
     timeline_axes(axes[0], evs, pred, f"{head}: memory per rank{where}", x=x, marks_by_rank=marks)
+
     if stacked_rank is not None:
         ax = axes[1]
         rr = report.ranks[stacked_rank]
@@ -335,19 +348,18 @@ def overlap_timeline(report: RunReport, rank: int = 0, step: int | None = None) 
         ax.broken_barh([((c["t_start"] - t0) * ms, max((te - c["t_start"]) * ms, 1e-3))], (i - 0.4, 0.8),
                        facecolor=COLORS.get(c["op"], "#4C72B0"), edgecolor="black" if c.get("blocking") else "none",
                        hatch="///" if c.get("blocking") else None, linewidth=0.3)
-    ax.set_yticks(range(len(comm)), [c["tag"] for c in comm], fontsize=6)
+    ax.set_yticks(range(len(comm)), [c["tag"] for c in comm], fontsize=7.5)
     ax.invert_yaxis()
-    ax.set_xlabel("milliseconds")
+    ax.set_xlabel("milliseconds since the step's first collective or backward")
     frac = analysis.overlap_fraction(tl, step)
-    ax.set_title(f"{report.strategy} rank {rank}, step {step}: collectives vs backward"
-                 + (f" ({100 * frac:.0f}% of gradient-reduction time hidden behind backward)" if frac is not None else ""),
-                 fontsize=9)
+    ax.set_title(f"{report.strategy}, rank {rank}, step {step}: collectives against backward"
+                 + (f"\nthis rank and step: {100 * frac:.0f} % of the gradient reductions' time inside backward"
+                    if frac is not None else ""), fontsize=9)
     ops = sorted({c["op"] for c in comm})
     extra = ([Patch(facecolor="white", edgecolor="black", hatch="///", label="synchronous (stalls backward)")]
              if any(c.get("blocking") for c in comm) else [])
-    ax.legend(handles=[Patch(color="#DDDDDD", label="backward")] +
-              [Patch(color=COLORS.get(o, "#4C72B0"), label=o) for o in ops] + extra, fontsize=7, frameon=False,
-              loc="lower right")
+    outside_legend(ax, [Patch(color="#DDDDDD", label="backward")] +
+                   [Patch(color=COLORS.get(o, "#4C72B0"), label=o) for o in ops] + extra)
     return fig
 
 

@@ -188,7 +188,7 @@ class RunPanel:
     def _redraw_final(self) -> None:
         if self.report is not None:
             rep = self.report
-            self._draw(f"{rep.strategy}, N={rep.n}, {rep.recipe}, {rep.model}: memory per rank",
+            self._draw(f"{rep.strategy}, {viz.mesh(rep)}, {rep.recipe}, {rep.model}: memory per rank",
                        {r.rank: r.timeline.marks for r in rep.ranks})
 
     def on_event(self, msg: dict) -> None:
