@@ -67,11 +67,3 @@ def params(psi) -> str:
             return f"{significant(x / scale, 3)}{unit}"
     return significant(x, 3)
 
-
-def short_bytes(x) -> str:
-    """Bytes for a title: 14e9 -> '14 GB', 26.25e9 -> '26.25 GB', 1.6e6 -> '1.6 MB' (no trailing zeros)."""
-    x = float(x)
-    for unit, scale in _UNITS:
-        if abs(x) >= scale:
-            return f"{significant(x / scale, 4)} {unit}"
-    return f"{x:.0f} B"
