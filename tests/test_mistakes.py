@@ -71,8 +71,6 @@ CASES = [
     (M.one_over_m(4), 0.25, "1/M"),
     (M.naive_root_sends(1e9, 8), 7e9, "gather-then-broadcast"),
     (M.one_chunk_only(1e9, 8), 0.125e9, "one chunk"),
-    (M.one_message_per_ring_step("all_reduce", 4), 6, "segments"),
-    (M.one_message_per_ring_step("all_gather", 4), 3, "segments"),
     # ZeRO-2 sends a bf16 reduce-scatter and a bf16 all-gather of Ψ: half each
     (M.ring_model_share("reduce_scatter", "zero2", 7e9, 8), 0.5, "ring model"),
     # Megatron's distributed optimizer: fp32 reduce-scatter (4 B) against a bf16 all-gather (2 B)

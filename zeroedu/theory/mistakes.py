@@ -310,13 +310,6 @@ def one_chunk_only(nbytes, n: int) -> Mistake:
                    "S/N is one chunk; each rank forwards N-1 of them around the ring")
 
 
-def one_message_per_ring_step(op: str, n: int) -> Mistake:
-    """One message per ring step, (N-1) per pass, for a collective whose chunks travel in segments."""
-    passes = 2 if op == "all_reduce" else 1
-    return Mistake("one_message_per_ring_step", float(passes * (n - 1)),
-                   f"one message per ring step is {passes}(N-1); each chunk travels in segments, one message each")
-
-
 def ring_model_share(op: str, strategy: str, psi, n, m=1, recipe=None, reduce_dtype=None) -> Mistake:
     """The share of one collective in a strategy's bytes on the ring model: right for the ring
     (and NCCL), not for a transport whose collective sends more, nor for another strategy."""
@@ -462,7 +455,7 @@ MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_fo
             part_over_rest, assumed_equal, framing_left_out, framing_not_subtracted, one_part_only, all_parts,
             own_shard_forgotten, not_per_parameter, once_per_micro_batch, split_over_micro_batches,
             per_step_not_per_unit, per_unit_for_per_parameter, one_per_parameter, messages_for_collectives,
-            doubles_with_n, shrinks_with_n, one_over_m, naive_root_sends, one_chunk_only, one_message_per_ring_step,
+            doubles_with_n, shrinks_with_n, one_over_m, naive_root_sends, one_chunk_only,
             ring_model_share, bytes_time_kept, latency_alone, bytes_time_ignored, off_by_one, power_of_two_habit,
             optimizer_over_m_only, elements_ratio, kept_for_saved, nothing_kept, other_mode,
             transient_forgotten, heads_alone, all_sharded, large_n_limit, baseline_forgotten,

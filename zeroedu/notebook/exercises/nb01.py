@@ -82,29 +82,28 @@ register(
                Wrong("d", "no rank acts as a root in gloo's collectives"))),
     Exercise(
         id="01.5", kind="number", style="measure",
-        prompt="From the wire table: how many more bytes did rank 0 put on the wire for gloo's own "
-               "reduce-scatter than for zeroedu's ring reduce-scatter, at N = 4?",
-        expected=lambda wire, **_: (_fig(wire, "backend", "reduce_scatter")["wire"][0]
-                                    - _fig(wire, "ring", "reduce_scatter")["wire"][0]),
-        rel=1e-4, example=_example,
-        hint="subtract the two measured (wire) figures of the reduce-scatter row",
-        wrong=(mistaken(mistakes.framing_left_out,
-                        "that is the payload difference alone, (N-1)/N · S; the wire also carries gloo's "
-                        "framing, and gloo's version sends more messages than the ring's",
-                        given=lambda wire, **_: (_fig(wire, "ring", "reduce_scatter")["model"],)),
-               mistaken(mistakes.assumed_equal("difference"),
-                        "the two implementations do not send the same bytes: look at the wire column"))),
+        prompt="From the wire table, N = 4, zeroedu's ring: rank 0's bytes on the wire for the all-reduce divided "
+               "by its bytes for the reduce-scatter of the same buffer?",
+        expected=lambda wire, **_: (_fig(wire, "ring", "all_reduce")["wire"][0]
+                                    / _fig(wire, "ring", "reduce_scatter")["wire"][0]),
+        rel=1e-2, example=_example,
+        hint="divide the two measured (wire) figures; what does an all-reduce do that a reduce-scatter does not?",
+        wrong=(mistaken(mistakes.assumed_equal("ratio"),
+                        "an all-reduce is a reduce-scatter followed by an all-gather: two passes round the ring"),
+               mistaken(mistakes.upside_down, "upside down: that is the reduce-scatter's bytes over the all-reduce's",
+                        given=lambda wire, **_: (_fig(wire, "ring", "all_reduce")["wire"][0]
+                                                 / _fig(wire, "ring", "reduce_scatter")["wire"][0],)))),
     Exercise(
         id="01.6", kind="number", style="measure",
-        prompt="gloo's own all-reduce at N = 4, rank 0: how many point-to-point messages did it send? "
-               "Work it out from the wire: (wire - ring model) / 144 B.",
-        expected=lambda wire, **_: ((_fig(wire, "backend", "all_reduce")["wire"][0]
-                                     - _fig(wire, "backend", "all_reduce")["model"]) / FRAMING_PER_MESSAGE),
-        hint="every message costs 144 B of framing on top of its payload", example=_example,
-        wrong=(mistaken(mistakes.one_message_per_ring_step("all_reduce", 4),
-                        "one message per ring step would be 2(N-1) = 6; gloo cuts each rank's chunk "
-                        "into segments (at least two), and each segment is a message of its own"),
-               mistaken(mistakes.one_message_per_ring_step("all_gather", 4),
-                        "N-1 steps is one half of the ring; an all-reduce has two"))),
+        prompt="From the wire table, N = 4, zeroedu's ring reduce-scatter: rank 0's bytes on the wire divided by "
+               "the buffer's size S? (A fraction.)",
+        expected=lambda wire, **_: _fig(wire, "ring", "reduce_scatter")["wire"][0] / S,
+        rel=1e-2, example=_example,
+        hint="each rank passes on N-1 chunks of S/N",
+        wrong=(mistaken(mistakes.whole_buffer_sent("reduce_scatter", 1, 4)),
+               mistaken(mistakes.one_chunk_only(1, 4)),
+               mistaken(mistakes.allreduce_for("reduce_scatter", 1, 4),
+                        "that is an all-reduce's share, 2(N-1)/N: what gloo's own reduce-scatter sends, not the "
+                        "ring's"))),
 )
 
