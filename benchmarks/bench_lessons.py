@@ -1,6 +1,6 @@
 """The notebooks' time lessons, committed: step time on emulated links, measured and predicted.
 
-Each lesson of `zeroedu.notebook.time_lessons.LESSONS` (02: DDP's bucket size; 05: FSDP's
+Each lesson of `zeroedu.notebook.time_lessons.LESSONS` (02: DDP's bucket size; 07: FSDP's
 prefetch and reshard_after_forward; 10: flat ZeRO-3 against HSDP and HFSDP with a slow link
 between domains; 11: FSDP2 on 1, 2 and 4 ranks) runs its configurations with `train.run(..., predict=True)`, `--rounds` times
 in alternating rounds on the same warm ranks; per configuration, the medians over the rounds of

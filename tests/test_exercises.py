@@ -157,8 +157,8 @@ def test_a_measure_check_reads_only_a_report_a_run_returned():
     with pytest.raises(AssertionError, match="built by hand"):
         check("02.3", 1.0, base=typed, acc=typed)
     with pytest.raises(AssertionError, match="built by hand"):
-        check("06.3", 1.0, **{k: {n: example_report() for n in v} if isinstance(v, dict) else v
-                               for k, v in _context(get("06.3")).items()})
+        check("09.3", 1.0, **{k: {n: example_report() for n in v} if isinstance(v, dict) else v
+                               for k, v in _context(get("09.3")).items()})
     ctx = _context(get("02.3"))  # vouched: as a run's own
     check("02.3", get("02.3").expected(**ctx), **ctx)
 
@@ -180,7 +180,7 @@ def test_a_derivation_computed_by_the_package_is_refused():
     for code in ('from zeroedu import theory\nanswer = theory.model_states("ddp", 1.5e9, 8).total\ncheck("02.4", answer)\n',
                  'from zeroedu.theory import model_states\nanswer = model_states("ddp", 1.5e9, 8).total\n'
                  'check("02.4", answer)\n',
-                 'from zeroedu import shard\nanswer = shard.dim0_rows(10, 4, 3).size\ncheck("07.1", answer)\n'):
+                 'from zeroedu import shard\nanswer = shard.dim0_rows(10, 4, 3).size\ncheck("06.1", answer)\n'):
         with pytest.raises(AssertionError, match="asks you to derive"):
             _cell(code, "<cell-derive-bad>")
 

@@ -26,12 +26,13 @@ NUMBER = re.compile(r"(?<![\w.$\\{^_#-])(\d+(?:[.,]\d+)*)(?:\s?(%|×|x\b|ms\b|s\
 # (source, number, reason): figures in "measured" sentences that are not this suite's measurements
 NOT_MEASURED = {
     ("02_ddp.ipynb", "6.5"): "gpt-small's bf16 gradient bytes, 2Ψ (closed form; the cell below prints S = 6,484,162 B)",
-    ("05_zero3_fsdp.ipynb", "1.6"): "a block's bf16 weights, from the model's shapes (closed form)",
-    ("05_zero3_fsdp.ipynb", "10"): "the ring time of that all-gather on the domain link, (N-1)/N · bytes/β (closed form)",
+    ("07_zero3_fsdp.ipynb", "1.6"): "a block's bf16 weights, from the model's shapes (closed form)",
+    ("07_zero3_fsdp.ipynb", "10"): "the ring time of that all-gather on the domain link, (N-1)/N · bytes/β (closed form)",
     ("02_ddp.ipynb", "4"): "K = 4 micro-batches, so 4x the batch: the run's configuration",
     ("README.md", "3"): "3 MiB: the message size notebook 01's run was given, an input",
     ("README.md", "15"): "the notebook table's run-time column: rounded estimates per notebook, not results",
     ("README.md", "60"): "the notebook table's run-time column: rounded estimates per notebook, not results",
+    ("README.md", "30"): "the notebook table's run-time column: rounded estimates per notebook, not results",
 }
 
 

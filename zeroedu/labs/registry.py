@@ -55,14 +55,14 @@ LABS: dict[int, Lab] = {lab.number: lab for lab in [
         ("ring_reduce_scatter",)),
     Lab(2, "lab2_zero2_grad_shard.py", "ZeRO-2 gradient sharding",
         "pad a flat gradient buffer, reduce-scatter it and keep this rank's averaged chunk, "
-        "using zeroedu.shard's index math", "notebooks/04_zero2.ipynb", 20,
+        "using zeroedu.shard's index math", "notebooks/05_zero2.ipynb", 20,
         (Test("range", "the shard range is zeroedu.shard.shard_range", 2),
          Test("values", "the shard holds the average over ranks of this rank's chunk", 5),
          Test("bytes", "one reduce-scatter of the padded buffer, no all-reduce", 3)),
         ("shard_gradients",)),
     Lab(3, "lab3_fsdp_linear.py", "FSDP linear backward",
         "write the backward of a dim-0-sharded linear layer: gather W, local dX, "
-        "reduce-scatter dW to this rank's rows", "notebooks/07_fsdp_linear.ipynb", 30,
+        "reduce-scatter dW to this rank's rows", "notebooks/06_fsdp_linear.ipynb", 30,
         (Test("dx", "dX = dY W on the local batch", 4),
          Test("dw", "this rank's rows of the mean over ranks of dYᵀX", 7),
          Test("bytes", "one all-gather of W plus one reduce-scatter of dW", 4)),
@@ -79,7 +79,7 @@ LABS: dict[int, Lab] = {lab.number: lab for lab in [
         "write ZeRO-2's backward hooks (allocate a unit's full gradient buffer, launch its "
         "reduce-scatter into the shard while backward goes on, free the buffer once the "
         "collective finished) inside the real ZeRO-2 strategy, trained on real ranks",
-        "notebooks/04_zero2.ipynb", 45,
+        "notebooks/05_zero2.ipynb", 45,
         (Test("grads", "the reduced gradient shards equal the sum over ranks of the local gradients", 6),
          Test("params", "final parameters equal single-process training (fp32)", 5),
          Test("bytes", "the ledger's bytes sent equal theory.exact_comm('zero2')", 5),
@@ -90,7 +90,7 @@ LABS: dict[int, Lab] = {lab.number: lab for lab in [
     Lab(6, "lab6_fsdp_lifecycle.py", "FSDP unit lifecycle",
         "write FSDP's unit lifecycle (unshard, reshard, prefetch and the forward/backward hooks "
         "that call them) inside the real FSDP1 strategy, trained on real ranks",
-        "notebooks/05_zero3_fsdp.ipynb", 60,
+        "notebooks/07_zero3_fsdp.ipynb", 60,
         (Test("params", "final parameters equal single-process training (fp32)", 6),
          Test("bytes", "the ledger's bytes sent equal theory.exact_comm('fsdp1')", 6),
          Test("lifecycle", "units are unsharded when used and resharded as the options say", 7),

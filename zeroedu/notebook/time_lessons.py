@@ -41,7 +41,7 @@ LESSONS: dict[str, list[tuple[str, float | None, dict]]] = {
           "options": {"bucket_bytes": b}})
         for b in (1 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20)
     ],
-    # 05: FSDP2's prefetch, reshard_after_forward and the asynchronous reduce-scatter
+    # 07: FSDP2's prefetch, reshard_after_forward and the asynchronous reduce-scatter
     "fsdp_prefetch": [
         (label, None, {"strategy": "fsdp2", "world_size": 2, "links": "domain", "global_batch": 16, "options": o})
         for label, o in (("no prefetch", {"forward_prefetch": False, "backward_prefetch": False}),
@@ -52,7 +52,7 @@ LESSONS: dict[str, list[tuple[str, float | None, dict]]] = {
                          ("prefetch, async reduce-scatter", {"forward_prefetch": True, "backward_prefetch": True,
                                                              "async_reduce_scatter": True}))
     ],
-    # 05: the communication-bound threshold: FSDP2's step against the tokens each rank computes
+    # 07: the communication-bound threshold: FSDP2's step against the tokens each rank computes
     # (x), 1 to 16 sequences of 128 tokens per rank, the bytes per step the same, prefetch on
     "fsdp_tokens": [
         (f"{b // 2 * 128} tokens", b // 2 * 128,

@@ -22,8 +22,8 @@ with a note, and never typed into the prose. tests/test_quiz.py checks that no t
 hard-codes a figure with a unit (`HARD_CODED`) and that every rendered figure is its function's
 output.
 
-Notebook evidence points at `NOTEBOOKS`, the one list of notebook paths (the numbering after
-06_activations is inserted); `notebook_sections()` lists the section headings the cards cite.
+Notebook evidence points at `NOTEBOOKS`, the one list of notebook paths, in the course's order;
+`notebook_sections()` lists the section headings the cards cite.
 """
 from __future__ import annotations
 
@@ -198,17 +198,17 @@ class Card:
 
 
 # ----------------------------------------------------------------------------- notebooks
-# The one list of notebook paths the cards cite (numbering with 06_activations inserted).
+# The one list of notebook paths the cards cite, in the course's order.
 NOTEBOOKS = {
     "collectives": "notebooks/01_collectives.ipynb",
     "ddp": "notebooks/02_ddp.ipynb",
     "zero1": "notebooks/03_zero1.ipynb",
-    "zero2": "notebooks/04_zero2.ipynb",
-    "zero3": "notebooks/05_zero3_fsdp.ipynb",
-    "activations": "notebooks/06_activations.ipynb",
-    "fsdp_linear": "notebooks/07_fsdp_linear.ipynb",
+    "megatron": "notebooks/04_megatron_distopt.ipynb",
+    "zero2": "notebooks/05_zero2.ipynb",
+    "fsdp_linear": "notebooks/06_fsdp_linear.ipynb",
+    "zero3": "notebooks/07_zero3_fsdp.ipynb",
     "fsdp1_vs_fsdp2": "notebooks/08_fsdp1_vs_fsdp2.ipynb",
-    "megatron": "notebooks/09_megatron_distopt.ipynb",
+    "activations": "notebooks/09_activations.ipynb",
     "hybrid": "notebooks/10_hybrid_sharding.ipynb",
     "dashboard": "notebooks/11_dashboard.ipynb",
     "rehearsal": "notebooks/12_interview_rehearsal.ipynb",

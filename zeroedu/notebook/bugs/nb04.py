@@ -1,28 +1,35 @@
-"""Notebook 04's find-the-bug: a ZeRO-2 that loses micro-batches.
+"""Notebook 04's find-the-bug: a distributed optimizer that reduces its gradients in bf16.
 
-`ZeRO2Broken` holds the same buffers as ZeRO-2 (its memory equals the closed form), launches
-the same reduce-scatters on the same buffers (its ring model and its wire equal ZeRO-2's) and
-all-gathers the updated parameters as ZeRO-2 does (every rank ends a step with the same
-weights). What it gets wrong is gradient accumulation: after a backward it forgets that the
-shards already hold this step's sum, so the next micro-batch's reduce-scatter writes into the
-shard directly and overwrites it. With K micro-batches only the last one's gradient reaches
-Adam. With K = 1 it is exactly ZeRO-2; with K = 2 only the losses show it.
-
-The notebook runs it with K = 2 in fp32 (where the correct strategy equals single-process
-training to 1e-6) and asks which mistake it is, among look-alikes whose symptoms differ: full
-buffers never freed (grad bytes at the step), an all-reduce (twice the bytes), a skipped
-all-gather (no all_gather bytes).
+`BrokenDistOpt` is `strategies.megatron_distopt.MegatronDistOpt` whose `start_grad_sync`
+casts the fp32 gradient buffer to the parameters' dtype (bf16 with ``megatron-bf16``) and
+reduce-scatters that copy; the reduced chunk is cast back into the fp32 buffer. The memory is
+the predicted one (the cast is a communication buffer) and the losses stay close to
+single-process training over a few steps, but the reduce-scatter moves half the predicted
+bytes, and every sum over ranks is rounded to 8 significant bits: the accumulation the fp32
+buffer exists for is thrown away on the wire.
 """
 from __future__ import annotations
 
-from ...strategies.zero2 import ZeRO2
+import torch
+
+from ...kinds import EventKind as Ev
+from ...strategies.megatron_distopt import MegatronDistOpt
 
 
-class ZeRO2Broken(ZeRO2):
-    """ZeRO-2 whose every micro-batch overwrites the gradient shards."""
+class BrokenDistOpt(MegatronDistOpt):
+    """MegatronDistOpt whose gradient reduce-scatter runs on a bf16 copy of the fp32 buffer."""
 
-    def after_backward(self) -> None:
-        super().after_backward()
-        # The mistake: the flag that makes later micro-batches reduce into a temporary chunk and
-        # add it to the shard is cleared, so each reduce-scatter lands on the shard itself.
-        self._shards_hold_sum = False
+    def start_grad_sync(self, k):
+        unit = self.units[k]
+        low = self.ledger.track(unit.grad_buffer.to(self.param_dtype), "comm_buffer")
+        self.reduced[k] = self.ledger.track(torch.empty(unit.grad_shard.shape, dtype=self.param_dtype,
+                                                        device=low.device), "comm_buffer")
+        self._inputs = getattr(self, "_inputs", {})
+        self._inputs[k] = low  # keep the input alive while the collective is in flight
+        self.handles[k] = self.comm.reduce_scatter(self.reduced[k], low, self.dist.inner,
+                                                   self.tag(unit.name, "grads"), async_op=True)
+        self.ledger.event(Ev.REDUCE_SCATTER_STARTED, k)
+
+    def finish_grad_sync(self):
+        super().finish_grad_sync()
+        self._inputs = {}  # the bf16 copies go once every reduce-scatter has finished

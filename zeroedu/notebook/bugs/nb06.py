@@ -1,27 +1,21 @@
-"""Notebook 06's find-the-bug: a DDP that all-reduces the running sum after every micro-batch.
+"""Notebook 06's find-the-bug: an FSDP linear layer with one mistake.
 
-`DDPBroken` all-reduces every gradient at the end of each backward instead of once at the
-optimizer step. The gradient buffer holds the running sum of the micro-batches, so the first
-micro-batch's (already summed) gradient is summed over the N ranks again by the second
-all-reduce: with K = 2 the optimizer sees N·Σg₁ + Σg₂ instead of Σg₁ + Σg₂. Two symptoms:
-the all-reduce bytes per optimizer step are K + 1 times the closed form's (K all-reduces during
-backward plus the step's own), and the losses leave single-process training.
+`BrokenFSDPLinear` is `strategies.fsdp_linear.FSDPLinear` whose backward reduce-scatters the
+weight and bias gradients with SUM and keeps the sum: it forgets the division by N. Every
+collective is the right one, on the right bytes; only the arithmetic is off, so the wire
+matches the closed forms while the losses leave single-process training, and the first SGD
+step moves every weight exactly N times as far as `nn.Linear` on the global batch would.
 
-The notebook runs it with K = 2 on gpt-tiny (fp32) and asks which mistake it is, among
-look-alikes: an all-reduce per micro-batch into a fresh buffer (bytes K times, losses right),
-a forgotten 1/K (bytes right; Adam nearly cancels a constant factor), a skipped all-reduce
-(no bytes, replicas disagree).
+`strategies.fsdp_linear.linear_job(layer="zeroedu.notebook.bugs.nb06:BrokenFSDPLinear")` trains
+it on real ranks and measures each call (ring model, wire, messages, saved tensors).
 """
 from __future__ import annotations
 
-from ...strategies.ddp import DDP
+from ...strategies.fsdp_linear import FSDPLinear
 
 
-class DDPBroken(DDP):
-    """DDP whose every backward all-reduces the accumulated gradient buffer in place."""
+class BrokenFSDPLinear(FSDPLinear):
+    """FSDPLinear whose backward keeps the SUM of the gradients over ranks (no 1/N)."""
 
-    def after_backward(self) -> None:
-        # The mistake: syncing after each micro-batch, in place, on the buffer that still holds
-        # the earlier micro-batches' (already reduced) sum.
-        for i, p in enumerate(self.params):
-            self.comm.all_reduce(p.grad, self.dist.inner, self.tag(f"param{i}", "grads"))
+    def mean_grad(self, summed):
+        return summed  # "the reduce-scatter already combined the ranks"

@@ -1,21 +1,29 @@
-"""Notebook 07's find-the-bug: an FSDP linear layer with one mistake.
+"""Notebook 07's find-the-bug: an FSDP that keeps every unit gathered after its forward.
 
-`BrokenFSDPLinear` is `strategies.fsdp_linear.FSDPLinear` whose backward reduce-scatters the
-weight and bias gradients with SUM and keeps the sum: it forgets the division by N. Every
-collective is the right one, on the right bytes; only the arithmetic is off, so the wire
-matches the closed forms while the losses leave single-process training, and the first SGD
-step moves every weight exactly N times as far as `nn.Linear` on the global batch would.
+`FSDPBroken` is FSDP1 with `post_forward` skipping the reshard, whatever the options say.
+`pre_backward` then finds each unit still gathered and has nothing to all-gather, so one of
+the three passes over the parameters disappears from the wire (2Ψ instead of the 3Ψ the
+closed form predicts for reshard_after_forward=True), while every unit's full parameters stay
+alive from its forward to its backward: at the forward/backward boundary all of them are held
+at once. Training is unaffected: the losses equal single-process training.
 
-`strategies.fsdp_linear.linear_job(layer="zeroedu.notebook.bugs.nb07:BrokenFSDPLinear")` trains
-it on real ranks and measures each call (ring model, wire, messages, saved tensors).
+The notebook runs it on 4 ranks beside the correct FSDP1 and asks which mistake it is, among
+look-alikes with other symptoms: no all-gather before backward (backward would read freed
+parameters), a skipped reduce-scatter (fewer reduce_scatter bytes, wrong losses), parameters
+gathered in fp32 (all_gather bytes doubled).
 """
 from __future__ import annotations
 
-from ...strategies.fsdp_linear import FSDPLinear
+from ...strategies.fsdp1 import FSDP1
 
 
-class BrokenFSDPLinear(FSDPLinear):
-    """FSDPLinear whose backward keeps the SUM of the gradients over ranks (no 1/N)."""
+class FSDPBroken(FSDP1):
+    """FSDP1 that never reshards after forward."""
 
-    def mean_grad(self, summed):
-        return summed  # "the reduce-scatter already combined the ranks"
+    def post_forward(self, u, out, args=()):
+        keep, self.reshard_after_forward = self.reshard_after_forward, False
+        try:
+            # The mistake: the hook for backward is still registered, the reshard is skipped.
+            return super().post_forward(u, out, args)
+        finally:
+            self.reshard_after_forward = keep

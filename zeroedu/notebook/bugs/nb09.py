@@ -1,35 +1,27 @@
-"""Notebook 09's find-the-bug: a distributed optimizer that reduces its gradients in bf16.
+"""Notebook 09's find-the-bug: a DDP that all-reduces the running sum after every micro-batch.
 
-`BrokenDistOpt` is `strategies.megatron_distopt.MegatronDistOpt` whose `start_grad_sync`
-casts the fp32 gradient buffer to the parameters' dtype (bf16 with ``megatron-bf16``) and
-reduce-scatters that copy; the reduced chunk is cast back into the fp32 buffer. The memory is
-the predicted one (the cast is a communication buffer) and the losses stay close to
-single-process training over a few steps, but the reduce-scatter moves half the predicted
-bytes, and every sum over ranks is rounded to 8 significant bits: the accumulation the fp32
-buffer exists for is thrown away on the wire.
+`DDPBroken` all-reduces every gradient at the end of each backward instead of once at the
+optimizer step. The gradient buffer holds the running sum of the micro-batches, so the first
+micro-batch's (already summed) gradient is summed over the N ranks again by the second
+all-reduce: with K = 2 the optimizer sees N·Σg₁ + Σg₂ instead of Σg₁ + Σg₂. Two symptoms:
+the all-reduce bytes per optimizer step are K + 1 times the closed form's (K all-reduces during
+backward plus the step's own), and the losses leave single-process training.
+
+The notebook runs it with K = 2 on gpt-tiny (fp32) and asks which mistake it is, among
+look-alikes: an all-reduce per micro-batch into a fresh buffer (bytes K times, losses right),
+a forgotten 1/K (bytes right; Adam nearly cancels a constant factor), a skipped all-reduce
+(no bytes, replicas disagree).
 """
 from __future__ import annotations
 
-import torch
-
-from ...kinds import EventKind as Ev
-from ...strategies.megatron_distopt import MegatronDistOpt
+from ...strategies.ddp import DDP
 
 
-class BrokenDistOpt(MegatronDistOpt):
-    """MegatronDistOpt whose gradient reduce-scatter runs on a bf16 copy of the fp32 buffer."""
+class DDPBroken(DDP):
+    """DDP whose every backward all-reduces the accumulated gradient buffer in place."""
 
-    def start_grad_sync(self, k):
-        unit = self.units[k]
-        low = self.ledger.track(unit.grad_buffer.to(self.param_dtype), "comm_buffer")
-        self.reduced[k] = self.ledger.track(torch.empty(unit.grad_shard.shape, dtype=self.param_dtype,
-                                                        device=low.device), "comm_buffer")
-        self._inputs = getattr(self, "_inputs", {})
-        self._inputs[k] = low  # keep the input alive while the collective is in flight
-        self.handles[k] = self.comm.reduce_scatter(self.reduced[k], low, self.dist.inner,
-                                                   self.tag(unit.name, "grads"), async_op=True)
-        self.ledger.event(Ev.REDUCE_SCATTER_STARTED, k)
-
-    def finish_grad_sync(self):
-        super().finish_grad_sync()
-        self._inputs = {}  # the bf16 copies go once every reduce-scatter has finished
+    def after_backward(self) -> None:
+        # The mistake: syncing after each micro-batch, in place, on the buffer that still holds
+        # the earlier micro-batches' (already reduced) sum.
+        for i, p in enumerate(self.params):
+            self.comm.all_reduce(p.grad, self.dist.inner, self.tag(f"param{i}", "grads"))

@@ -1,133 +1,136 @@
-"""Notebook 04 (ZeRO-2): bytes per GPU, what the wire carries compared with ZeRO-1, gradient
-accumulation's price, and a ZeRO-2 that loses micro-batches."""
+"""Notebook 04 (Megatron's distributed optimizer): 6Ψ + 12Ψ/N, what fp32 gradients cost on the
+wire, gradient accumulation into the fp32 buffer, and a distributed optimizer that reduces in bf16."""
 from __future__ import annotations
 
 from ... import theory
+from ...reports import RunReport
 from ...theory import mistakes
 from . import Exercise, Wrong, mistaken, example_report, register
 
-
-def _r0(report, key: str):
-    return getattr(report.ranks[0].measured, key)
+PSI_13B = 13e9
 
 
-def _fake(total: int, grad: int, comm: dict, wire: int):
-    return example_report({"measured": {"total": total, "grad": grad, "comm": comm}, "wire": {"sent": wire}})
+def _share(report: RunReport, rank: int = 0) -> float:
+    comm = report.ranks[rank].measured.comm
+    return comm["reduce_scatter"] / (comm["reduce_scatter"] + comm["all_gather"])
 
 
-def _example_pair() -> dict:
-    # gpt-small on N = 4, mixed-bf16: ZeRO-1 keeps the full bf16 gradient, ZeRO-2 a quarter of it
-    return {"zero1": _fake(22_694_588, 6_484_168, {}, 0), "zero2": _fake(17_831_462, 1_621_042, {}, 0)}
+def _reduce_scatters(report: RunReport, rank: int = 0) -> int:
+    last = report.steps - 1
+    return sum(1 for c in report.ranks[rank].timeline.comm
+               if c["step"] == last and c["op"] == "reduce_scatter")
 
 
-def _example_k4() -> dict:
-    comm = {"all_gather": 4_863_126.0, "reduce_scatter": 19_452_504.0}
-    return {"report": _fake(17_831_462, 1_621_042, comm, 24_335_190)}
+def _example_comm() -> dict:
+    # gpt-small, megatron-bf16, N = 4: the padded buffers hold 3,242,084 elements
+    return {"report": example_report({"measured": {"comm": {"reduce_scatter": 9726252.0, "all_gather": 4863126.0}}})}
 
 
-def _ratio(strategy: str, k: int) -> int:
-    """Gradient-reduction bytes per optimizer step at K micro-batches over K = 1 (closed form)."""
-    def grads(kk):
-        return theory.comm_per_rank(strategy, 1e9, 8, micro_batches=kk).by_collective()["reduce_scatter"]
-    return int(grads(k) / grads(1))
-
-
-def _accumulation_answer() -> str:
-    z1, z2 = _ratio("zero1", 4), _ratio("zero2", 4)
-    return {(1, 1): "a", (4, 4): "b", (1, 4): "c", (4, 1): "d"}[(z1, z2)]
+def _example_accumulation() -> dict:
+    step = [{"step": 1, "op": "reduce_scatter"} for _ in range(6)] + [{"step": 1, "op": "all_gather"} for _ in range(6)]
+    return {"report": example_report({"timeline": {"comm": [dict(c, step=0) for c in step] + step}}, steps=2)}
 
 
 register(
     Exercise(
         id="04.1", kind="number", style="formula",
-        prompt="A 30B-parameter model trains with ZeRO-2 on N = 64 GPUs, mixed-bf16 (P, G, K = 2, 2, 12 "
-               "bytes per parameter). How many bytes of model states does each GPU hold?",
-        expected=lambda: theory.model_states("zero2", 30e9, 64).total,
-        hint="only the bf16 parameters stay whole; gradients and optimizer state are cut N ways.",
-        wrong=(mistaken(mistakes.other_stage_states("zero2", "zero1", 30e9, 64),
-                        "that is ZeRO-1: it keeps the whole gradient; ZeRO-2 keeps GΨ/N"),
-               mistaken(mistakes.other_stage_states("zero2", "fsdp1", 30e9, 64),
-                        "that is ZeRO-3: ZeRO-2 still keeps every parameter whole"),
-               mistaken(mistakes.missing_gradients("zero2", 30e9, 64),
-                        "the gradient slice is missing: each rank keeps GΨ/N of it"),
-               mistaken(mistakes.other_stage_states("zero2", "ddp", 30e9, 64), "that is DDP: nothing sharded")),
+        prompt="Bytes of model states per GPU for Ψ = 13e9 parameters on N = 16 with Megatron's distributed "
+               "optimizer and `megatron-bf16` (bf16 weights, fp32 gradients, fp32 master, m, v)?",
+        expected=lambda: theory.model_states("megatron_distopt", PSI_13B, 16).total,
+        hint="(P + G)Ψ + KΨ/N with P = 2, G = 4, K = 12.",
+        wrong=(mistaken(mistakes.other_stage_states("megatron_distopt", "zero1", PSI_13B, 16),
+                        "that is ZeRO-1 with bf16 gradients (G = 2); this optimizer keeps them in fp32"),
+               mistaken(mistakes.optimizer_forgotten("megatron_distopt", PSI_13B, 16),
+                        "the optimizer state's 12Ψ/N is missing"),
+               mistaken(mistakes.all_sharded("megatron_distopt", PSI_13B, 16),
+                        "only the optimizer state is sharded: weights and gradients stay whole")),
     ),
     Exercise(
-        id="04.2", kind="choice", style="predict",
-        prompt="Before the run: ZeRO-2 holds far less gradient memory than ZeRO-1. How many bytes does each "
-               "rank send per step, compared with ZeRO-1?",
-        options={"a": "the same: one reduce-scatter of the gradients and one all-gather of the parameters",
-                 "b": "more: launching one reduce-scatter per unit during backward costs extra bytes on top of the one all-gather",
-                 "c": "half: the gradients are sharded, so only half of them travel",
-                 "d": "1.5 times: the gradient slices must be all-gathered again before the step"},
-        expected=lambda: "a" if theory.comm_per_rank("zero2", 1e9, 8).total() ==
-        theory.comm_per_rank("zero1", 1e9, 8).total() else "b",
-        hint="what ZeRO-1 already sends is a reduce-scatter of the gradients; what does ZeRO-2 change about it?",
-        wrong=(Wrong("b", "splitting a reduce-scatter by unit moves the same bytes in more, smaller messages"),
-               Wrong("c", "ZeRO-1 already reduce-scatters: every rank only ever received its own slice"),
-               Wrong("d", "nobody reads another rank's gradient slice; the updated parameters are gathered, "
-                          "as in ZeRO-1")),
+        id="04.2", kind="number", style="formula",
+        prompt="How many bytes per GPU more than ZeRO-1 with `mixed-bf16` (bf16 gradients) does the distributed "
+               "optimizer with `megatron-bf16` hold, for Ψ = 13e9, at any N?",
+        expected=lambda: (theory.model_states("megatron_distopt", PSI_13B, 16).total
+                          - theory.model_states("zero1", PSI_13B, 16).total),
+        hint="only G changes, from 2 to 4 bytes per parameter.",
+        wrong=(mistaken(mistakes.baseline_forgotten(4 * PSI_13B),
+                        "4Ψ is the whole fp32 buffer, but ZeRO-1 already holds a 2Ψ bf16 one"),
+               mistaken(mistakes.elements_for_bytes(2 * PSI_13B, 2), "a gradient grows by 2 bytes, not 1")),
     ),
     Exercise(
-        id="04.3", kind="number", style="measure",
-        prompt="From the two reports (`zero1`, `zero2`): how many bytes does rank 0 of ZeRO-2 save at the "
-               "optimizer step against ZeRO-1 (the measured totals)?",
-        expected=lambda zero1, zero2: _r0(zero1, "total") - _r0(zero2, "total"),
-        hint="report.ranks[0].measured.total is what the ledger counted at the optimizer step.",
-        wrong=(mistaken(mistakes.own_shard_forgotten,
-                        "that is ZeRO-1's whole gradient; ZeRO-2 still keeps its own 1/N slice of it",
-                        given=lambda zero1, zero2: (_r0(zero1, "grad"),)),
-               mistaken(mistakes.assumed_equal("difference"), "the totals differ: look at the grad category"),
-               mistaken(mistakes.sign_flipped, "the sign: ZeRO-2 is the smaller one",
-                        given=lambda zero1, zero2: (_r0(zero1, "total") - _r0(zero2, "total"),))),
-        example=_example_pair,
+        id="04.3", kind="number", style="formula",
+        prompt="For which N does the `fp32` recipe (8 + 8/N bytes per parameter) need exactly as much as "
+               "`megatron-bf16` (6 + 12/N)?",
+        expected=lambda: next(n for n in range(1, 100)
+                              if theory.model_states("megatron_distopt", 1, n, recipe="fp32").total
+                              == theory.model_states("megatron_distopt", 1, n, recipe="megatron-bf16").total),
+        hint="solve 8 + 8/N = 6 + 12/N.",
+        wrong=(mistaken(mistakes.off_by_one(2), "at N = 1: 16 against 18"),
+               mistaken(mistakes.power_of_two_habit(3), "at N = 4: 8 + 2 = 10 against 6 + 3 = 9")),
     ),
     Exercise(
         id="04.4", kind="choice", style="predict",
-        prompt="Before the accumulation runs: with K = 4 micro-batches per optimizer step, how many bytes of "
-               "gradient reduce-scatter does each rank send per optimizer step, relative to K = 1?",
-        options={"a": "1x for both: gradients are summed locally and reduced once at the step",
-                 "b": "4x for both: every backward reduces its gradients",
-                 "c": "ZeRO-1 1x, ZeRO-2 4x: ZeRO-2's full gradient does not outlive one backward",
-                 "d": "ZeRO-1 4x, ZeRO-2 1x: ZeRO-2 keeps only its slices of the gradients, so it can wait for the step to reduce them"},
-        expected=_accumulation_answer,
-        hint="where does each strategy keep the sum of the micro-batches' gradients until the step?",
-        wrong=(Wrong("a", "ZeRO-2 frees each unit's full gradient right after its reduce-scatter, so it "
-                          "cannot sum the next micro-batch into it: it must reduce every micro-batch"),
-               Wrong("b", "ZeRO-1 keeps the full gradient buffer all step: the micro-batches sum into it "
-                          "and one reduce-scatter at the step suffices"),
-               Wrong("d", "the other way round: the slice can only receive reduced sums, so ZeRO-2 reduces "
-                          "every micro-batch")),
+        prompt="Before the run: with `megatron-bf16` on 4 ranks, which collective sends more bytes per step?",
+        options={"a": "the all-gather of the updated parameters",
+                 "b": "the reduce-scatter of the gradients: twice the all-gather's bytes",
+                 "c": "neither: both move every element once",
+                 "d": "an all-reduce of the gradients, 2(N-1)/N of the buffer, since the optimizer needs the whole summed gradient"},
+        expected=lambda: "b",
+        hint="both buffers have the same number of elements; compare their dtypes.",
+        wrong=(Wrong("a", "the parameters travel in bf16 (2 bytes), the gradients in fp32 (4 bytes)"),
+               Wrong("c", "the same elements, but not the same bytes: fp32 gradients, bf16 parameters"),
+               Wrong("d", "each rank only needs the summed gradient of its own chunk: a reduce-scatter")),
     ),
     Exercise(
         id="04.5", kind="number", style="measure",
-        prompt="From the ZeRO-2 run with K = 4 (`report`): how many bytes did rank 0 write to its sockets in "
-               "the last optimizer step (the wire, kernel counters)?",
-        expected=lambda report: report.ranks[0].wire.sent,
-        rel=1e-7,  # an exact count: the ring model is within 0.1 % of it and must not pass
-        hint="report.ranks[0].wire holds what the kernel counted; measured.comm is the ring model.",
-        wrong=(mistaken(mistakes.framing_left_out,
-                        "that is the ring model of the payloads; the wire adds gloo's framing, 144 B a message",
-                        given=lambda report: (sum(report.ranks[0].measured.comm.values()),)),
-               mistaken(mistakes.one_part_only, "that is the ring model of the reduce-scatters alone",
-                        given=lambda report: (report.ranks[0].measured.comm, "reduce_scatter"))),
-        example=_example_k4,
+        prompt="From the run's report (`rep`): what share of rank 0's ring-model bytes per step is the gradient "
+               "reduce-scatter? (A fraction between 0 and 1.)",
+        expected=_share,
+        hint="rep.ranks[0].measured.comm has the bytes of each collective.",
+        wrong=(mistaken(mistakes.ring_model_share("reduce_scatter", "zero1", PSI_13B, 4),
+                        "a half would mean equal dtypes, ZeRO-1 with bf16 gradients; here the gradients are fp32"),
+               mistaken(mistakes.complement, "that is the all-gather's share", given=lambda report: (_share(report),))),
+        example=_example_comm,
     ),
     Exercise(
-        id="04.6", kind="choice", style="find-the-bug",
-        prompt="`ZeRO2Broken` trained with K = 2 micro-batches (fp32): its memory and its bytes match the "
-               "closed forms, its losses do not match single-process training. Which mistake is it?",
-        options={"a": "it never frees the full gradient buffers",
-                 "b": "it all-reduces the gradients instead of reduce-scattering them, then keeps only its own shard of the sum",
-                 "c": "each micro-batch's reduce-scatter overwrites the shard instead of adding to it",
-                 "d": "it skips the all-gather of the updated parameters"},
-        expected=lambda: "c",
-        hint="for each option, which figure of the report would show it: memory, bytes, or losses only?",
-        wrong=(Wrong("a", "full buffers kept alive would show in the grad bytes at the optimizer step, "
-                          "which match ZeRO-2's closed form"),
-               Wrong("b", "an all-reduce sends twice a reduce-scatter's bytes: the ring model and the wire "
-                          "would not match"),
-               Wrong("d", "no all-gather would show on the wire (no all_gather bytes), and the ranks would "
-                          "train on different parameters")),
+        id="04.6", kind="choice", style="predict",
+        prompt="Before the run: with K = 2 micro-batches per optimizer step (gradient accumulation), how many "
+               "bytes does the gradient reduce-scatter send per optimizer step, compared with K = 1?",
+        options={"a": "the same: both micro-batches add into the fp32 buffer, which is reduced once",
+                 "b": "twice as many: one reduce-scatter per micro-batch, each moving the whole fp32 gradient buffer",
+                 "c": "half as many: each micro-batch is half the batch",
+                 "d": "none until the next step"},
+        expected=lambda: "a",
+        hint="the gradient buffer stays whole on every rank between micro-batches.",
+        wrong=(Wrong("b", "that is ZeRO-2 and ZeRO-3, whose full gradients do not outlive a backward; "
+                          "this buffer does"),
+               Wrong("c", "the buffer has one element per parameter whatever the batch size"),
+               Wrong("d", "the step's last backward launches the reduce-scatters; the step waits for them")),
+    ),
+    Exercise(
+        id="04.7", kind="number", style="measure",
+        prompt="From the accumulation run's report (`acc`): how many reduce-scatters did rank 0 issue in the "
+               "last optimizer step?",
+        expected=_reduce_scatters,
+        hint="count the 'reduce_scatter' records of the last step in acc.ranks[0].timeline.comm.",
+        wrong=(mistaken(mistakes.once_per_micro_batch,
+                        "one per micro-batch and unit would be ZeRO-2; here it is one per unit and optimizer step",
+                        given=lambda report: (_reduce_scatters(report), 2)),
+               mistaken(mistakes.per_step_not_per_unit(6, 6),
+                        "there is one reduce-scatter per unit (gpt-small has 6), not one per step")),
+        example=_example_accumulation,
+    ),
+    Exercise(
+        id="04.8", kind="choice", style="find-the-bug",
+        prompt="`BrokenDistOpt` is the distributed optimizer with one mistake. Read its memory, its bytes "
+               "by collective against the prediction, and its losses. Which mistake is it?",
+        options={"a": "it reduce-scatters a bf16 copy of the fp32 gradient buffer",
+                 "b": "it all-reduces the gradients instead of reduce-scattering them",
+                 "c": "it all-gathers the parameters in fp32",
+                 "d": "Adam on rank r updates the chunk of rank r + 1"},
+        expected=lambda: "a",
+        hint="which collective's bytes are off, and by what factor?",
+        wrong=(Wrong("b", "an all-reduce sends twice the reduce-scatter's bytes, not half"),
+               Wrong("c", "the all-gather's bytes match the prediction; an fp32 all-gather would double them"),
+               Wrong("d", "every byte would match, and the losses would leave the reference at once")),
     ),
 )

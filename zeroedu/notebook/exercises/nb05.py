@@ -1,139 +1,133 @@
-"""Notebook 05 (ZeRO-3 / FSDP): model states per GPU, when "1.5x DDP" holds in bytes, the
-saw-tooth's teeth, what reshard_after_forward=False keeps, an FSDP that never reshards after
-forward, and why one big unit does not bring back DDP's memory."""
+"""Notebook 05 (ZeRO-2): bytes per GPU, what the wire carries compared with ZeRO-1, gradient
+accumulation's price, and a ZeRO-2 that loses micro-batches."""
 from __future__ import annotations
 
 from ... import theory
 from ...theory import mistakes
-from ...kinds import EventKind
-from ...reports import RunReport
 from . import Exercise, Wrong, mistaken, example_report, register
 
-GB = 1e9
+
+def _r0(report, key: str):
+    return getattr(report.ranks[0].measured, key)
 
 
-def _forward_end(report: RunReport, rank: int = 0) -> dict:
-    """Bytes by category at the last step's forward/backward boundary ("forward end" event)."""
-    evs = report.ranks[rank].timeline.events
-    return [e for e in evs if e["step"] == report.steps - 1 and e["kind"] == EventKind.FORWARD_END][-1]["bytes"]
+def _fake(total: int, grad: int, comm: dict, wire: int):
+    return example_report({"measured": {"total": total, "grad": grad, "comm": comm}, "wire": {"sent": wire}})
 
 
-def _gathered_at_forward_end(report: RunReport) -> int:
-    return _forward_end(report)["gathered"]
+def _example_pair() -> dict:
+    # gpt-small on N = 4, mixed-bf16: ZeRO-1 keeps the full bf16 gradient, ZeRO-2 a quarter of it
+    return {"zero1": _fake(22_694_588, 6_484_168, {}, 0), "zero2": _fake(17_831_462, 1_621_042, {}, 0)}
 
 
-def _example_keep() -> dict:
-    # gpt-small, N = 4, mixed-bf16, reshard_after_forward=False: every unit's bf16 params alive
-    ev = {"t": 1.0, "kind": EventKind.FORWARD_END.value, "unit": None, "label": "forward end", "step": 1,
-          "bytes": {"param": 1_621_042, "gathered": 6_484_168, "activation": 9_811_972}}
-    return {"report": example_report({"timeline": {"events": [ev]}}, steps=2)}
+def _example_k4() -> dict:
+    comm = {"all_gather": 4_863_126.0, "reduce_scatter": 19_452_504.0}
+    return {"report": _fake(17_831_462, 1_621_042, comm, 24_335_190)}
 
 
-def _teeth_answer() -> str:
-    # a tooth per unshard, and an unshard per all-gather: count them for 6 units, resharding
-    units = [[(8,)]] * 6
-    gathers = sum(op.collective == "all_gather" for op in theory.exact_comm("fsdp1", units, 4).ops)
-    return {6: "a", 12: "b", 1: "c", 18: "d"}[gathers]
+def _ratio(strategy: str, k: int) -> int:
+    """Gradient-reduction bytes per optimizer step at K micro-batches over K = 1 (closed form)."""
+    def grads(kk):
+        return theory.comm_per_rank(strategy, 1e9, 8, micro_batches=kk).by_collective()["reduce_scatter"]
+    return int(grads(k) / grads(1))
 
 
-def _ratio_fp32_reduce() -> float:
-    psi, n = 7e9, 8
-    return float(theory.comm_per_rank("fsdp1", psi, n, reduce_dtype="fp32").total()
-                 / theory.comm_per_rank("ddp", psi, n).total())
+def _accumulation_answer() -> str:
+    z1, z2 = _ratio("zero1", 4), _ratio("zero2", 4)
+    return {(1, 1): "a", (4, 4): "b", (1, 4): "c", (4, 1): "d"}[(z1, z2)]
 
 
 register(
     Exercise(
         id="05.1", kind="number", style="formula",
-        prompt="A 70B-parameter model trains with ZeRO-3 on N = 512 GPUs, mixed-bf16. How many bytes of model "
-               "states does each GPU hold (between uses of the units)?",
-        expected=lambda: theory.model_states("fsdp1", 70e9, 512).total,
-        hint="parameters, gradients and optimizer state are all cut N ways: (P + G + K)Ψ/N.",
-        wrong=(mistaken(mistakes.other_stage_states("fsdp1", "zero2", 70e9, 512),
-                        "that is ZeRO-2: ZeRO-3 shards the bf16 parameters too"),
-               mistaken(mistakes.only_optimizer_shard("fsdp1", 70e9, 512),
-                        "only the optimizer state: parameters and gradients are sharded as well"),
-               mistaken(mistakes.other_stage_states("fsdp1", "ddp", 70e9, 512), "that is DDP: nothing sharded")),
+        prompt="A 30B-parameter model trains with ZeRO-2 on N = 64 GPUs, mixed-bf16 (P, G, K = 2, 2, 12 "
+               "bytes per parameter). How many bytes of model states does each GPU hold?",
+        expected=lambda: theory.model_states("zero2", 30e9, 64).total,
+        hint="only the bf16 parameters stay whole; gradients and optimizer state are cut N ways.",
+        wrong=(mistaken(mistakes.other_stage_states("zero2", "zero1", 30e9, 64),
+                        "that is ZeRO-1: it keeps the whole gradient; ZeRO-2 keeps GΨ/N"),
+               mistaken(mistakes.other_stage_states("zero2", "fsdp1", 30e9, 64),
+                        "that is ZeRO-3: ZeRO-2 still keeps every parameter whole"),
+               mistaken(mistakes.missing_gradients("zero2", 30e9, 64),
+                        "the gradient slice is missing: each rank keeps GΨ/N of it"),
+               mistaken(mistakes.other_stage_states("zero2", "ddp", 30e9, 64), "that is DDP: nothing sharded")),
     ),
     Exercise(
-        id="05.2", kind="number", style="formula",
-        prompt="bf16 parameters, gradients reduce-scattered in fp32 (FSDP2's reduce_dtype=torch.float32, "
-               "Megatron's default), against a DDP that all-reduces bf16 gradients: how many times DDP's "
-               "bytes per step does ZeRO-3 send (ring model, Ψ = 7B, N = 8)?",
-        expected=_ratio_fp32_reduce,
-        hint="count bytes, not elements: two bf16 all-gathers of Ψ and one fp32 reduce-scatter of Ψ, "
-             "against two bf16 halves of an all-reduce.",
-        wrong=(mistaken(mistakes.elements_ratio(3, 2),
-                        "3Ψ vs 2Ψ counts elements; in bytes it holds only when every pass uses the same dtype"),
-               mistaken(mistakes.fp32_gradients, "that is against a DDP that also reduces in fp32 (8 bytes per "
-                                                 "parameter each)",
-                        of=lambda: float(theory.comm_per_rank("fsdp1", 7e9, 8, reduce_dtype="fp32").total())
-                        / mistakes.fp32_gradients("ddp", 7e9, 8).value),
-               mistaken(mistakes.allreduce_counted_once, "DDP's all-reduce is two passes over Ψ, not one",
-                        of=lambda: float(theory.comm_per_rank("fsdp1", 7e9, 8, reduce_dtype="fp32").total())
-                        / mistakes.allreduce_counted_once("ddp", 7e9, 8).value)),
+        id="05.2", kind="choice", style="predict",
+        prompt="Before the run: ZeRO-2 holds far less gradient memory than ZeRO-1. How many bytes does each "
+               "rank send per step, compared with ZeRO-1?",
+        options={"a": "the same: one reduce-scatter of the gradients and one all-gather of the parameters",
+                 "b": "more: launching one reduce-scatter per unit during backward costs extra bytes on top of the one all-gather",
+                 "c": "half: the gradients are sharded, so only half of them travel",
+                 "d": "1.5 times: the gradient slices must be all-gathered again before the step"},
+        expected=lambda: "a" if theory.comm_per_rank("zero2", 1e9, 8).total() ==
+        theory.comm_per_rank("zero1", 1e9, 8).total() else "b",
+        hint="what ZeRO-1 already sends is a reduce-scatter of the gradients; what does ZeRO-2 change about it?",
+        wrong=(Wrong("b", "splitting a reduce-scatter by unit moves the same bytes in more, smaller messages"),
+               Wrong("c", "ZeRO-1 already reduce-scatters: every rank only ever received its own slice"),
+               Wrong("d", "nobody reads another rank's gradient slice; the updated parameters are gathered, "
+                          "as in ZeRO-1")),
     ),
     Exercise(
-        id="05.3", kind="choice", style="predict",
-        prompt="Before the runs: gpt-small has 6 units (embedding, 4 blocks, head). With prefetching off, how "
-               "many teeth (an unshard followed by its reshard) does the gathered-parameters band show per "
-               "training step?",
-        options={"a": "6: one per unit", "b": "12: two per unit, before its forward and again before its backward",
-                 "c": "1: the whole model is gathered once per step", "d": "18: three per unit, one for each of its two all-gathers and one for the reduce-scatter of its gradients"},
-        expected=_teeth_answer,
-        hint="reshard_after_forward=True frees a unit after its forward; what must happen before its backward?",
-        wrong=(Wrong("a", "after its forward a unit is resharded, so backward has to gather it again"),
-               Wrong("c", "a unit is gathered around its own use only; that is what keeps the peak low"),
-               Wrong("d", "the reduce-scatter moves gradients into shards; it gathers no parameters")),
+        id="05.3", kind="number", style="measure",
+        prompt="From the two reports (`zero1`, `zero2`): how many bytes does rank 0 of ZeRO-2 save at the "
+               "optimizer step against ZeRO-1 (the measured totals)?",
+        expected=lambda zero1, zero2: _r0(zero1, "total") - _r0(zero2, "total"),
+        hint="report.ranks[0].measured.total is what the ledger counted at the optimizer step.",
+        wrong=(mistaken(mistakes.own_shard_forgotten,
+                        "that is ZeRO-1's whole gradient; ZeRO-2 still keeps its own 1/N slice of it",
+                        given=lambda zero1, zero2: (_r0(zero1, "grad"),)),
+               mistaken(mistakes.assumed_equal("difference"), "the totals differ: look at the grad category"),
+               mistaken(mistakes.sign_flipped, "the sign: ZeRO-2 is the smaller one",
+                        given=lambda zero1, zero2: (_r0(zero1, "total") - _r0(zero2, "total"),))),
+        example=_example_pair,
     ),
     Exercise(
-        id="05.4", kind="number", style="measure",
-        prompt="From the reshard_after_forward=False run (`report`): how many bytes of unsharded (gathered) "
-               "parameters does rank 0 hold at the forward/backward boundary of the last step (its "
-               "'forward end' event)?",
-        expected=_gathered_at_forward_end,
-        hint="report.ranks[0].timeline.events: pick the last step's 'forward end' event; its "
-             "'bytes' are split by category.",
-        wrong=(mistaken(mistakes.other_mode(0, "resharding after forward"),
-                        "that is with resharding after forward; this run keeps every unit gathered"),
-               mistaken(mistakes.one_part_only, "that is the activations at that event, not the gathered parameters",
-                        given=lambda report: (_forward_end(report), "activation")),
-               mistaken(mistakes.all_parts,
-                        "that is everything the rank holds at that event; the question asks for the gathered "
-                        "parameters only",
-                        given=lambda report: (_forward_end(report),))),
-        example=_example_keep,
+        id="05.4", kind="choice", style="predict",
+        prompt="Before the accumulation runs: with K = 4 micro-batches per optimizer step, how many bytes of "
+               "gradient reduce-scatter does each rank send per optimizer step, relative to K = 1?",
+        options={"a": "1x for both: gradients are summed locally and reduced once at the step",
+                 "b": "4x for both: every backward reduces its gradients",
+                 "c": "ZeRO-1 1x, ZeRO-2 4x: ZeRO-2's full gradient does not outlive one backward",
+                 "d": "ZeRO-1 4x, ZeRO-2 1x: ZeRO-2 keeps only its slices of the gradients, so it can wait for the step to reduce them"},
+        expected=_accumulation_answer,
+        hint="where does each strategy keep the sum of the micro-batches' gradients until the step?",
+        wrong=(Wrong("a", "ZeRO-2 frees each unit's full gradient right after its reduce-scatter, so it "
+                          "cannot sum the next micro-batch into it: it must reduce every micro-batch"),
+               Wrong("b", "ZeRO-1 keeps the full gradient buffer all step: the micro-batches sum into it "
+                          "and one reduce-scatter at the step suffices"),
+               Wrong("d", "the other way round: the slice can only receive reduced sums, so ZeRO-2 reduces "
+                          "every micro-batch")),
     ),
     Exercise(
-        id="05.5", kind="choice", style="find-the-bug",
-        prompt="`FSDPBroken` ran on 4 ranks beside FSDP1: its model states match, its losses equal "
-               "single-process training, its bytes do not match the closed form, and its timeline looks "
-               "different. Which mistake is it?",
-        options={"a": "it does not all-gather a unit again before its backward",
-                 "b": "it never reshards a unit after its forward",
-                 "c": "it skips the reduce-scatter of one unit",
-                 "d": "it all-gathers the parameters in fp32 instead of bf16"},
-        expected=lambda: "b",
-        hint="compare all_gather and reduce_scatter bytes with the prediction, and the gathered band at the "
-             "forward/backward boundary.",
-        wrong=(Wrong("a", "backward would then run on freed parameters: wrong gradients or a crash, not "
-                          "equal losses; and here the unit never needed a new gather"),
-               Wrong("c", "the reduce_scatter bytes match; a missing one would also leave a stale gradient "
-                          "shard and the losses would drift"),
-               Wrong("d", "fp32 would double the all_gather bytes; here they are 2/3 of the prediction")),
+        id="05.5", kind="number", style="measure",
+        prompt="From the ZeRO-2 run with K = 4 (`report`): how many bytes did rank 0 write to its sockets in "
+               "the last optimizer step (the wire, kernel counters)?",
+        expected=lambda report: report.ranks[0].wire.sent,
+        rel=1e-7,  # an exact count: the ring model is within 0.1 % of it and must not pass
+        hint="report.ranks[0].wire holds what the kernel counted; measured.comm is the ring model.",
+        wrong=(mistaken(mistakes.framing_left_out,
+                        "that is the ring model of the payloads; the wire adds gloo's framing, 144 B a message",
+                        given=lambda report: (sum(report.ranks[0].measured.comm.values()),)),
+               mistaken(mistakes.one_part_only, "that is the ring model of the reduce-scatters alone",
+                        given=lambda report: (report.ranks[0].measured.comm, "reduce_scatter"))),
+        example=_example_k4,
     ),
     Exercise(
-        id="05.6", kind="number", style="formula",
-        prompt="A 7B model wrapped as ONE FSDP unit on N = 8 GPUs, mixed-bf16: how many bytes does a GPU "
-               "hold in backward, when the unit's full bf16 parameters and its full bf16 gradient are alive "
-               "beside the sharded model states (activations aside)?",
-        expected=lambda: theory.model_states("fsdp1", 7e9, 8).total + (2 + 2) * 7e9,
-        hint="the sharded states stay 16Ψ/N; the unit adds PΨ of gathered parameters and GΨ of full gradient.",
-        wrong=(mistaken(mistakes.other_stage_states("fsdp1", "ddp", 7e9, 8),
-                        "that is DDP's 112 GB: but the fp32 master, m and v stay sharded"),
-               mistaken(mistakes.transient_forgotten(theory.model_states("fsdp1", 7e9, 8).total),
-                        "the unit's gathered parameters and full gradient are missing"),
-               mistaken(mistakes.transient_forgotten(theory.model_states("fsdp1", 7e9, 8).total, 2 * 7e9),
-                        "the full gradient before its reduce-scatter is missing")),
+        id="05.6", kind="choice", style="find-the-bug",
+        prompt="`ZeRO2Broken` trained with K = 2 micro-batches (fp32): its memory and its bytes match the "
+               "closed forms, its losses do not match single-process training. Which mistake is it?",
+        options={"a": "it never frees the full gradient buffers",
+                 "b": "it all-reduces the gradients instead of reduce-scattering them, then keeps only its own shard of the sum",
+                 "c": "each micro-batch's reduce-scatter overwrites the shard instead of adding to it",
+                 "d": "it skips the all-gather of the updated parameters"},
+        expected=lambda: "c",
+        hint="for each option, which figure of the report would show it: memory, bytes, or losses only?",
+        wrong=(Wrong("a", "full buffers kept alive would show in the grad bytes at the optimizer step, "
+                          "which match ZeRO-2's closed form"),
+               Wrong("b", "an all-reduce sends twice a reduce-scatter's bytes: the ring model and the wire "
+                          "would not match"),
+               Wrong("d", "no all-gather would show on the wire (no all_gather bytes), and the ranks would "
+                          "train on different parameters")),
     ),
 )

@@ -1,143 +1,114 @@
-"""Notebook 06 (activations and the rest of memory): Korthikanti et al.'s per-layer bytes, what
-selective recompute saves at two sequence lengths, reading what full recompute saves, which strategies
-pay for gradient accumulation on the wire, and a DDP that syncs every micro-batch."""
+"""Notebook 06 (an FSDP linear layer by hand): rows per rank, bytes per step, what crosses the
+wire per call, and a backward that forgets to average."""
 from __future__ import annotations
 
-from ... import theory
-from ...kinds import RECOMPUTE_MODES
-from ...models import PRESETS
-from ...theory.activations import korthikanti_layer_bytes
+from ... import shard, theory
 from ...theory import mistakes
-from . import Exercise, Wrong, mistaken, example_report, register
+from . import Exercise, Wrong, mistaken, register
 
-# GPT-3 175B's layer (Korthikanti et al. 2022, Table 3): s = 2048, b = 1, h = 12288, a = 96
-S175, B175, H175, A175 = 2048, 1, 12288, 96
-ACCUMULATING = ("ddp", "zero1", "zero2", "megatron_distopt", "fsdp1", "hsdp")
-_LETTERS = "abcdef"
+_LAYER = [[(1024, 1024)]]  # a bias-free 1024 x 1024 layer, fp32, N = 8
+_ODD = [[(1001, 1024), (1001,)]]  # 1001 rows do not divide by N = 8
 
 
-def _selective_share() -> float:
-    """Share of gpt-small's activations (B = 2 per rank, bf16) that selective recompute drops."""
-    cfg = PRESETS["gpt-small"]
-    none, sel = cfg.activation_bytes(2, 2, "none"), cfg.activation_bytes(2, 2, "selective")
-    return 1 - sel / none
+def _calls(rank: int, call: str, field: str):
+    return lambda ranks: ranks[rank]["calls"][call][field]
 
 
-def _share_answer() -> str:
-    options = {"a": 0.8, "b": 0.1, "c": 0.0, "d": 0.5}
-    share = _selective_share()
-    return min(options, key=lambda k: abs(options[k] - share))
-
-
-def _grows_with_k() -> list[str]:
-    """The strategies whose bytes per optimizer step grow with K (closed forms, K = 4 vs 1)."""
-    out = []
-    for letter, s in zip(_LETTERS, ACCUMULATING):
-        m = 2 if s == "hsdp" else 1
-        one = theory.comm_per_rank(s, 1e9, 4, m, micro_batches=1).total()
-        four = theory.comm_per_rank(s, 1e9, 4, m, micro_batches=4).total()
-        if four > one:
-            out.append(letter)
-    return out
-
-
-def _activations(mode: str):
-    return lambda reports: reports[mode].ranks[0].measured.activations
-
-
-def _example_reports() -> dict:
-    # gpt-small, N = 4 (2 sequences per rank), mixed-bf16: the closed forms' figures
-    cfg = PRESETS["gpt-small"]
-    return {"reports": {mode: example_report({"measured": {"activations": cfg.activation_bytes(2, 2, mode)}})
-                        for mode in RECOMPUTE_MODES}}
+def _example_calls() -> dict:
+    # 7 x 12 fp32 layer on N = 4 (chunks of 2 rows): what `layer_job` returns per rank
+    call = {"forward": {"ring_model": 312.0, "wire": 1176, "messages": 6},
+            "backward": {"ring_model": 600.0, "wire": 1896, "messages": 9}, "saved_bytes": 288}
+    return {"ranks": [{"rank": r, "calls": call} for r in range(4)]}
 
 
 register(
     Exercise(
         id="06.1", kind="number", style="formula",
-        prompt="Korthikanti et al. 2022, Eq. (1): activation bytes of one GPT-3 175B layer (s = 2048, b = 1, "
-               "h = 12288, a = 96 heads), no recompute, no tensor parallelism, 16-bit activations.",
-        expected=lambda: korthikanti_layer_bytes(S175, B175, H175, A175),
-        hint="sbh(34 + 5as/h): 34sbh for the linear-size tensors, 5as²b for the attention scores, their "
-             "dropout mask and the masked scores.",
-        wrong=(mistaken(mistakes.other_recompute("none", "selective", S175, B175, H175, A175),
-                        "that is selective recompute: the 5as²b of the attention core is missing"),
-               mistaken(mistakes.other_recompute("none", "full", S175, B175, H175, A175),
-                        "that is full recompute: only the layer's input is kept"),
-               mistaken(mistakes.heads_alone(S175, B175, H175, A175))),
+        prompt="A layer with d_out = 10 output rows is sharded on dim 0 over N = 4 ranks. How many rows "
+               "does rank 3 hold?",
+        expected=lambda: shard.dim0_rows(10, 4, 3).size,
+        hint="chunks of c = ceil(d_out/N) whole rows, in rank order; the last rank gets what is left.",
+        wrong=(mistaken(mistakes.full_chunk_everywhere(10, 4),
+                        "3 is the chunk c = ceil(10/4): ranks 0, 1 and 2 hold 3 rows each"),
+               mistaken(mistakes.even_split(10, 4), "rows are not split into fractions: every rank holds whole rows"),
+               mistaken(mistakes.floor_rows(10, 4), "floor(10/4) = 2 rows each would leave 2 rows with no owner")),
     ),
     Exercise(
-        id="06.2", kind="choice", style="predict",
-        prompt="Before the runs: gpt-small (S = 128, D = 256, 4 heads, 2 sequences per rank). Which share of "
-               "its activations does selective recompute (re-running the attention core in backward) drop?",
-        options={"a": "about 80 %, as for a 7B model at S = 4096", "b": "about 10 %",
-                 "c": "nothing: the same tensors are saved", "d": "about half"},
-        expected=_share_answer,
-        hint="selective drops the B·H·S² softmax outputs; compare a·B·H·S² with a block's other terms, "
-             "16a·B·S·D, at S = 128 and D = 256.",
-        wrong=(Wrong("a", "at S = 4096, h = 4096, 32 heads the scores dominate (5as/h = 160 against 34); at "
-                          "S = 128 with D = 256 they are a small part"),
-               Wrong("c", "the softmax outputs, a·B·H·S² per layer, are not saved any more"),
-               Wrong("d", "work out H·S² against 16·S·D per sequence: 65,536 against 524,288")),
+        id="06.2", kind="number", style="formula",
+        prompt="A bias-free 1024 x 1024 fp32 FSDP linear layer on N = 8 ranks: how many bytes does each "
+               "rank send per training step under the ring model (gather W in forward, gather W again "
+               "in backward, reduce-scatter dW)?",
+        expected=lambda: theory.exact_comm("fsdp2", _LAYER, 8, recipe="fp32").total(),
+        hint="each of the three collectives sends (N-1)/N of the 4·1024·1024-byte buffer.",
+        wrong=(mistaken(mistakes.other_stage_comm("fsdp2", "ddp", 1024 ** 2, 8, recipe="fp32"),
+                        "that is 2Ψ: DDP's all-reduce, or FSDP without the second all-gather in backward"),
+               mistaken(mistakes.ring_factor_dropped("fsdp2", 1024 ** 2, 8, recipe="fp32"),
+                        "a ring sends (N-1)/N of each buffer, not all of it"),
+               mistaken(mistakes.elements_for_bytes(3 * 7 / 8 * 4 * 1024 ** 2, 4),
+                        "that counts elements; fp32 has 4 bytes per element")),
     ),
     Exercise(
-        id="06.3", kind="number", style="measure",
-        prompt="From the three runs (`reports['none' | 'selective' | 'full']`): how many bytes of activations "
-               "did full recompute save on rank 0, against no recompute, for one micro-batch?",
-        expected=lambda reports: _activations("none")(reports) - _activations("full")(reports),
-        hint="report.ranks[0].measured.activations is what the ledger counted at 'forward end'.",
-        wrong=(mistaken(mistakes.other_mode, "that is what selective recompute saves",
-                        given=lambda reports: (_activations("none")(reports) - _activations("selective")(reports),
-                                               "selective recompute")),
-               mistaken(mistakes.kept_for_saved, "that is what full recompute keeps, not what it saves",
-                        given=lambda reports: (_activations("full")(reports),)),
-               mistaken(mistakes.nothing_kept, "that is everything without recompute; full recompute still keeps "
-                                               "each block's input",
-                        given=lambda reports: (_activations("none")(reports),))),
-        example=_example_reports,
+        id="06.3", kind="number", style="formula",
+        prompt="A 1001 x 1024 fp32 linear layer with a bias, on N = 8 ranks: how many times more parameter bytes "
+               "does a DDP rank hold than the last FSDP rank (rank 7), between uses?",
+        expected=lambda: (theory.exact_model_states("ddp", _ODD, 8, rank=7, recipe="fp32").param
+                          / theory.exact_model_states("fsdp2", _ODD, 8, rank=7, recipe="fp32").param),
+        hint="chunks of ceil(1001/8) rows of W and b; how many rows are left for rank 7?",
+        wrong=(mistaken(mistakes.even_split, "N is the ratio for a rank with a full chunk; rank 7 holds fewer rows",
+                        of=lambda: 1001 / mistakes.even_split(1001, 8).value),
+               mistaken(mistakes.full_chunk_everywhere, "126 rows is the chunk of ranks 0 to 6; rank 7 gets the rest",
+                        of=lambda: 1001 / mistakes.full_chunk_everywhere(1001, 8).value),
+               mistaken(mistakes.upside_down, "upside down: the DDP rank holds more",
+                        of=lambda: mistakes.upside_down(1001 / (1001 - 7 * 126)).value)),
     ),
     Exercise(
-        id="06.4", kind="set", style="predict",
-        prompt="Before the runs: which strategies send MORE bytes per optimizer step when the step is split "
-               "into K = 4 micro-batches instead of 1? Give the letters, e.g. ['a', 'c'].",
-        options={letter: s for letter, s in zip(_LETTERS, ACCUMULATING)},
-        expected=_grows_with_k,
-        hint="a reduction can wait for the last micro-batch only if a full-size buffer keeps the running sum; "
-             "ZeRO-3 also has to gather the parameters for every forward and backward.",
-        wrong=(Wrong(["c"], "ZeRO-2 yes; but ZeRO-3 (fsdp1, and hsdp on its inner axis) repeats all its "
-                            "traffic every micro-batch too"),
-               Wrong(["c", "e"], "hsdp's inner axis is ZeRO-3: it gathers and reduce-scatters every "
-                                 "micro-batch; only its outer all-reduce waits"),
-               Wrong(["a", "b", "c", "d", "e", "f"], "DDP, ZeRO-1 and Megatron keep full gradient buffers "
-                                                     "and reduce once at the step")),
+        id="06.4", kind="choice", style="predict",
+        prompt="Before the run: on N = 4 ranks, which of the two layers (7 x 12 weight plus bias) sends "
+               "more bytes per training step under the ring model, and by about how much?",
+        options={"a": "DDP: its all-reduce sends twice what an all-gather sends",
+                 "b": "the same: both move every parameter once per step",
+                 "c": "FSDP, about 1.5x: gather, gather again, reduce-scatter against one all-reduce",
+                 "d": "FSDP, about N = 4 times: every rank gathers the whole layer from each of the other ranks in turn"},
+        expected=lambda: "c",
+        hint="an all-reduce is a reduce-scatter plus an all-gather; count FSDP's collectives per step.",
+        wrong=(Wrong("a", "DDP's all-reduce is two halves (reduce-scatter + all-gather) of one buffer; FSDP "
+                          "runs three such halves: all-gather, all-gather, reduce-scatter"),
+               Wrong("b", "FSDP gathers W twice (forward, then again in backward) on top of the "
+                          "reduce-scatter"),
+               Wrong("d", "gathering the whole layer costs each rank (N-1)/N of it, not N times it")),
     ),
     Exercise(
-        id="06.5", kind="choice", style="find-the-bug",
-        prompt="`DDPBroken` trained gpt-tiny with K = 2 micro-batches (fp32): its memory matches the closed "
-               "form, its all-reduce bytes and its losses do not. Which mistake is it?",
-        options={"a": "it all-reduces the running gradient sum after every micro-batch, and again at the step",
-                 "b": "it all-reduces each micro-batch's gradient into a fresh buffer and adds the K reduced buffers up before the step",
-                 "c": "it forgets to divide the gradient by K",
-                 "d": "it never all-reduces"},
+        id="06.5", kind="number", style="measure",
+        prompt="From the per-call measurement of the FSDP layer (`fsdp_calls`): how many bytes of gloo's framing "
+               "did rank 3 write during the layer's backward, i.e. its wire bytes minus the ring model of its "
+               "payloads?",
+        expected=lambda ranks: ranks[3]["calls"]["backward"]["wire"] - ranks[3]["calls"]["backward"]["ring_model"],
+        hint="fsdp_calls[3]['calls']['backward'] holds 'wire' (the kernel's count) and 'ring_model'.",
+        wrong=(mistaken(mistakes.framing_not_subtracted, "that is the whole wire figure; take the payload away",
+                        given=lambda ranks: (_calls(3, "backward", "wire")(ranks),)),
+               mistaken(mistakes.framing_left_out, "that is the payload (ring model); the question asks "
+                                                   "for what the wire adds to it",
+                        given=lambda ranks: (_calls(3, "backward", "ring_model")(ranks),)),
+               mistaken(mistakes.other_mode, "that is the forward's framing; the question asks for backward",
+                        given=lambda ranks: (ranks[3]["calls"]["forward"]["wire"]
+                                             - ranks[3]["calls"]["forward"]["ring_model"], "the forward's framing"))),
+        example=_example_calls,
+    ),
+    Exercise(
+        id="06.6", kind="choice", style="find-the-bug",
+        prompt="`BrokenFSDPLinear` has one mistake. Compare its bytes (ring model and wire), its losses "
+               "and the size of its first SGD update with those of FSDPLinear and of nn.Linear on the "
+               "global batch: which mistake is it?",
+        options={"a": "its backward keeps the SUM of the gradients over ranks: it never divides by N",
+                 "b": "its backward all-reduces dW over all ranks first, then keeps only its own rows of the sum",
+                 "c": "its forward saves the gathered W for backward instead of gathering it again",
+                 "d": "each rank stores the rows of the next rank"},
         expected=lambda: "a",
-        hint="divide the measured all-reduce bytes by the predicted ones; then ask which options change "
-             "the losses.",
-        wrong=(Wrong("b", "that sends K times the bytes but sums each micro-batch once: the losses would match"),
-               Wrong("c", "a missing 1/K leaves the bytes as predicted, and Adam nearly cancels a constant "
-                          "factor on every gradient"),
-               Wrong("d", "then no all_reduce bytes at all, and every rank would train on its own data")),
-    ),
-    Exercise(
-        id="06.6", kind="number", style="formula",
-        prompt="A 7B GPT (L = 32, h = 4096, a = 32) at sequence 4096, micro-batch 1, selective recompute: "
-               "Korthikanti's activation bytes for its 32 layers (16-bit, no tensor parallelism; the terms "
-               "outside the layers aside)?",
-        expected=lambda: 32 * korthikanti_layer_bytes(4096, 1, 4096, 32, "selective"),
-        hint="34sbh per layer with selective recompute.",
-        wrong=(mistaken(mistakes.other_recompute("selective", "none", 4096, 1, 4096, 32, layers=32),
-                        "that is without recompute: sbh(34 + 5as/h)"),
-               mistaken(mistakes.other_recompute("selective", "full", 4096, 1, 4096, 32, layers=32),
-                        "that is full recompute: 2sbh per layer"),
-               mistaken(mistakes.one_layer_only(4096, 1, 4096, 32, "selective", 32))),
+        hint="which symptoms would each mistake produce on the wire, in the first loss, in the update size?",
+        wrong=(Wrong("b", "an all-reduce would show on the wire: twice the reduce-scatter's bytes, and the "
+                          "measured bytes would not match the prediction"),
+               Wrong("c", "that sends one all-gather less per step and saves W; the bytes would not match"),
+               Wrong("d", "then the forward would compute with permuted rows and the very first loss would "
+                          "already differ")),
     ),
 )

@@ -1,114 +1,139 @@
-"""Notebook 07 (an FSDP linear layer by hand): rows per rank, bytes per step, what crosses the
-wire per call, and a backward that forgets to average."""
+"""Notebook 07 (ZeRO-3 / FSDP): model states per GPU, when "1.5x DDP" holds in bytes, the
+saw-tooth's teeth, what reshard_after_forward=False keeps, an FSDP that never reshards after
+forward, and why one big unit does not bring back DDP's memory."""
 from __future__ import annotations
 
-from ... import shard, theory
+from ... import theory
 from ...theory import mistakes
-from . import Exercise, Wrong, mistaken, register
+from ...kinds import EventKind
+from ...reports import RunReport
+from . import Exercise, Wrong, mistaken, example_report, register
 
-_LAYER = [[(1024, 1024)]]  # a bias-free 1024 x 1024 layer, fp32, N = 8
-_ODD = [[(1001, 1024), (1001,)]]  # 1001 rows do not divide by N = 8
-
-
-def _calls(rank: int, call: str, field: str):
-    return lambda ranks: ranks[rank]["calls"][call][field]
+GB = 1e9
 
 
-def _example_calls() -> dict:
-    # 7 x 12 fp32 layer on N = 4 (chunks of 2 rows): what `layer_job` returns per rank
-    call = {"forward": {"ring_model": 312.0, "wire": 1176, "messages": 6},
-            "backward": {"ring_model": 600.0, "wire": 1896, "messages": 9}, "saved_bytes": 288}
-    return {"ranks": [{"rank": r, "calls": call} for r in range(4)]}
+def _forward_end(report: RunReport, rank: int = 0) -> dict:
+    """Bytes by category at the last step's forward/backward boundary ("forward end" event)."""
+    evs = report.ranks[rank].timeline.events
+    return [e for e in evs if e["step"] == report.steps - 1 and e["kind"] == EventKind.FORWARD_END][-1]["bytes"]
+
+
+def _gathered_at_forward_end(report: RunReport) -> int:
+    return _forward_end(report)["gathered"]
+
+
+def _example_keep() -> dict:
+    # gpt-small, N = 4, mixed-bf16, reshard_after_forward=False: every unit's bf16 params alive
+    ev = {"t": 1.0, "kind": EventKind.FORWARD_END.value, "unit": None, "label": "forward end", "step": 1,
+          "bytes": {"param": 1_621_042, "gathered": 6_484_168, "activation": 9_811_972}}
+    return {"report": example_report({"timeline": {"events": [ev]}}, steps=2)}
+
+
+def _teeth_answer() -> str:
+    # a tooth per unshard, and an unshard per all-gather: count them for 6 units, resharding
+    units = [[(8,)]] * 6
+    gathers = sum(op.collective == "all_gather" for op in theory.exact_comm("fsdp1", units, 4).ops)
+    return {6: "a", 12: "b", 1: "c", 18: "d"}[gathers]
+
+
+def _ratio_fp32_reduce() -> float:
+    psi, n = 7e9, 8
+    return float(theory.comm_per_rank("fsdp1", psi, n, reduce_dtype="fp32").total()
+                 / theory.comm_per_rank("ddp", psi, n).total())
 
 
 register(
     Exercise(
         id="07.1", kind="number", style="formula",
-        prompt="A layer with d_out = 10 output rows is sharded on dim 0 over N = 4 ranks. How many rows "
-               "does rank 3 hold?",
-        expected=lambda: shard.dim0_rows(10, 4, 3).size,
-        hint="chunks of c = ceil(d_out/N) whole rows, in rank order; the last rank gets what is left.",
-        wrong=(mistaken(mistakes.full_chunk_everywhere(10, 4),
-                        "3 is the chunk c = ceil(10/4): ranks 0, 1 and 2 hold 3 rows each"),
-               mistaken(mistakes.even_split(10, 4), "rows are not split into fractions: every rank holds whole rows"),
-               mistaken(mistakes.floor_rows(10, 4), "floor(10/4) = 2 rows each would leave 2 rows with no owner")),
+        prompt="A 70B-parameter model trains with ZeRO-3 on N = 512 GPUs, mixed-bf16. How many bytes of model "
+               "states does each GPU hold (between uses of the units)?",
+        expected=lambda: theory.model_states("fsdp1", 70e9, 512).total,
+        hint="parameters, gradients and optimizer state are all cut N ways: (P + G + K)Ψ/N.",
+        wrong=(mistaken(mistakes.other_stage_states("fsdp1", "zero2", 70e9, 512),
+                        "that is ZeRO-2: ZeRO-3 shards the bf16 parameters too"),
+               mistaken(mistakes.only_optimizer_shard("fsdp1", 70e9, 512),
+                        "only the optimizer state: parameters and gradients are sharded as well"),
+               mistaken(mistakes.other_stage_states("fsdp1", "ddp", 70e9, 512), "that is DDP: nothing sharded")),
     ),
     Exercise(
         id="07.2", kind="number", style="formula",
-        prompt="A bias-free 1024 x 1024 fp32 FSDP linear layer on N = 8 ranks: how many bytes does each "
-               "rank send per training step under the ring model (gather W in forward, gather W again "
-               "in backward, reduce-scatter dW)?",
-        expected=lambda: theory.exact_comm("fsdp2", _LAYER, 8, recipe="fp32").total(),
-        hint="each of the three collectives sends (N-1)/N of the 4·1024·1024-byte buffer.",
-        wrong=(mistaken(mistakes.other_stage_comm("fsdp2", "ddp", 1024 ** 2, 8, recipe="fp32"),
-                        "that is 2Ψ: DDP's all-reduce, or FSDP without the second all-gather in backward"),
-               mistaken(mistakes.ring_factor_dropped("fsdp2", 1024 ** 2, 8, recipe="fp32"),
-                        "a ring sends (N-1)/N of each buffer, not all of it"),
-               mistaken(mistakes.elements_for_bytes(3 * 7 / 8 * 4 * 1024 ** 2, 4),
-                        "that counts elements; fp32 has 4 bytes per element")),
+        prompt="bf16 parameters, gradients reduce-scattered in fp32 (FSDP2's reduce_dtype=torch.float32, "
+               "Megatron's default), against a DDP that all-reduces bf16 gradients: how many times DDP's "
+               "bytes per step does ZeRO-3 send (ring model, Ψ = 7B, N = 8)?",
+        expected=_ratio_fp32_reduce,
+        hint="count bytes, not elements: two bf16 all-gathers of Ψ and one fp32 reduce-scatter of Ψ, "
+             "against two bf16 halves of an all-reduce.",
+        wrong=(mistaken(mistakes.elements_ratio(3, 2),
+                        "3Ψ vs 2Ψ counts elements; in bytes it holds only when every pass uses the same dtype"),
+               mistaken(mistakes.fp32_gradients, "that is against a DDP that also reduces in fp32 (8 bytes per "
+                                                 "parameter each)",
+                        of=lambda: float(theory.comm_per_rank("fsdp1", 7e9, 8, reduce_dtype="fp32").total())
+                        / mistakes.fp32_gradients("ddp", 7e9, 8).value),
+               mistaken(mistakes.allreduce_counted_once, "DDP's all-reduce is two passes over Ψ, not one",
+                        of=lambda: float(theory.comm_per_rank("fsdp1", 7e9, 8, reduce_dtype="fp32").total())
+                        / mistakes.allreduce_counted_once("ddp", 7e9, 8).value)),
     ),
     Exercise(
-        id="07.3", kind="number", style="formula",
-        prompt="A 1001 x 1024 fp32 linear layer with a bias, on N = 8 ranks: how many times more parameter bytes "
-               "does a DDP rank hold than the last FSDP rank (rank 7), between uses?",
-        expected=lambda: (theory.exact_model_states("ddp", _ODD, 8, rank=7, recipe="fp32").param
-                          / theory.exact_model_states("fsdp2", _ODD, 8, rank=7, recipe="fp32").param),
-        hint="chunks of ceil(1001/8) rows of W and b; how many rows are left for rank 7?",
-        wrong=(mistaken(mistakes.even_split, "N is the ratio for a rank with a full chunk; rank 7 holds fewer rows",
-                        of=lambda: 1001 / mistakes.even_split(1001, 8).value),
-               mistaken(mistakes.full_chunk_everywhere, "126 rows is the chunk of ranks 0 to 6; rank 7 gets the rest",
-                        of=lambda: 1001 / mistakes.full_chunk_everywhere(1001, 8).value),
-               mistaken(mistakes.upside_down, "upside down: the DDP rank holds more",
-                        of=lambda: mistakes.upside_down(1001 / (1001 - 7 * 126)).value)),
+        id="07.3", kind="choice", style="predict",
+        prompt="Before the runs: gpt-small has 6 units (embedding, 4 blocks, head). With prefetching off, how "
+               "many teeth (an unshard followed by its reshard) does the gathered-parameters band show per "
+               "training step?",
+        options={"a": "6: one per unit", "b": "12: two per unit, before its forward and again before its backward",
+                 "c": "1: the whole model is gathered once per step", "d": "18: three per unit, one for each of its two all-gathers and one for the reduce-scatter of its gradients"},
+        expected=_teeth_answer,
+        hint="reshard_after_forward=True frees a unit after its forward; what must happen before its backward?",
+        wrong=(Wrong("a", "after its forward a unit is resharded, so backward has to gather it again"),
+               Wrong("c", "a unit is gathered around its own use only; that is what keeps the peak low"),
+               Wrong("d", "the reduce-scatter moves gradients into shards; it gathers no parameters")),
     ),
     Exercise(
-        id="07.4", kind="choice", style="predict",
-        prompt="Before the run: on N = 4 ranks, which of the two layers (7 x 12 weight plus bias) sends "
-               "more bytes per training step under the ring model, and by about how much?",
-        options={"a": "DDP: its all-reduce sends twice what an all-gather sends",
-                 "b": "the same: both move every parameter once per step",
-                 "c": "FSDP, about 1.5x: gather, gather again, reduce-scatter against one all-reduce",
-                 "d": "FSDP, about N = 4 times: every rank gathers the whole layer from each of the other ranks in turn"},
-        expected=lambda: "c",
-        hint="an all-reduce is a reduce-scatter plus an all-gather; count FSDP's collectives per step.",
-        wrong=(Wrong("a", "DDP's all-reduce is two halves (reduce-scatter + all-gather) of one buffer; FSDP "
-                          "runs three such halves: all-gather, all-gather, reduce-scatter"),
-               Wrong("b", "FSDP gathers W twice (forward, then again in backward) on top of the "
-                          "reduce-scatter"),
-               Wrong("d", "gathering the whole layer costs each rank (N-1)/N of it, not N times it")),
+        id="07.4", kind="number", style="measure",
+        prompt="From the reshard_after_forward=False run (`report`): how many bytes of unsharded (gathered) "
+               "parameters does rank 0 hold at the forward/backward boundary of the last step (its "
+               "'forward end' event)?",
+        expected=_gathered_at_forward_end,
+        hint="report.ranks[0].timeline.events: pick the last step's 'forward end' event; its "
+             "'bytes' are split by category.",
+        wrong=(mistaken(mistakes.other_mode(0, "resharding after forward"),
+                        "that is with resharding after forward; this run keeps every unit gathered"),
+               mistaken(mistakes.one_part_only, "that is the activations at that event, not the gathered parameters",
+                        given=lambda report: (_forward_end(report), "activation")),
+               mistaken(mistakes.all_parts,
+                        "that is everything the rank holds at that event; the question asks for the gathered "
+                        "parameters only",
+                        given=lambda report: (_forward_end(report),))),
+        example=_example_keep,
     ),
     Exercise(
-        id="07.5", kind="number", style="measure",
-        prompt="From the per-call measurement of the FSDP layer (`fsdp_calls`): how many bytes of gloo's framing "
-               "did rank 3 write during the layer's backward, i.e. its wire bytes minus the ring model of its "
-               "payloads?",
-        expected=lambda ranks: ranks[3]["calls"]["backward"]["wire"] - ranks[3]["calls"]["backward"]["ring_model"],
-        hint="fsdp_calls[3]['calls']['backward'] holds 'wire' (the kernel's count) and 'ring_model'.",
-        wrong=(mistaken(mistakes.framing_not_subtracted, "that is the whole wire figure; take the payload away",
-                        given=lambda ranks: (_calls(3, "backward", "wire")(ranks),)),
-               mistaken(mistakes.framing_left_out, "that is the payload (ring model); the question asks "
-                                                   "for what the wire adds to it",
-                        given=lambda ranks: (_calls(3, "backward", "ring_model")(ranks),)),
-               mistaken(mistakes.other_mode, "that is the forward's framing; the question asks for backward",
-                        given=lambda ranks: (ranks[3]["calls"]["forward"]["wire"]
-                                             - ranks[3]["calls"]["forward"]["ring_model"], "the forward's framing"))),
-        example=_example_calls,
+        id="07.5", kind="choice", style="find-the-bug",
+        prompt="`FSDPBroken` ran on 4 ranks beside FSDP1: its model states match, its losses equal "
+               "single-process training, its bytes do not match the closed form, and its timeline looks "
+               "different. Which mistake is it?",
+        options={"a": "it does not all-gather a unit again before its backward",
+                 "b": "it never reshards a unit after its forward",
+                 "c": "it skips the reduce-scatter of one unit",
+                 "d": "it all-gathers the parameters in fp32 instead of bf16"},
+        expected=lambda: "b",
+        hint="compare all_gather and reduce_scatter bytes with the prediction, and the gathered band at the "
+             "forward/backward boundary.",
+        wrong=(Wrong("a", "backward would then run on freed parameters: wrong gradients or a crash, not "
+                          "equal losses; and here the unit never needed a new gather"),
+               Wrong("c", "the reduce_scatter bytes match; a missing one would also leave a stale gradient "
+                          "shard and the losses would drift"),
+               Wrong("d", "fp32 would double the all_gather bytes; here they are 2/3 of the prediction")),
     ),
     Exercise(
-        id="07.6", kind="choice", style="find-the-bug",
-        prompt="`BrokenFSDPLinear` has one mistake. Compare its bytes (ring model and wire), its losses "
-               "and the size of its first SGD update with those of FSDPLinear and of nn.Linear on the "
-               "global batch: which mistake is it?",
-        options={"a": "its backward keeps the SUM of the gradients over ranks: it never divides by N",
-                 "b": "its backward all-reduces dW over all ranks first, then keeps only its own rows of the sum",
-                 "c": "its forward saves the gathered W for backward instead of gathering it again",
-                 "d": "each rank stores the rows of the next rank"},
-        expected=lambda: "a",
-        hint="which symptoms would each mistake produce on the wire, in the first loss, in the update size?",
-        wrong=(Wrong("b", "an all-reduce would show on the wire: twice the reduce-scatter's bytes, and the "
-                          "measured bytes would not match the prediction"),
-               Wrong("c", "that sends one all-gather less per step and saves W; the bytes would not match"),
-               Wrong("d", "then the forward would compute with permuted rows and the very first loss would "
-                          "already differ")),
+        id="07.6", kind="number", style="formula",
+        prompt="A 7B model wrapped as ONE FSDP unit on N = 8 GPUs, mixed-bf16: how many bytes does a GPU "
+               "hold in backward, when the unit's full bf16 parameters and its full bf16 gradient are alive "
+               "beside the sharded model states (activations aside)?",
+        expected=lambda: theory.model_states("fsdp1", 7e9, 8).total + (2 + 2) * 7e9,
+        hint="the sharded states stay 16Ψ/N; the unit adds PΨ of gathered parameters and GΨ of full gradient.",
+        wrong=(mistaken(mistakes.other_stage_states("fsdp1", "ddp", 7e9, 8),
+                        "that is DDP's 112 GB: but the fp32 master, m and v stay sharded"),
+               mistaken(mistakes.transient_forgotten(theory.model_states("fsdp1", 7e9, 8).total),
+                        "the unit's gathered parameters and full gradient are missing"),
+               mistaken(mistakes.transient_forgotten(theory.model_states("fsdp1", 7e9, 8).total, 2 * 7e9),
+                        "the full gradient before its reduce-scatter is missing")),
     ),
 )

@@ -1,136 +1,143 @@
-"""Notebook 09 (Megatron's distributed optimizer): 6Ψ + 12Ψ/N, what fp32 gradients cost on the
-wire, gradient accumulation into the fp32 buffer, and a distributed optimizer that reduces in bf16."""
+"""Notebook 09 (activations and the rest of memory): Korthikanti et al.'s per-layer bytes, what
+selective recompute saves at two sequence lengths, reading what full recompute saves, which strategies
+pay for gradient accumulation on the wire, and a DDP that syncs every micro-batch."""
 from __future__ import annotations
 
 from ... import theory
-from ...reports import RunReport
+from ...kinds import RECOMPUTE_MODES
+from ...models import PRESETS
+from ...theory.activations import korthikanti_layer_bytes
 from ...theory import mistakes
 from . import Exercise, Wrong, mistaken, example_report, register
 
-PSI_13B = 13e9
+# GPT-3 175B's layer (Korthikanti et al. 2022, Table 3): s = 2048, b = 1, h = 12288, a = 96
+S175, B175, H175, A175 = 2048, 1, 12288, 96
+ACCUMULATING = ("ddp", "zero1", "zero2", "megatron_distopt", "fsdp1", "hsdp")
+_LETTERS = "abcdef"
 
 
-def _share(report: RunReport, rank: int = 0) -> float:
-    comm = report.ranks[rank].measured.comm
-    return comm["reduce_scatter"] / (comm["reduce_scatter"] + comm["all_gather"])
+def _selective_share() -> float:
+    """Share of gpt-small's activations (B = 2 per rank, bf16) that selective recompute drops."""
+    cfg = PRESETS["gpt-small"]
+    none, sel = cfg.activation_bytes(2, 2, "none"), cfg.activation_bytes(2, 2, "selective")
+    return 1 - sel / none
 
 
-def _reduce_scatters(report: RunReport, rank: int = 0) -> int:
-    last = report.steps - 1
-    return sum(1 for c in report.ranks[rank].timeline.comm
-               if c["step"] == last and c["op"] == "reduce_scatter")
+def _share_answer() -> str:
+    options = {"a": 0.8, "b": 0.1, "c": 0.0, "d": 0.5}
+    share = _selective_share()
+    return min(options, key=lambda k: abs(options[k] - share))
 
 
-def _example_comm() -> dict:
-    # gpt-small, megatron-bf16, N = 4: the padded buffers hold 3,242,084 elements
-    return {"report": example_report({"measured": {"comm": {"reduce_scatter": 9726252.0, "all_gather": 4863126.0}}})}
+def _grows_with_k() -> list[str]:
+    """The strategies whose bytes per optimizer step grow with K (closed forms, K = 4 vs 1)."""
+    out = []
+    for letter, s in zip(_LETTERS, ACCUMULATING):
+        m = 2 if s == "hsdp" else 1
+        one = theory.comm_per_rank(s, 1e9, 4, m, micro_batches=1).total()
+        four = theory.comm_per_rank(s, 1e9, 4, m, micro_batches=4).total()
+        if four > one:
+            out.append(letter)
+    return out
 
 
-def _example_accumulation() -> dict:
-    step = [{"step": 1, "op": "reduce_scatter"} for _ in range(6)] + [{"step": 1, "op": "all_gather"} for _ in range(6)]
-    return {"report": example_report({"timeline": {"comm": [dict(c, step=0) for c in step] + step}}, steps=2)}
+def _activations(mode: str):
+    return lambda reports: reports[mode].ranks[0].measured.activations
+
+
+def _example_reports() -> dict:
+    # gpt-small, N = 4 (2 sequences per rank), mixed-bf16: the closed forms' figures
+    cfg = PRESETS["gpt-small"]
+    return {"reports": {mode: example_report({"measured": {"activations": cfg.activation_bytes(2, 2, mode)}})
+                        for mode in RECOMPUTE_MODES}}
 
 
 register(
     Exercise(
         id="09.1", kind="number", style="formula",
-        prompt="Bytes of model states per GPU for Ψ = 13e9 parameters on N = 16 with Megatron's distributed "
-               "optimizer and `megatron-bf16` (bf16 weights, fp32 gradients, fp32 master, m, v)?",
-        expected=lambda: theory.model_states("megatron_distopt", PSI_13B, 16).total,
-        hint="(P + G)Ψ + KΨ/N with P = 2, G = 4, K = 12.",
-        wrong=(mistaken(mistakes.other_stage_states("megatron_distopt", "zero1", PSI_13B, 16),
-                        "that is ZeRO-1 with bf16 gradients (G = 2); this optimizer keeps them in fp32"),
-               mistaken(mistakes.optimizer_forgotten("megatron_distopt", PSI_13B, 16),
-                        "the optimizer state's 12Ψ/N is missing"),
-               mistaken(mistakes.all_sharded("megatron_distopt", PSI_13B, 16),
-                        "only the optimizer state is sharded: weights and gradients stay whole")),
+        prompt="Korthikanti et al. 2022, Eq. (1): activation bytes of one GPT-3 175B layer (s = 2048, b = 1, "
+               "h = 12288, a = 96 heads), no recompute, no tensor parallelism, 16-bit activations.",
+        expected=lambda: korthikanti_layer_bytes(S175, B175, H175, A175),
+        hint="sbh(34 + 5as/h): 34sbh for the linear-size tensors, 5as²b for the attention scores, their "
+             "dropout mask and the masked scores.",
+        wrong=(mistaken(mistakes.other_recompute("none", "selective", S175, B175, H175, A175),
+                        "that is selective recompute: the 5as²b of the attention core is missing"),
+               mistaken(mistakes.other_recompute("none", "full", S175, B175, H175, A175),
+                        "that is full recompute: only the layer's input is kept"),
+               mistaken(mistakes.heads_alone(S175, B175, H175, A175))),
     ),
     Exercise(
-        id="09.2", kind="number", style="formula",
-        prompt="How many bytes per GPU more than ZeRO-1 with `mixed-bf16` (bf16 gradients) does the distributed "
-               "optimizer with `megatron-bf16` hold, for Ψ = 13e9, at any N?",
-        expected=lambda: (theory.model_states("megatron_distopt", PSI_13B, 16).total
-                          - theory.model_states("zero1", PSI_13B, 16).total),
-        hint="only G changes, from 2 to 4 bytes per parameter.",
-        wrong=(mistaken(mistakes.baseline_forgotten(4 * PSI_13B),
-                        "4Ψ is the whole fp32 buffer, but ZeRO-1 already holds a 2Ψ bf16 one"),
-               mistaken(mistakes.elements_for_bytes(2 * PSI_13B, 2), "a gradient grows by 2 bytes, not 1")),
+        id="09.2", kind="choice", style="predict",
+        prompt="Before the runs: gpt-small (S = 128, D = 256, 4 heads, 2 sequences per rank). Which share of "
+               "its activations does selective recompute (re-running the attention core in backward) drop?",
+        options={"a": "about 80 %, as for a 7B model at S = 4096", "b": "about 10 %",
+                 "c": "nothing: the same tensors are saved", "d": "about half"},
+        expected=_share_answer,
+        hint="selective drops the B·H·S² softmax outputs; compare a·B·H·S² with a block's other terms, "
+             "16a·B·S·D, at S = 128 and D = 256.",
+        wrong=(Wrong("a", "at S = 4096, h = 4096, 32 heads the scores dominate (5as/h = 160 against 34); at "
+                          "S = 128 with D = 256 they are a small part"),
+               Wrong("c", "the softmax outputs, a·B·H·S² per layer, are not saved any more"),
+               Wrong("d", "work out H·S² against 16·S·D per sequence: 65,536 against 524,288")),
     ),
     Exercise(
-        id="09.3", kind="number", style="formula",
-        prompt="For which N does the `fp32` recipe (8 + 8/N bytes per parameter) need exactly as much as "
-               "`megatron-bf16` (6 + 12/N)?",
-        expected=lambda: next(n for n in range(1, 100)
-                              if theory.model_states("megatron_distopt", 1, n, recipe="fp32").total
-                              == theory.model_states("megatron_distopt", 1, n, recipe="megatron-bf16").total),
-        hint="solve 8 + 8/N = 6 + 12/N.",
-        wrong=(mistaken(mistakes.off_by_one(2), "at N = 1: 16 against 18"),
-               mistaken(mistakes.power_of_two_habit(3), "at N = 4: 8 + 2 = 10 against 6 + 3 = 9")),
+        id="09.3", kind="number", style="measure",
+        prompt="From the three runs (`reports['none' | 'selective' | 'full']`): how many bytes of activations "
+               "did full recompute save on rank 0, against no recompute, for one micro-batch?",
+        expected=lambda reports: _activations("none")(reports) - _activations("full")(reports),
+        hint="report.ranks[0].measured.activations is what the ledger counted at 'forward end'.",
+        wrong=(mistaken(mistakes.other_mode, "that is what selective recompute saves",
+                        given=lambda reports: (_activations("none")(reports) - _activations("selective")(reports),
+                                               "selective recompute")),
+               mistaken(mistakes.kept_for_saved, "that is what full recompute keeps, not what it saves",
+                        given=lambda reports: (_activations("full")(reports),)),
+               mistaken(mistakes.nothing_kept, "that is everything without recompute; full recompute still keeps "
+                                               "each block's input",
+                        given=lambda reports: (_activations("none")(reports),))),
+        example=_example_reports,
     ),
     Exercise(
-        id="09.4", kind="choice", style="predict",
-        prompt="Before the run: with `megatron-bf16` on 4 ranks, which collective sends more bytes per step?",
-        options={"a": "the all-gather of the updated parameters",
-                 "b": "the reduce-scatter of the gradients: twice the all-gather's bytes",
-                 "c": "neither: both move every element once",
-                 "d": "an all-reduce of the gradients, 2(N-1)/N of the buffer, since the optimizer needs the whole summed gradient"},
-        expected=lambda: "b",
-        hint="both buffers have the same number of elements; compare their dtypes.",
-        wrong=(Wrong("a", "the parameters travel in bf16 (2 bytes), the gradients in fp32 (4 bytes)"),
-               Wrong("c", "the same elements, but not the same bytes: fp32 gradients, bf16 parameters"),
-               Wrong("d", "each rank only needs the summed gradient of its own chunk: a reduce-scatter")),
+        id="09.4", kind="set", style="predict",
+        prompt="Before the runs: which strategies send MORE bytes per optimizer step when the step is split "
+               "into K = 4 micro-batches instead of 1? Give the letters, e.g. ['a', 'c'].",
+        options={letter: s for letter, s in zip(_LETTERS, ACCUMULATING)},
+        expected=_grows_with_k,
+        hint="a reduction can wait for the last micro-batch only if a full-size buffer keeps the running sum; "
+             "ZeRO-3 also has to gather the parameters for every forward and backward.",
+        wrong=(Wrong(["c"], "ZeRO-2 yes; but ZeRO-3 (fsdp1, and hsdp on its inner axis) repeats all its "
+                            "traffic every micro-batch too"),
+               Wrong(["c", "e"], "hsdp's inner axis is ZeRO-3: it gathers and reduce-scatters every "
+                                 "micro-batch; only its outer all-reduce waits"),
+               Wrong(["a", "b", "c", "d", "e", "f"], "DDP, ZeRO-1 and Megatron keep full gradient buffers "
+                                                     "and reduce once at the step")),
     ),
     Exercise(
-        id="09.5", kind="number", style="measure",
-        prompt="From the run's report (`rep`): what share of rank 0's ring-model bytes per step is the gradient "
-               "reduce-scatter? (A fraction between 0 and 1.)",
-        expected=_share,
-        hint="rep.ranks[0].measured.comm has the bytes of each collective.",
-        wrong=(mistaken(mistakes.ring_model_share("reduce_scatter", "zero1", PSI_13B, 4),
-                        "a half would mean equal dtypes, ZeRO-1 with bf16 gradients; here the gradients are fp32"),
-               mistaken(mistakes.complement, "that is the all-gather's share", given=lambda report: (_share(report),))),
-        example=_example_comm,
-    ),
-    Exercise(
-        id="09.6", kind="choice", style="predict",
-        prompt="Before the run: with K = 2 micro-batches per optimizer step (gradient accumulation), how many "
-               "bytes does the gradient reduce-scatter send per optimizer step, compared with K = 1?",
-        options={"a": "the same: both micro-batches add into the fp32 buffer, which is reduced once",
-                 "b": "twice as many: one reduce-scatter per micro-batch, each moving the whole fp32 gradient buffer",
-                 "c": "half as many: each micro-batch is half the batch",
-                 "d": "none until the next step"},
+        id="09.5", kind="choice", style="find-the-bug",
+        prompt="`DDPBroken` trained gpt-tiny with K = 2 micro-batches (fp32): its memory matches the closed "
+               "form, its all-reduce bytes and its losses do not. Which mistake is it?",
+        options={"a": "it all-reduces the running gradient sum after every micro-batch, and again at the step",
+                 "b": "it all-reduces each micro-batch's gradient into a fresh buffer and adds the K reduced buffers up before the step",
+                 "c": "it forgets to divide the gradient by K",
+                 "d": "it never all-reduces"},
         expected=lambda: "a",
-        hint="the gradient buffer stays whole on every rank between micro-batches.",
-        wrong=(Wrong("b", "that is ZeRO-2 and ZeRO-3, whose full gradients do not outlive a backward; "
-                          "this buffer does"),
-               Wrong("c", "the buffer has one element per parameter whatever the batch size"),
-               Wrong("d", "the step's last backward launches the reduce-scatters; the step waits for them")),
+        hint="divide the measured all-reduce bytes by the predicted ones; then ask which options change "
+             "the losses.",
+        wrong=(Wrong("b", "that sends K times the bytes but sums each micro-batch once: the losses would match"),
+               Wrong("c", "a missing 1/K leaves the bytes as predicted, and Adam nearly cancels a constant "
+                          "factor on every gradient"),
+               Wrong("d", "then no all_reduce bytes at all, and every rank would train on its own data")),
     ),
     Exercise(
-        id="09.7", kind="number", style="measure",
-        prompt="From the accumulation run's report (`acc`): how many reduce-scatters did rank 0 issue in the "
-               "last optimizer step?",
-        expected=_reduce_scatters,
-        hint="count the 'reduce_scatter' records of the last step in acc.ranks[0].timeline.comm.",
-        wrong=(mistaken(mistakes.once_per_micro_batch,
-                        "one per micro-batch and unit would be ZeRO-2; here it is one per unit and optimizer step",
-                        given=lambda report: (_reduce_scatters(report), 2)),
-               mistaken(mistakes.per_step_not_per_unit(6, 6),
-                        "there is one reduce-scatter per unit (gpt-small has 6), not one per step")),
-        example=_example_accumulation,
-    ),
-    Exercise(
-        id="09.8", kind="choice", style="find-the-bug",
-        prompt="`BrokenDistOpt` is the distributed optimizer with one mistake. Read its memory, its bytes "
-               "by collective against the prediction, and its losses. Which mistake is it?",
-        options={"a": "it reduce-scatters a bf16 copy of the fp32 gradient buffer",
-                 "b": "it all-reduces the gradients instead of reduce-scattering them",
-                 "c": "it all-gathers the parameters in fp32",
-                 "d": "Adam on rank r updates the chunk of rank r + 1"},
-        expected=lambda: "a",
-        hint="which collective's bytes are off, and by what factor?",
-        wrong=(Wrong("b", "an all-reduce sends twice the reduce-scatter's bytes, not half"),
-               Wrong("c", "the all-gather's bytes match the prediction; an fp32 all-gather would double them"),
-               Wrong("d", "every byte would match, and the losses would leave the reference at once")),
+        id="09.6", kind="number", style="formula",
+        prompt="A 7B GPT (L = 32, h = 4096, a = 32) at sequence 4096, micro-batch 1, selective recompute: "
+               "Korthikanti's activation bytes for its 32 layers (16-bit, no tensor parallelism; the terms "
+               "outside the layers aside)?",
+        expected=lambda: 32 * korthikanti_layer_bytes(4096, 1, 4096, 32, "selective"),
+        hint="34sbh per layer with selective recompute.",
+        wrong=(mistaken(mistakes.other_recompute("selective", "none", 4096, 1, 4096, 32, layers=32),
+                        "that is without recompute: sbh(34 + 5as/h)"),
+               mistaken(mistakes.other_recompute("selective", "full", 4096, 1, 4096, 32, layers=32),
+                        "that is full recompute: 2sbh per layer"),
+               mistaken(mistakes.one_layer_only(4096, 1, 4096, 32, "selective", 32))),
     ),
 )

@@ -1,5 +1,6 @@
-"""Notebooks 07-09: the broken variants show the symptoms their find-the-bug exercises describe,
-and the per-call layer job measures what notebook 07 says it measures. Small models, few steps."""
+"""Notebooks 04, 06 and 08 (the distributed optimizer, the FSDP linear layer, FSDP1 vs FSDP2): the broken
+variants show the symptoms their find-the-bug exercises describe,
+and the per-call layer job measures what notebook 06 says it measures. Small models, few steps."""
 from __future__ import annotations
 
 import torch
@@ -16,7 +17,7 @@ LAYER = {"in_features": 12, "out_features": 7, "global_batch": 24, "steps": 2, "
 def test_layer_job_measures_each_call_and_the_broken_layer_forgets_the_mean():
     n = 4
     good = cluster.run(linear_job, n, {"layer": "zeroedu.strategies.fsdp_linear:FSDPLinear", **LAYER})
-    bad = cluster.run(linear_job, n, {"layer": "zeroedu.notebook.bugs.nb07:BrokenFSDPLinear", **LAYER})
+    bad = cluster.run(linear_job, n, {"layer": "zeroedu.notebook.bugs.nb06:BrokenFSDPLinear", **LAYER})
     c = shard.dim0_chunk_rows(7, n)
     s_w, s_b = 4 * c * n * 12, 4 * c * n
     for g, b in zip(good, bad):
@@ -53,7 +54,7 @@ def test_broken_fsdp2_matches_bytes_and_memory_but_only_the_short_rank_learns_wr
 
 def test_broken_distopt_halves_the_reduce_scatter():
     bug = run(RunConfig("megatron_distopt", 2, steps=2, model="gpt-tiny",
-                        strategy_class="zeroedu.notebook.bugs.nb09:BrokenDistOpt"))
+                        strategy_class="zeroedu.notebook.bugs.nb04:BrokenDistOpt"))
     assert bug.match.model_states and not bug.match.comm and not bug.match.wire
     for r in bug.ranks:
         assert r.measured.comm["reduce_scatter"] == r.predicted.comm["reduce_scatter"] / 2
