@@ -4,6 +4,7 @@ instead)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -30,3 +31,29 @@ def test_the_learner_editions_keep_them():
     for p in COURSE:
         learner = json.loads((ROOT / "notebooks" / p.name).read_text())["cells"]
         assert any("".join(c["source"]).startswith("## Takeaway") for c in learner), p.name
+
+
+WORD_BUDGET = 18_000  # words of markdown a learner reads on the main path, all notebooks together
+
+
+def main_path_words(text: str) -> int:
+    """Words of a markdown cell outside its `<details>` deep dives (nesting counted, so text after an
+    inner `</details>` is still inside the outer one)."""
+    depth, kept = 0, []
+    for piece in re.split(r"(<details>|</details>)", text):
+        if piece == "<details>":
+            depth += 1
+        elif piece == "</details>":
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            kept.append(piece)
+    return len(" ".join(kept).split())
+
+
+def test_main_path_words():
+    assert main_path_words("a b <details><summary>s</summary> c <details>d</details> e </details> f") == 3
+    counts = {}
+    for p in sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")):
+        cells = json.loads(p.read_text())["cells"]
+        counts[p.stem] = sum(main_path_words("".join(c["source"])) for c in cells if c["cell_type"] == "markdown")
+    assert sum(counts.values()) <= WORD_BUDGET, counts
