@@ -1,0 +1,59 @@
+"""Tensor and sequence parallelism from scratch (`zeroedu.strategies.tensor_parallel`), held against
+the unsplit block in one process and, for the MLP, against torch's own `parallelize_module`
+(ColwiseParallel / RowwiseParallel, and Shard(1) inputs and outputs with sequence parallelism) on
+the same CPU mesh over gloo. Bytes: the ring model against a count by hand, and the kernel's count
+of the sockets against it plus gloo's framing."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zeroedu.models.gpt import Block, GPTConfig
+from zeroedu.references.torch_tp import tp_block_job
+from zeroedu.runtime import cluster
+from zeroedu.runtime.comm import Axis, Comm
+from zeroedu.runtime.ledger import Ledger
+from zeroedu.runtime.wire import FRAMING_PER_MESSAGE
+from zeroedu.strategies.tensor_parallel import TPBlock, _Ctx, block_tp_bytes
+
+TOL = 1e-5  # fp32: the split sums differ from one process's by round-off only
+BATCH, SEQ, D = 2, 8, 32  # tp_block_job's defaults
+
+
+@pytest.mark.fast
+def test_block_bytes_by_hand():
+    # t = 2, b·s·h = 2·8·32 fp32 = 2048 B: 4 all-reduces of 2·(1/2)·2048 = 8192 B; with SP 8 × (1/2)·2048
+    assert block_tp_bytes(2, 8, 32, 2, 4) == 8192 == block_tp_bytes(2, 8, 32, 2, 4, sp=True)
+    # t = 4: 4 × 2·(3/4)·2048 = 12288
+    assert block_tp_bytes(2, 8, 32, 4, 4) == 12288 == block_tp_bytes(2, 8, 32, 4, 4, sp=True)
+    assert block_tp_bytes(1, 128, 256, 1, 2) == 0  # t = 1: nothing to send
+
+
+@pytest.mark.fast
+def test_heads_that_do_not_split_are_refused():
+    block = Block(GPTConfig(vocab=97, seq_len=8, d_model=24, n_layers=1, n_heads=3))
+    axis = Axis("tp", None, 2, 0, (0, 1))
+    with pytest.raises(ValueError, match="3 heads are not divisible by t = 2"):
+        TPBlock(block, axis, Comm(Ledger(0)))
+
+
+@pytest.mark.fast
+def test_a_sequence_that_does_not_split_is_refused():
+    c = _Ctx(Axis("tp", None, 3, 0, (0, 1, 2)), Comm(Ledger(0)), "block")
+    with pytest.raises(ValueError, match="sequence parallelism needs the sequence"):
+        c.scatter_seq(torch.zeros(1, 8, 4), "g")
+
+
+@pytest.mark.parametrize("t,sp", [(2, False), (2, True), (4, True)])
+def test_tp_block_equals_one_process_and_torch(t, sp):
+    ranks = cluster.run(tp_block_job, t, {"sp": sp})
+    for r in ranks:
+        assert max(r["vs_single"].values()) <= TOL, r["vs_single"]
+        assert set(r["vs_single"]) >= {"output", "input_grad", "attn.qkv.weight", "mlp.fc2.weight", "ln1.weight"}
+        assert max(r["vs_torch"].values()) <= TOL, r["vs_torch"]
+        # by hand: 4 all-reduces (f and g in attention and MLP, forward and backward) of the
+        # b·s·h fp32 activations, 2(t-1)/t of them each; with SP the same bytes in 8 halves
+        assert r["sent"] == 4 * 2 * (t - 1) * BATCH * SEQ * D * 4 / t
+        assert r["collectives"] == (["all_gather", "reduce_scatter"] if sp else ["all_reduce"])
+        if r["wire"] is not None:  # the kernel's count: the payload plus gloo's framing, exactly
+            assert r["wire"] == r["sent"] + FRAMING_PER_MESSAGE * r["messages"]

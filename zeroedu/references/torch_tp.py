@@ -1,0 +1,120 @@
+"""zeroedu's tensor-parallel block beside two yardsticks, on every rank of a tp axis.
+
+`tp_block_job` builds one GPT block (the same seed on every rank) and runs one forward and
+backward of it three ways on the same input and the same upstream gradient:
+
+* **one process**: the unsplit block (`models.gpt.Block`), the whole sequence;
+* **zeroedu**: `strategies.tensor_parallel.TPBlock` on a `tp` axis over the world (heads and MLP
+  columns split, f / g or, with `sp`, the sequence-parallel all-gather / reduce-scatter, through
+  `comm`, every collective recorded in a ledger);
+* **torch**: the block's MLP under torch's own tensor-parallel API, `parallelize_module` with
+  `ColwiseParallel` on `fc` and `RowwiseParallel` on `fc2` (with `sp`: input and output sharded
+  on the sequence, `Shard(1)`), on a CPU `DeviceMesh` over gloo. torch's fused-qkv attention has
+  no layout in that API that splits by heads (a column split of the (3h, h) weight cuts q, k and
+  v in the wrong places), so the attention is held against the one-process block only.
+
+It returns, per rank, the largest differences (relative to the reference's scale) of outputs,
+input gradients and every parameter's gradient (this rank's slice of the one-process gradient;
+the replicated LayerNorms and row-parallel biases after `sync_replicated_grads`), zeroedu's MLP
+against torch's, and the bytes the ledger recorded for the block's forward and backward beside
+`block_tp_bytes`, and what the kernel counted on this rank's sockets for them. Nothing of torch's tensor parallelism is used by zeroedu's side.
+"""
+from __future__ import annotations
+
+import copy
+from fractions import Fraction
+
+import torch
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-12))
+
+
+def tp_block_job(ctx, sp: bool = False, batch: int = 2, seq: int = 8, d_model: int = 32, n_heads: int = 4,
+                 seed: int = 0) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from ..models.gpt import Block, GPTConfig
+    from ..runtime.comm import Comm
+    from ..runtime.ledger import Ledger
+    from ..strategies.tensor_parallel import TPBlock, TPMLP, _Ctx, block_tp_bytes
+
+    t, r = ctx.world_size, ctx.rank
+    cfg = GPTConfig(vocab=97, seq_len=seq, d_model=d_model, n_layers=1, n_heads=n_heads)
+    torch.manual_seed(seed)
+    block = Block(cfg)
+    g = torch.Generator().manual_seed(seed + 1)
+    x, w = torch.randn(batch, seq, d_model, generator=g), torch.randn(batch, seq, d_model, generator=g)
+    mine = slice(r * seq // t, (r + 1) * seq // t) if sp else slice(None)
+
+    # one process, the whole block
+    ref = copy.deepcopy(block)
+    xr = x.clone().requires_grad_()
+    out_ref = ref(xr)
+    (out_ref * w).sum().backward()
+
+    # zeroedu
+    ledger = Ledger(r)
+    axis = ctx.world_axis("tp")
+    tp = TPBlock(copy.deepcopy(block), axis, Comm(ledger, meter=ctx.wire), sp=sp)
+    xz = x[:, mine].clone().requires_grad_()
+    out_z = tp(xz)
+    (out_z * w[:, mine]).sum().backward()
+    sent = sum((rec.sent for rec in ledger.comm), Fraction(0))
+    collectives = sorted({rec.op for rec in ledger.comm})
+    # each collective is blocking, so each ran alone and the kernel's count is its own (None
+    # where the meter is unavailable)
+    wires = [rec.wire for rec in ledger.comm]
+    wire = None if any(w is None for w in wires) else sum(wires)
+    messages = sum(rec.messages for rec in ledger.comm)
+    tp.sync_replicated_grads()
+
+    heads = tp.attn.n_heads * tp.attn.d_head
+    q_rows = torch.cat([torch.arange(r * heads, (r + 1) * heads) + k * d_model for k in range(3)])
+    width = tp.mlp.fc.weight.shape[0]
+    cols = torch.arange(r * width, (r + 1) * width)
+    attn_cols = torch.arange(r * heads, (r + 1) * heads)
+    want = {
+        "attn.qkv.weight": ref.attn.qkv.weight.grad[q_rows], "attn.qkv.bias": ref.attn.qkv.bias.grad[q_rows],
+        "attn.proj.weight": ref.attn.proj.weight.grad[:, attn_cols], "attn.proj.bias": ref.attn.proj.bias.grad,
+        "mlp.fc.weight": ref.mlp.fc.weight.grad[cols], "mlp.fc.bias": ref.mlp.fc.bias.grad[cols],
+        "mlp.fc2.weight": ref.mlp.fc2.weight.grad[:, cols], "mlp.fc2.bias": ref.mlp.fc2.bias.grad,
+        "ln1.weight": ref.ln1.weight.grad, "ln1.bias": ref.ln1.bias.grad,
+        "ln2.weight": ref.ln2.weight.grad, "ln2.bias": ref.ln2.bias.grad,
+    }
+    got = dict(tp.named_parameters())
+    vs_single = {"output": _rel(out_z, out_ref[:, mine]), "input_grad": _rel(xz.grad, xr.grad[:, mine])}
+    vs_single.update({name: _rel(got[name].grad, g_ref) for name, g_ref in want.items()})
+
+    # the MLP alone: zeroedu's TPMLP against torch's parallelize_module, same input and gradient
+    h = torch.randn(batch, seq, d_model, generator=torch.Generator().manual_seed(seed + 2))
+    mlp_ctx = _Ctx(axis, Comm(Ledger(r)), "mlp")
+    ours = TPMLP(copy.deepcopy(block.mlp), mlp_ctx, sp=sp)
+    hz = h[:, mine].clone().requires_grad_()
+    out_ours = ours(hz)
+    (out_ours * w[:, mine]).sum().backward()
+
+    mesh = init_device_mesh("cpu", (t,), mesh_dim_names=("tp",))
+    theirs = copy.deepcopy(block.mlp)
+    plan = ({"fc": ColwiseParallel(input_layouts=Shard(1)), "fc2": RowwiseParallel(output_layouts=Shard(1))}
+            if sp else {"fc": ColwiseParallel(), "fc2": RowwiseParallel()})
+    parallelize_module(theirs, mesh, plan)
+    ht = h[:, mine].clone().requires_grad_()
+    out_theirs = theirs(ht)
+    (out_theirs * w[:, mine]).sum().backward()
+    local = {n: p.grad.to_local() for n, p in theirs.named_parameters()}
+    vs_torch = {"output": _rel(out_ours, out_theirs), "input_grad": _rel(hz.grad, ht.grad),
+                "fc.weight": _rel(ours.fc.weight.grad, local["fc.weight"]),
+                "fc.bias": _rel(ours.fc.bias.grad, local["fc.bias"]),
+                "fc2.weight": _rel(ours.fc2.weight.grad, local["fc2.weight"])}
+    # fc2's bias is replicated: with SP each rank's gradient covers its own positions, and torch
+    # hands back their sum (its DTensor gradient is reduced to Replicate); zeroedu sums them as
+    # TPBlock.sync_replicated_grads does
+    bias_grad = mlp_ctx.all_reduce(ours.fc2.bias.grad, "replicated_grads") if sp else ours.fc2.bias.grad
+    vs_torch["fc2.bias"] = _rel(bias_grad, local["fc2.bias"])
+    return {"rank": r, "vs_single": vs_single, "vs_torch": vs_torch, "sent": sent,
+            "predicted": block_tp_bytes(batch, seq, d_model, t, 4, sp=sp),
+            "collectives": collectives, "wire": wire, "messages": messages}

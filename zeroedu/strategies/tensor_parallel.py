@@ -1,0 +1,264 @@
+"""Tensor parallelism (Megatron-LM, Shoeybi et al. 2019, §3) and sequence parallelism (Korthikanti
+et al. 2022, §4.2.2) for zeroedu's GPT blocks, from scratch on `comm`, on a `tp` axis of t ranks.
+
+Algorithm. Each block's matrices are split so that every matmul runs on a slice and only one sum
+per sub-layer crosses the axis:
+
+    MLP        fc  column-parallel: rank r keeps rows r·(4h/t) .. of W₁ and b₁      Y_r = GeLU(X W₁ᵣᵀ + b₁ᵣ)
+               fc2 row-parallel:    rank r keeps the matching columns of W₂        Z = Σ_r Y_r W₂ᵣᵀ, + b₂ once
+    attention  qkv column-parallel by heads: rank r keeps heads r·H/t .. (r+1)·H/t of q, k and v,
+               the attention core runs on those heads only; proj row-parallel, + its bias once.
+
+Two conjugate operators join the slices (§3, Figure 3), as autograd functions:
+
+    f  identity forward, all-reduce backward   before each column-parallel sub-layer (its input
+                                                is replicated; each rank's dX is a partial sum)
+    g  all-reduce forward, identity backward   after each row-parallel sub-layer (each rank's
+                                                output is a partial sum of Z)
+
+Sequence parallelism (Korthikanti §4.2.2, Figure 5) keeps the activations between sub-layers
+(LayerNorm, residual, biases) split along the sequence, s/t positions per rank, and replaces g by
+a reduce-scatter along the sequence (ḡ: reduce-scatter forward, all-gather backward) and f by an
+all-gather (all-gather forward, reduce-scatter backward). An all-reduce is a reduce-scatter plus
+an all-gather, so the bytes are the same; what changes is that LayerNorm's inputs and the
+residual stream are stored once per t ranks.
+
+Bytes per layer per step, per rank, with b·s·h activation elements of a bytes (ring model):
+    TP       4 all-reduces (f, g in attention and MLP, forward and backward): 4 · 2(t-1)/t · bsha
+    TP + SP  8 all-gathers / reduce-scatters of bsha:                           8 · (t-1)/t · bsha
+             (the same total). `block_tp_bytes` is this closed form.
+
+Memory per rank: the split matrices and their column-parallel biases hold 1/t; LayerNorm weights
+and the row-parallel biases are replicated (1x on every rank). Without SP their gradients are the
+same on every tp rank (their inputs are replicated); with SP each rank's gradient covers its part
+of the sequence, so `sync_replicated_grads` all-reduces them over the axis (Megatron-LM's
+`--sequence-parallel` all-reduces the LayerNorm gradients the same way).
+
+Time: each f / g is a blocking collective on the critical path (the next matmul needs its
+result), which is why TP stays inside an NVLink domain.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..runtime.comm import tag
+
+
+# ---------------------------------------------------------------------------- the operators
+class _Ctx:
+    """What an operator needs to talk: the axis, the comm, and the tag's prefix."""
+
+    def __init__(self, axis, comm, name: str):
+        self.axis, self.comm, self.name = axis, comm, name
+
+    def all_reduce(self, t: torch.Tensor, where: str) -> torch.Tensor:
+        t = t.contiguous().clone()
+        self.comm.all_reduce(t, self.axis, tag("tp", self.name, "data", where))
+        return t
+
+    def gather_seq(self, t: torch.Tensor, where: str) -> torch.Tensor:
+        """(B, S/t, D) shards -> (B, S, D), concatenated along the sequence in axis order."""
+        n = self.axis.size
+        shard = t.transpose(0, 1).contiguous()  # (S/t, B, D): a rank's positions are contiguous
+        out = torch.empty((n * shard.shape[0], *shard.shape[1:]), dtype=t.dtype, device=t.device)
+        self.comm.all_gather(out, shard, self.axis, tag("tp", self.name, "data", where))
+        return out.transpose(0, 1).contiguous()
+
+    def scatter_seq(self, t: torch.Tensor, where: str) -> torch.Tensor:
+        """(B, S, D) partial sums -> this rank's (B, S/t, D) positions of the sum."""
+        n = self.axis.size
+        full = t.transpose(0, 1).contiguous()  # (S, B, D)
+        if full.shape[0] % n:
+            raise ValueError(f"sequence parallelism needs the sequence ({full.shape[0]}) divisible by t = {n}")
+        out = torch.empty((full.shape[0] // n, *full.shape[1:]), dtype=t.dtype, device=t.device)
+        self.comm.reduce_scatter(out, full, self.axis, tag("tp", self.name, "data", where))
+        return out.transpose(0, 1).contiguous()
+
+
+class CopyToTP(torch.autograd.Function):
+    """f: identity forward, all-reduce (SUM) of the input gradient backward."""
+
+    @staticmethod
+    def forward(ctx, x, c: _Ctx):
+        ctx.c = c
+        return x
+
+    @staticmethod
+    def backward(ctx, dy):
+        return ctx.c.all_reduce(dy, "f"), None
+
+
+class ReduceFromTP(torch.autograd.Function):
+    """g: all-reduce (SUM) forward, identity backward."""
+
+    @staticmethod
+    def forward(ctx, x, c: _Ctx):
+        return c.all_reduce(x, "g")
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy, None
+
+
+class GatherFromSequence(torch.autograd.Function):
+    """SP's f: all-gather along the sequence forward, reduce-scatter backward."""
+
+    @staticmethod
+    def forward(ctx, x, c: _Ctx):
+        ctx.c = c
+        return c.gather_seq(x, "f")
+
+    @staticmethod
+    def backward(ctx, dy):
+        return ctx.c.scatter_seq(dy, "f"), None
+
+
+class ScatterToSequence(torch.autograd.Function):
+    """SP's ḡ: reduce-scatter along the sequence forward, all-gather backward."""
+
+    @staticmethod
+    def forward(ctx, x, c: _Ctx):
+        ctx.c = c
+        return c.scatter_seq(x, "g")
+
+    @staticmethod
+    def backward(ctx, dy):
+        return ctx.c.gather_seq(dy, "g"), None
+
+
+def _enter(x, c: _Ctx, sp: bool):
+    return GatherFromSequence.apply(x, c) if sp else CopyToTP.apply(x, c)
+
+
+def _leave(x, c: _Ctx, sp: bool):
+    return ScatterToSequence.apply(x, c) if sp else ReduceFromTP.apply(x, c)
+
+
+# ---------------------------------------------------------------------------- the layers
+def _rows(t: torch.Tensor, idx: torch.Tensor) -> nn.Parameter:
+    return nn.Parameter(t.detach().index_select(0, idx).clone())
+
+
+class ColumnParallelLinear(nn.Module):
+    """nn.Linear whose output features are split: rank r keeps rows `out_rows` of W and b.
+    `forward` expects the input already entered (f or SP's all-gather) and returns this rank's
+    slice of the output features."""
+
+    def __init__(self, linear: nn.Linear, out_rows: torch.Tensor):
+        super().__init__()
+        self.weight = _rows(linear.weight, out_rows)
+        self.bias = _rows(linear.bias, out_rows) if linear.bias is not None else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+
+class RowParallelLinear(nn.Module):
+    """nn.Linear whose input features are split: rank r keeps columns `in_cols` of W; the bias is
+    replicated and added once, after the sum (by the caller, after g / ḡ)."""
+
+    def __init__(self, linear: nn.Linear, in_cols: torch.Tensor):
+        super().__init__()
+        self.weight = nn.Parameter(linear.weight.detach().index_select(1, in_cols).clone())
+        self.bias = nn.Parameter(linear.bias.detach().clone()) if linear.bias is not None else None
+
+    def forward(self, x):
+        return F.linear(x, self.weight)  # a partial sum: the bias waits for the reduction
+
+
+def _span(start: int, size: int) -> torch.Tensor:
+    return torch.arange(start, start + size)
+
+
+class TPMLP(nn.Module):
+    """zeroedu's MLP (fc, GELU, fc2) with fc column-parallel and fc2 row-parallel."""
+
+    def __init__(self, mlp: nn.Module, c: _Ctx, sp: bool = False):
+        super().__init__()
+        t, r = c.axis.size, c.axis.rank
+        width = mlp.fc.out_features
+        if width % t:
+            raise ValueError(f"the MLP width {width} is not divisible by t = {t}")
+        cols = _span(r * width // t, width // t)
+        self.fc, self.fc2 = ColumnParallelLinear(mlp.fc, cols), RowParallelLinear(mlp.fc2, cols)
+        self.c, self.sp = c, sp
+
+    def forward(self, x):
+        h = F.gelu(self.fc(_enter(x, self.c, self.sp)), approximate="tanh")
+        return _leave(self.fc2(h), self.c, self.sp) + self.fc2.bias
+
+
+class TPAttention(nn.Module):
+    """zeroedu's CausalSelfAttention with its heads split: qkv column-parallel (each rank keeps its
+    heads' rows of q, k and v, which sit in three places of the fused (3h, h) weight), the core on
+    those heads, proj row-parallel."""
+
+    def __init__(self, attn: nn.Module, c: _Ctx, sp: bool = False):
+        super().__init__()
+        t, r = c.axis.size, c.axis.rank
+        if attn.n_heads % t:
+            raise ValueError(f"{attn.n_heads} heads are not divisible by t = {t}")
+        self.n_heads, self.d_head = attn.n_heads // t, attn.d_head
+        d, w = attn.n_heads * attn.d_head, self.n_heads * attn.d_head
+        mine = _span(r * w, w)
+        self.qkv = ColumnParallelLinear(attn.qkv, torch.cat([mine, mine + d, mine + 2 * d]))
+        self.core = attn.core
+        self.proj = RowParallelLinear(attn.proj, mine)
+        self.c, self.sp = c, sp
+
+    def forward(self, x):
+        x = _enter(x, self.c, self.sp)
+        B, S, _ = x.shape
+        H, Dh = self.n_heads, self.d_head
+        q, k, v = self.qkv(x).split(H * Dh, dim=2)
+
+        def heads(t):
+            return t.view(B, S, H, Dh).transpose(1, 2).clone(memory_format=torch.contiguous_format)
+
+        y = self.core(heads(q * (1.0 / Dh ** 0.5)), heads(k), heads(v))
+        y = y.transpose(1, 2).contiguous().view(B, S, H * Dh)
+        return _leave(self.proj(y), self.c, self.sp) + self.proj.bias
+
+
+class TPBlock(nn.Module):
+    """A pre-LayerNorm block with TP (and, with `sp`, sequence parallelism): the LayerNorms are
+    replicated; with `sp` the block's input and output are this rank's s/t positions."""
+
+    def __init__(self, block: nn.Module, axis, comm, sp: bool = False, name: str = "block"):
+        super().__init__()
+        c = _Ctx(axis, comm, name)
+        self.ln1 = nn.LayerNorm(block.ln1.normalized_shape, eps=block.ln1.eps)
+        self.ln2 = nn.LayerNorm(block.ln2.normalized_shape, eps=block.ln2.eps)
+        self.ln1.load_state_dict(block.ln1.state_dict())
+        self.ln2.load_state_dict(block.ln2.state_dict())
+        self.attn, self.mlp = TPAttention(block.attn, c, sp), TPMLP(block.mlp, c, sp)
+        self.c, self.sp = c, sp
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+    def replicated_parameters(self) -> list[nn.Parameter]:
+        """Parameters every tp rank holds whole: the LayerNorms and the row-parallel biases."""
+        return [*self.ln1.parameters(), *self.ln2.parameters(), self.attn.proj.bias, self.mlp.fc2.bias]
+
+    def sync_replicated_grads(self) -> None:
+        """With SP each rank's gradient of a replicated parameter covers its own positions: sum
+        them over the axis (without SP they are already equal, and nothing is sent)."""
+        if not self.sp:
+            return
+        for p in self.replicated_parameters():
+            if p.grad is not None:
+                p.grad.copy_(self.c.all_reduce(p.grad, "replicated_grads"))
+
+
+def block_tp_bytes(batch: int, seq: int, hidden: int, t: int, elem: int, sp: bool = False) -> Fraction:
+    """Bytes one rank sends per block per training step for TP (or TP + SP), ring model (module
+    docstring): 4 · 2(t-1)/t · b·s·h·a, the same with SP as 8 · (t-1)/t · b·s·h·a."""
+    payload = batch * seq * hidden * elem
+    per = Fraction(t - 1, t) * payload
+    return 8 * per if sp else 4 * 2 * per
