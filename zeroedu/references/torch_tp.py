@@ -118,3 +118,50 @@ def tp_block_job(ctx, sp: bool = False, batch: int = 2, seq: int = 8, d_model: i
     return {"rank": r, "vs_single": vs_single, "vs_torch": vs_torch, "sent": sent,
             "predicted": block_tp_bytes(batch, seq, d_model, t, 4, sp=sp),
             "collectives": collectives, "wire": wire, "messages": messages}
+
+
+def tp_train_job(ctx, sp: bool = False, model: str = "gpt-tiny", steps: int = 3, global_batch: int = 4,
+                 lr: float = 1e-2, optimizer: str = "adam") -> dict:
+    """Train `model` with every block tensor-parallel over the world (`TPGPT`, t = world size) and,
+    in the same process, the unsplit model, both with torch's Adam (or SGD) on the same global batches
+    (tensor parallelism splits the model, not the batch: every tp rank sees the whole batch).
+    Returns the losses of both and, after the last step, the largest relative difference between
+    each of this rank's parameters and its slice of the unsplit model's."""
+    from ..models import make_batch, make_model
+    from ..runtime.comm import Comm
+    from ..runtime.ledger import Ledger
+    from ..strategies.tensor_parallel import TPGPT
+
+    t, r = ctx.world_size, ctx.rank
+    ref = make_model(model)
+    tp = TPGPT(copy.deepcopy(ref), ctx.world_axis("tp"), Comm(Ledger(r)), sp=sp)
+    make_opt = {"adam": torch.optim.Adam, "sgd": torch.optim.SGD}[optimizer]
+    opt_ref, opt_tp = make_opt(ref.parameters(), lr=lr), make_opt(tp.parameters(), lr=lr)
+    losses, losses_ref = [], []
+    for step in range(steps):
+        x, y = make_batch(step, global_batch, model)
+        for m, opt, out in ((ref, opt_ref, losses_ref), (tp, opt_tp, losses)):
+            opt.zero_grad()
+            loss = ref.loss(m(x), y)
+            loss.backward()
+            if m is tp:
+                tp.sync_replicated_grads()
+            opt.step()
+            out.append(loss.item())
+
+    d = ref.cfg.d_model
+    diffs = {}
+    for i, (b_ref, b_tp) in enumerate(zip(ref.blocks, tp.blocks)):
+        heads = b_tp.attn.n_heads * b_tp.attn.d_head
+        q_rows = torch.cat([torch.arange(r * heads, (r + 1) * heads) + k * d for k in range(3)])
+        width = b_tp.mlp.fc.weight.shape[0]
+        cols, a_cols = torch.arange(r * width, (r + 1) * width), torch.arange(r * heads, (r + 1) * heads)
+        pairs = {"attn.qkv.weight": (b_tp.attn.qkv.weight, b_ref.attn.qkv.weight[q_rows]),
+                 "attn.proj.weight": (b_tp.attn.proj.weight, b_ref.attn.proj.weight[:, a_cols]),
+                 "mlp.fc.weight": (b_tp.mlp.fc.weight, b_ref.mlp.fc.weight[cols]),
+                 "mlp.fc2.weight": (b_tp.mlp.fc2.weight, b_ref.mlp.fc2.weight[:, cols]),
+                 "ln1.weight": (b_tp.ln1.weight, b_ref.ln1.weight), "mlp.fc2.bias": (b_tp.mlp.fc2.bias, b_ref.mlp.fc2.bias)}
+        diffs.update({f"blocks.{i}.{k}": _rel(a.detach(), b.detach()) for k, (a, b) in pairs.items()})
+    for name in ("embed.tok.weight", "embed.pos.weight", "head.lm_head.weight"):
+        diffs[name] = _rel(dict(tp.named_parameters())[name].detach(), dict(ref.named_parameters())[name].detach())
+    return {"rank": r, "losses": losses, "losses_ref": losses_ref, "params": diffs}

@@ -105,16 +105,23 @@ class ReduceFromTP(torch.autograd.Function):
 
 
 class GatherFromSequence(torch.autograd.Function):
-    """SP's f: all-gather along the sequence forward, reduce-scatter backward."""
+    """SP's f: all-gather along the sequence forward, reduce-scatter backward, because what follows
+    is column-parallel and each rank's gradient is a partial sum. With `partial_grad=False` what
+    follows runs whole on every rank (the head), every rank's gradient is already the full one,
+    and backward only keeps this rank's positions: summing would count it t times (Megatron-LM's
+    `gather_from_sequence_parallel_region(..., tensor_parallel_output_grad=False)`)."""
 
     @staticmethod
-    def forward(ctx, x, c: _Ctx):
-        ctx.c = c
+    def forward(ctx, x, c: _Ctx, partial_grad: bool = True):
+        ctx.c, ctx.partial_grad = c, partial_grad
         return c.gather_seq(x, "f")
 
     @staticmethod
     def backward(ctx, dy):
-        return ctx.c.scatter_seq(dy, "f"), None
+        if ctx.partial_grad:
+            return ctx.c.scatter_seq(dy, "f"), None, None
+        t, r, s = ctx.c.axis.size, ctx.c.axis.rank, dy.shape[1]
+        return dy[:, r * s // t:(r + 1) * s // t].contiguous(), None, None
 
 
 class ScatterToSequence(torch.autograd.Function):
@@ -262,3 +269,44 @@ def block_tp_bytes(batch: int, seq: int, hidden: int, t: int, elem: int, sp: boo
     payload = batch * seq * hidden * elem
     per = Fraction(t - 1, t) * payload
     return 8 * per if sp else 4 * 2 * per
+
+
+class TPGPT(nn.Module):
+    """zeroedu's GPT with every block tensor-parallel (`TPBlock`) on the `tp` axis. The embedding
+    and the head are replicated (neither is vocab-parallel here). With `sp` the embedding's output
+    is split along the sequence (each rank keeps its s/t positions: a slice, nothing sent) and the
+    last block's output is all-gathered before the head, so the head and the loss run whole on
+    every rank, as without SP."""
+
+    def __init__(self, model: nn.Module, axis, comm, sp: bool = False):
+        super().__init__()
+        self.embed, self.head, self.sp = model.embed, model.head, sp
+        self.blocks = nn.ModuleList(TPBlock(b, axis, comm, sp=sp, name=f"block{i}")
+                                    for i, b in enumerate(model.blocks))
+        self.c = _Ctx(axis, comm, "head")
+        self.loss = model.loss
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.embed(idx)
+        if self.sp:
+            t, r = self.c.axis.size, self.c.axis.rank
+            s = x.shape[1]
+            if s % t:
+                raise ValueError(f"sequence parallelism needs the sequence ({s}) divisible by t = {t}")
+            x = x[:, r * s // t:(r + 1) * s // t]
+        for block in self.blocks:
+            x = block(x)
+        if self.sp:  # the head runs whole on every rank: its input's gradient is not a partial sum
+            x = GatherFromSequence.apply(x, self.c, False)
+        return self.head(x)
+
+    def sync_replicated_grads(self) -> None:
+        """With SP, the embedding's and the blocks' replicated parameters saw only this rank's
+        positions: sum their gradients over tp (the head ran whole: its gradients already agree)."""
+        if not self.sp:
+            return
+        for p in self.embed.parameters():
+            if p.grad is not None:
+                p.grad.copy_(self.c.all_reduce(p.grad, "replicated_grads"))
+        for block in self.blocks:
+            block.sync_replicated_grads()
