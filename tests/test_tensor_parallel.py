@@ -73,3 +73,27 @@ def test_tp_gpt_trains_as_one_process(sp):
                 assert abs(a - b) <= TOL * abs(b), (optimizer, r["losses"], r["losses_ref"])
             if optimizer == "sgd":
                 assert max(r["params"].values()) <= TOL, r["params"]
+
+
+def test_fsdp2_over_a_tensor_parallel_model_on_a_2d_mesh():
+    """FSDP2 on dp = 2 over blocks tensor-parallel on tp = 2 (4 ranks, tp inner), as torchtitan
+    composes fully_shard with TP: the mean of the dp ranks' losses is the one-process loss, and every
+    parameter gathered over dp is this tp rank's slice of the one-process model, after 3 Adam steps."""
+    from zeroedu.references.torch_tp import fsdp2_tp_job
+
+    ranks = cluster.run(fsdp2_tp_job, 4, {"tp": 2})
+    assert sorted((r["dp_rank"], r["tp_rank"]) for r in ranks) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    ref = ranks[0]["losses_ref"]
+    for k, want in enumerate(ref):
+        got = sum(r["losses"][k] for r in ranks if r["tp_rank"] == 0) / 2
+        assert abs(got - want) <= TOL * abs(want)
+    for r in ranks:
+        assert max(r["params"].values()) <= TOL, r["params"]
+
+
+def test_tp_1_is_plain_fsdp2_to_the_bit():
+    from zeroedu.references.torch_tp import fsdp2_tp_job
+
+    for r in cluster.run(fsdp2_tp_job, 2, {"tp": 1}):
+        assert r["losses"] == r["plain_losses"]
+        assert r["same_as_plain"]

@@ -149,6 +149,13 @@ def tp_train_job(ctx, sp: bool = False, model: str = "gpt-tiny", steps: int = 3,
             opt.step()
             out.append(loss.item())
 
+    diffs = _vs_slices(ref, tp, dict(tp.named_parameters()), r)
+    return {"rank": r, "losses": losses, "losses_ref": losses_ref, "params": diffs}
+
+
+def _vs_slices(ref, tp, params: dict, r: int) -> dict:
+    """Largest relative difference of each of `tp`'s parameters (`params`, by name) from this tp
+    rank's slice of the unsplit model's."""
     d = ref.cfg.d_model
     diffs = {}
     for i, (b_ref, b_tp) in enumerate(zip(ref.blocks, tp.blocks)):
@@ -161,7 +168,74 @@ def tp_train_job(ctx, sp: bool = False, model: str = "gpt-tiny", steps: int = 3,
                  "mlp.fc.weight": (b_tp.mlp.fc.weight, b_ref.mlp.fc.weight[cols]),
                  "mlp.fc2.weight": (b_tp.mlp.fc2.weight, b_ref.mlp.fc2.weight[:, cols]),
                  "ln1.weight": (b_tp.ln1.weight, b_ref.ln1.weight), "mlp.fc2.bias": (b_tp.mlp.fc2.bias, b_ref.mlp.fc2.bias)}
+        pairs = {k: (params[f"blocks.{i}.{k}"], want) for k, (_, want) in pairs.items()}
         diffs.update({f"blocks.{i}.{k}": _rel(a.detach(), b.detach()) for k, (a, b) in pairs.items()})
     for name in ("embed.tok.weight", "embed.pos.weight", "head.lm_head.weight"):
-        diffs[name] = _rel(dict(tp.named_parameters())[name].detach(), dict(ref.named_parameters())[name].detach())
-    return {"rank": r, "losses": losses, "losses_ref": losses_ref, "params": diffs}
+        diffs[name] = _rel(params[name].detach(), dict(ref.named_parameters())[name].detach())
+    return diffs
+
+
+def fsdp2_tp_job(ctx, tp: int = 2, model: str = "gpt-tiny", steps: int = 3, global_batch: int = 4,
+                 lr: float = 1e-2, eps: float = 1e-3) -> dict:
+    """FSDP2 over `dp` on a model whose blocks are tensor-parallel over `tp`: a (dp, tp) mesh of
+    the world, tp inner (contiguous ranks, as a node's GPUs), dp = world / tp across, as
+    torchtitan applies `fully_shard` over a TP-parallelized model. zeroedu's FSDP2 shards every
+    parameter (a TP slice or a replicated one) on dim 0 over dp; dp rank d trains on slice d of
+    each global batch, the tp ranks of one dp group on the same slice. In the same process, the
+    unsplit model with torch's Adam on the whole global batch (the same `eps`: a large one makes
+    Adam's update follow the gradient's size, so a gradient counted twice shows, where eps = 1e-8
+    divides it out and lets round-off in near-zero gradients flip signs). Returns both runs'
+    losses and each parameter's largest relative difference from its slice of the unsplit one."""
+    from ..models import make_batch, make_model, local_slice
+    from ..optim import AdamConfig
+    from ..recipes import get_recipe
+    from ..runtime.comm import Axis, Comm
+    from ..runtime.ledger import Ledger
+    from ..strategies.base import DistState
+    from ..strategies.fsdp2 import FSDP2
+    from ..strategies.tensor_parallel import TPGPT
+
+    if ctx.world_size % tp:
+        raise ValueError(f"tp = {tp} must divide the world size {ctx.world_size}")
+    dp = ctx.world_size // tp
+    outer, inner = ctx.mesh(dp)  # outer: strided ranks (dp), inner: contiguous ranks (tp)
+    dp_axis = Axis("dp_shard", outer.group, outer.size, outer.rank, outer.ranks)
+    tp_axis = Axis("tp", inner.group, inner.size, inner.rank, inner.ranks)
+    ledger = Ledger(ctx.rank)
+    comm = Comm(ledger)
+    ref = make_model(model)
+    tpm = TPGPT(copy.deepcopy(ref), tp_axis, comm)
+    names = [n for n, _ in tpm.named_parameters()]
+    strategy = FSDP2(tpm, DistState(ctx.rank, ctx.world_size, ctx.device, dp_axis, comm, ledger),
+                     get_recipe("fp32"), AdamConfig(lr=lr, eps=eps))
+    opt_ref = torch.optim.Adam(ref.parameters(), lr=lr, eps=eps)
+    losses, losses_ref = [], []
+    sl = local_slice(global_batch, dp, dp_axis.rank)
+    for step in range(steps):
+        x, y = make_batch(step, global_batch, model)
+        ledger.begin_step(step)
+        loss = strategy.forward_backward(x[sl].clone(), y[sl].clone())
+        strategy.step()
+        ledger.end_step()
+        losses.append(loss)
+        opt_ref.zero_grad()
+        full = ref.loss(ref(x), y)
+        full.backward()
+        opt_ref.step()
+        losses_ref.append(full.item())
+    full = strategy.full_parameters()
+    out = {"rank": ctx.rank, "dp_rank": dp_axis.rank, "tp_rank": tp_axis.rank, "losses": losses,
+           "losses_ref": losses_ref, "params": _vs_slices(ref, tpm, dict(zip(names, full)), tp_axis.rank)}
+    if tp == 1:  # the same steps with plain FSDP2 on the unsplit model: tp = 1 must be exactly it
+        plain = FSDP2(make_model(model), DistState(ctx.rank, ctx.world_size, ctx.device, dp_axis, comm, ledger),
+                      get_recipe("fp32"), AdamConfig(lr=lr, eps=eps))
+        plain_losses = []
+        for step in range(steps):
+            x, y = make_batch(step, global_batch, model)
+            ledger.begin_step(steps + step)
+            plain_losses.append(plain.forward_backward(x[sl].clone(), y[sl].clone()))
+            plain.step()
+            ledger.end_step()
+        out["plain_losses"] = plain_losses
+        out["same_as_plain"] = all(torch.equal(a, b) for a, b in zip(full, plain.full_parameters(), strict=True))
+    return out

@@ -40,6 +40,7 @@ result), which is why TP stays inside an NVLink domain.
 from __future__ import annotations
 
 from fractions import Fraction
+import math
 
 import torch
 import torch.nn.functional as F
@@ -177,6 +178,16 @@ class RowParallelLinear(nn.Module):
         return F.linear(x, self.weight)  # a partial sum: the bias waits for the reduction
 
 
+def _row_out(layer: RowParallelLinear, x, c: _Ctx, sp: bool):
+    """A row-parallel layer's output: the partial products summed over tp (g, or SP's
+    reduce-scatter), then the bias once. On one rank there is nothing to sum, and the layer is
+    exactly the nn.Linear it was (the bias inside the matmul, as torch adds it): tp = 1 is the
+    unsplit model, to the bit."""
+    if c.axis.size == 1:
+        return F.linear(x, layer.weight, layer.bias)
+    return _leave(layer(x), c, sp) + layer.bias
+
+
 def _span(start: int, size: int) -> torch.Tensor:
     return torch.arange(start, start + size)
 
@@ -196,7 +207,7 @@ class TPMLP(nn.Module):
 
     def forward(self, x):
         h = F.gelu(self.fc(_enter(x, self.c, self.sp)), approximate="tanh")
-        return _leave(self.fc2(h), self.c, self.sp) + self.fc2.bias
+        return _row_out(self.fc2, h, self.c, self.sp)
 
 
 class TPAttention(nn.Module):
@@ -226,9 +237,9 @@ class TPAttention(nn.Module):
         def heads(t):
             return t.view(B, S, H, Dh).transpose(1, 2).clone(memory_format=torch.contiguous_format)
 
-        y = self.core(heads(q * (1.0 / Dh ** 0.5)), heads(k), heads(v))
+        y = self.core(heads(q * (1.0 / math.sqrt(Dh))), heads(k), heads(v))
         y = y.transpose(1, 2).contiguous().view(B, S, H * Dh)
-        return _leave(self.proj(y), self.c, self.sp) + self.proj.bias
+        return _row_out(self.proj, y, self.c, self.sp)
 
 
 class TPBlock(nn.Module):
@@ -238,11 +249,11 @@ class TPBlock(nn.Module):
     def __init__(self, block: nn.Module, axis, comm, sp: bool = False, name: str = "block"):
         super().__init__()
         c = _Ctx(axis, comm, name)
-        self.ln1 = nn.LayerNorm(block.ln1.normalized_shape, eps=block.ln1.eps)
-        self.ln2 = nn.LayerNorm(block.ln2.normalized_shape, eps=block.ln2.eps)
-        self.ln1.load_state_dict(block.ln1.state_dict())
-        self.ln2.load_state_dict(block.ln2.state_dict())
-        self.attn, self.mlp = TPAttention(block.attn, c, sp), TPMLP(block.mlp, c, sp)
+        # registered in Block's order (ln1, attn, ln2, mlp), so parameter lists line up with it
+        self.ln1 = block.ln1
+        self.attn = TPAttention(block.attn, c, sp)
+        self.ln2 = block.ln2
+        self.mlp = TPMLP(block.mlp, c, sp)
         self.c, self.sp = c, sp
 
     def forward(self, x):
@@ -280,11 +291,17 @@ class TPGPT(nn.Module):
 
     def __init__(self, model: nn.Module, axis, comm, sp: bool = False):
         super().__init__()
-        self.embed, self.head, self.sp = model.embed, model.head, sp
+        # registered in the unsplit GPT's order (embed, blocks, head): parameter lists match it
+        self.embed, self.sp = model.embed, sp
         self.blocks = nn.ModuleList(TPBlock(b, axis, comm, sp=sp, name=f"block{i}")
                                     for i, b in enumerate(model.blocks))
+        self.head = model.head
         self.c = _Ctx(axis, comm, "head")
         self.loss = model.loss
+
+    def units(self) -> list[nn.Module]:
+        """The unit policy FSDP composes with: [embed, *blocks, head], as the unsplit GPT's."""
+        return [self.embed, *self.blocks, self.head]
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         x = self.embed(idx)
