@@ -23,9 +23,12 @@ BATCH, SEQ, D = 2, 8, 32  # tp_block_job's defaults
 @pytest.mark.fast
 def test_block_bytes_by_hand():
     # t = 2, b·s·h = 2·8·32 fp32 = 2048 B: 4 all-reduces of 2·(1/2)·2048 = 8192 B; with SP 8 × (1/2)·2048
-    assert block_tp_bytes(2, 8, 32, 2, 4) == 8192 == block_tp_bytes(2, 8, 32, 2, 4, sp=True)
+    assert block_tp_bytes(2, 8, 32, 2, 4) == 8192
+    # with SP the same 8192 plus the all-reduce of six replicated 32-vectors: 2·(1/2)·6·32·4 = 768
+    assert block_tp_bytes(2, 8, 32, 2, 4, sp=True) == 8192 + 768
     # t = 4: 4 × 2·(3/4)·2048 = 12288
-    assert block_tp_bytes(2, 8, 32, 4, 4) == 12288 == block_tp_bytes(2, 8, 32, 4, 4, sp=True)
+    assert block_tp_bytes(2, 8, 32, 4, 4) == 12288
+    assert block_tp_bytes(2, 8, 32, 4, 4, sp=True) == 12288 + 2 * 3 * 6 * 32 * 4 / 4
     assert block_tp_bytes(1, 128, 256, 1, 2) == 0  # t = 1: nothing to send
 
 
@@ -52,9 +55,11 @@ def test_tp_block_equals_one_process_and_torch(t, sp):
         assert set(r["vs_single"]) >= {"output", "input_grad", "attn.qkv.weight", "mlp.fc2.weight", "ln1.weight"}
         assert max(r["vs_torch"].values()) <= TOL, r["vs_torch"]
         # by hand: 4 all-reduces (f and g in attention and MLP, forward and backward) of the
-        # b·s·h fp32 activations, 2(t-1)/t of them each; with SP the same bytes in 8 halves
-        assert r["sent"] == 4 * 2 * (t - 1) * BATCH * SEQ * D * 4 / t
-        assert r["collectives"] == (["all_gather", "reduce_scatter"] if sp else ["all_reduce"])
+        # b·s·h fp32 activations, 2(t-1)/t of them each; with SP the same bytes in 8 halves, and
+        # the gradients of the 6 replicated D-vectors (LayerNorms, row-parallel biases) all-reduced
+        replicated = 2 * (t - 1) * 6 * D * 4 / t if sp else 0
+        assert r["sent"] == 4 * 2 * (t - 1) * BATCH * SEQ * D * 4 / t + replicated
+        assert r["collectives"] == (["all_gather", "all_reduce", "reduce_scatter"] if sp else ["all_reduce"])
         if r["wire"] is not None:  # the kernel's count: the payload plus gloo's framing, exactly
             assert r["wire"] == r["sent"] + FRAMING_PER_MESSAGE * r["messages"]
 
@@ -75,13 +80,14 @@ def test_tp_gpt_trains_as_one_process(sp):
                 assert max(r["params"].values()) <= TOL, r["params"]
 
 
-def test_fsdp2_over_a_tensor_parallel_model_on_a_2d_mesh():
+@pytest.mark.parametrize("sp", [False, True])
+def test_fsdp2_over_a_tensor_parallel_model_on_a_2d_mesh(sp):
     """FSDP2 on dp = 2 over blocks tensor-parallel on tp = 2 (4 ranks, tp inner), as torchtitan
     composes fully_shard with TP: the mean of the dp ranks' losses is the one-process loss, and every
     parameter gathered over dp is this tp rank's slice of the one-process model, after 3 Adam steps."""
     from zeroedu.references.torch_tp import fsdp2_tp_job
 
-    ranks = cluster.run(fsdp2_tp_job, 4, {"tp": 2})
+    ranks = cluster.run(fsdp2_tp_job, 4, {"tp": 2, "sp": sp})
     assert sorted((r["dp_rank"], r["tp_rank"]) for r in ranks) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     ref = ranks[0]["losses_ref"]
     for k, want in enumerate(ref):

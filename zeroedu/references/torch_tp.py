@@ -15,7 +15,7 @@ backward of it three ways on the same input and the same upstream gradient:
 
 It returns, per rank, the largest differences (relative to the reference's scale) of outputs,
 input gradients and every parameter's gradient (this rank's slice of the one-process gradient;
-the replicated LayerNorms and row-parallel biases after `sync_replicated_grads`), zeroedu's MLP
+the replicated LayerNorms and row-parallel biases included), zeroedu's MLP
 against torch's, and the bytes the ledger recorded for the block's forward and backward beside
 `block_tp_bytes`, and what the kernel counted on this rank's sockets for them. Nothing of torch's tensor parallelism is used by zeroedu's side.
 """
@@ -68,9 +68,8 @@ def tp_block_job(ctx, sp: bool = False, batch: int = 2, seq: int = 8, d_model: i
     # each collective is blocking, so each ran alone and the kernel's count is its own (None
     # where the meter is unavailable)
     wires = [rec.wire for rec in ledger.comm]
-    wire = None if any(w is None for w in wires) else sum(wires)
+    wire = None if any(v is None for v in wires) else sum(wires)
     messages = sum(rec.messages for rec in ledger.comm)
-    tp.sync_replicated_grads()
 
     heads = tp.attn.n_heads * tp.attn.d_head
     q_rows = torch.cat([torch.arange(r * heads, (r + 1) * heads) + k * d_model for k in range(3)])
@@ -110,11 +109,9 @@ def tp_block_job(ctx, sp: bool = False, batch: int = 2, seq: int = 8, d_model: i
                 "fc.weight": _rel(ours.fc.weight.grad, local["fc.weight"]),
                 "fc.bias": _rel(ours.fc.bias.grad, local["fc.bias"]),
                 "fc2.weight": _rel(ours.fc2.weight.grad, local["fc2.weight"])}
-    # fc2's bias is replicated: with SP each rank's gradient covers its own positions, and torch
-    # hands back their sum (its DTensor gradient is reduced to Replicate); zeroedu sums them as
-    # TPBlock.sync_replicated_grads does
-    bias_grad = mlp_ctx.all_reduce(ours.fc2.bias.grad, "replicated_grads") if sp else ours.fc2.bias.grad
-    vs_torch["fc2.bias"] = _rel(bias_grad, local["fc2.bias"])
+    # fc2's bias is replicated: with SP both sum its gradient over the ranks' positions (torch
+    # reduces its DTensor gradient to Replicate; zeroedu's bias passes through f)
+    vs_torch["fc2.bias"] = _rel(ours.fc2.bias.grad, local["fc2.bias"])
     return {"rank": r, "vs_single": vs_single, "vs_torch": vs_torch, "sent": sent,
             "predicted": block_tp_bytes(batch, seq, d_model, t, 4, sp=sp),
             "collectives": collectives, "wire": wire, "messages": messages}
@@ -144,8 +141,6 @@ def tp_train_job(ctx, sp: bool = False, model: str = "gpt-tiny", steps: int = 3,
             opt.zero_grad()
             loss = ref.loss(m(x), y)
             loss.backward()
-            if m is tp:
-                tp.sync_replicated_grads()
             opt.step()
             out.append(loss.item())
 
@@ -175,10 +170,11 @@ def _vs_slices(ref, tp, params: dict, r: int) -> dict:
     return diffs
 
 
-def fsdp2_tp_job(ctx, tp: int = 2, model: str = "gpt-tiny", steps: int = 3, global_batch: int = 4,
-                 lr: float = 1e-2, eps: float = 1e-3) -> dict:
+def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", steps: int = 3,
+                 global_batch: int = 4, lr: float = 1e-2, eps: float = 1e-3) -> dict:
     """FSDP2 over `dp` on a model whose blocks are tensor-parallel over `tp`: a (dp, tp) mesh of
-    the world, tp inner (contiguous ranks, as a node's GPUs), dp = world / tp across, as
+    the world, tp inner (contiguous ranks, as a node's GPUs), dp = world / tp across (with `sp`,
+    sequence parallelism inside tp), as
     torchtitan applies `fully_shard` over a TP-parallelized model. zeroedu's FSDP2 shards every
     parameter (a TP slice or a replicated one) on dim 0 over dp; dp rank d trains on slice d of
     each global batch, the tp ranks of one dp group on the same slice. In the same process, the
@@ -204,7 +200,7 @@ def fsdp2_tp_job(ctx, tp: int = 2, model: str = "gpt-tiny", steps: int = 3, glob
     ledger = Ledger(ctx.rank)
     comm = Comm(ledger)
     ref = make_model(model)
-    tpm = TPGPT(copy.deepcopy(ref), tp_axis, comm)
+    tpm = TPGPT(copy.deepcopy(ref), tp_axis, comm, sp=sp)
     names = [n for n, _ in tpm.named_parameters()]
     strategy = FSDP2(tpm, DistState(ctx.rank, ctx.world_size, ctx.device, dp_axis, comm, ledger),
                      get_recipe("fp32"), AdamConfig(lr=lr, eps=eps))

@@ -31,8 +31,11 @@ Bytes per layer per step, per rank, with b·s·h activation elements of a bytes 
 Memory per rank: the split matrices and their column-parallel biases hold 1/t; LayerNorm weights
 and the row-parallel biases are replicated (1x on every rank). Without SP their gradients are the
 same on every tp rank (their inputs are replicated); with SP each rank's gradient covers its part
-of the sequence, so `sync_replicated_grads` all-reduces them over the axis (Megatron-LM's
-`--sequence-parallel` all-reduces the LayerNorm gradients the same way).
+of the sequence, so each such parameter enters the computation through f, whose backward
+all-reduces its gradient over tp (`_replicated`; Megatron-LM's `--sequence-parallel` all-reduces
+the same gradients after backward): 2(t-1)/t · 6h·a more bytes per layer. The gradients leave
+backward whole, so a data-parallel strategy wrapped around the model (FSDP2 over dp) needs to
+know nothing of tp.
 
 Time: each f / g is a blocking collective on the critical path (the next matmul needs its
 result), which is why TP stays inside an NVLink domain.
@@ -84,13 +87,13 @@ class CopyToTP(torch.autograd.Function):
     """f: identity forward, all-reduce (SUM) of the input gradient backward."""
 
     @staticmethod
-    def forward(ctx, x, c: _Ctx):
-        ctx.c = c
+    def forward(ctx, x, c: _Ctx, where: str = "f"):
+        ctx.c, ctx.where = c, where
         return x
 
     @staticmethod
     def backward(ctx, dy):
-        return ctx.c.all_reduce(dy, "f"), None
+        return ctx.c.all_reduce(dy, ctx.where), None, None
 
 
 class ReduceFromTP(torch.autograd.Function):
@@ -185,7 +188,16 @@ def _row_out(layer: RowParallelLinear, x, c: _Ctx, sp: bool):
     unsplit model, to the bit."""
     if c.axis.size == 1:
         return F.linear(x, layer.weight, layer.bias)
-    return _leave(layer(x), c, sp) + layer.bias
+    return _leave(layer(x), c, sp) + _replicated(layer.bias, c, sp)
+
+
+def _replicated(p: torch.Tensor, c: _Ctx, sp: bool) -> torch.Tensor:
+    """A replicated parameter as a computation on this rank's positions uses it. Without SP every
+    tp rank computes the same thing and gets the same, whole gradient. With SP each rank sees only
+    its s/t positions, so the gradient passes through f (identity forward, all-reduce backward):
+    every rank's parameter gradient comes out whole, before any data-parallel strategy reads it
+    (Megatron-LM all-reduces the same gradients after backward)."""
+    return CopyToTP.apply(p, c, "replicated_grads") if sp else p
 
 
 def _span(start: int, size: int) -> torch.Tensor:
@@ -257,29 +269,29 @@ class TPBlock(nn.Module):
         self.c, self.sp = c, sp
 
     def forward(self, x):
-        x = x + self.attn(self.ln1(x))
-        return x + self.mlp(self.ln2(x))
+        x = x + self.attn(self._norm(self.ln1, x))
+        return x + self.mlp(self._norm(self.ln2, x))
+
+    def _norm(self, ln: nn.LayerNorm, x):
+        if not self.sp:
+            return ln(x)
+        return F.layer_norm(x, ln.normalized_shape, _replicated(ln.weight, self.c, True),
+                            _replicated(ln.bias, self.c, True), ln.eps)
 
     def replicated_parameters(self) -> list[nn.Parameter]:
         """Parameters every tp rank holds whole: the LayerNorms and the row-parallel biases."""
         return [*self.ln1.parameters(), *self.ln2.parameters(), self.attn.proj.bias, self.mlp.fc2.bias]
 
-    def sync_replicated_grads(self) -> None:
-        """With SP each rank's gradient of a replicated parameter covers its own positions: sum
-        them over the axis (without SP they are already equal, and nothing is sent)."""
-        if not self.sp:
-            return
-        for p in self.replicated_parameters():
-            if p.grad is not None:
-                p.grad.copy_(self.c.all_reduce(p.grad, "replicated_grads"))
-
 
 def block_tp_bytes(batch: int, seq: int, hidden: int, t: int, elem: int, sp: bool = False) -> Fraction:
     """Bytes one rank sends per block per training step for TP (or TP + SP), ring model (module
-    docstring): 4 · 2(t-1)/t · b·s·h·a, the same with SP as 8 · (t-1)/t · b·s·h·a."""
-    payload = batch * seq * hidden * elem
-    per = Fraction(t - 1, t) * payload
-    return 8 * per if sp else 4 * 2 * per
+    docstring): 4 · 2(t-1)/t · b·s·h·a; with SP 8 · (t-1)/t · b·s·h·a, the same, plus the
+    all-reduce of the six replicated h-vectors' gradients (two LayerNorms' weight and bias, two
+    row-parallel biases), 2(t-1)/t · 6h·a."""
+    per = Fraction(t - 1, t) * batch * seq * hidden * elem
+    if not sp:
+        return 4 * 2 * per
+    return 8 * per + Fraction(2 * (t - 1), t) * 6 * hidden * elem
 
 
 class TPGPT(nn.Module):
@@ -310,20 +322,12 @@ class TPGPT(nn.Module):
             s = x.shape[1]
             if s % t:
                 raise ValueError(f"sequence parallelism needs the sequence ({s}) divisible by t = {t}")
-            x = x[:, r * s // t:(r + 1) * s // t]
+            # keep this rank's positions; f sums the positions' gradients over tp in backward, so
+            # the (replicated) embedding's gradient comes out whole on every rank
+            x = CopyToTP.apply(x, self.c, "embed")[:, r * s // t:(r + 1) * s // t]
         for block in self.blocks:
             x = block(x)
         if self.sp:  # the head runs whole on every rank: its input's gradient is not a partial sum
             x = GatherFromSequence.apply(x, self.c, False)
         return self.head(x)
 
-    def sync_replicated_grads(self) -> None:
-        """With SP, the embedding's and the blocks' replicated parameters saw only this rank's
-        positions: sum their gradients over tp (the head ran whole: its gradients already agree)."""
-        if not self.sp:
-            return
-        for p in self.embed.parameters():
-            if p.grad is not None:
-                p.grad.copy_(self.c.all_reduce(p.grad, "replicated_grads"))
-        for block in self.blocks:
-            block.sync_replicated_grads()
