@@ -14,7 +14,8 @@ from zeroedu.runtime import cluster
 from zeroedu.runtime.comm import Axis, Comm
 from zeroedu.runtime.ledger import Ledger
 from zeroedu.runtime.wire import FRAMING_PER_MESSAGE
-from zeroedu.strategies.tensor_parallel import TPBlock, _Ctx, block_tp_bytes
+from zeroedu.strategies.tensor_parallel import TPBlock, _Ctx
+from zeroedu.theory.tensor_parallel import block_bytes as block_tp_bytes
 
 TOL = 1e-5  # fp32: the split sums differ from one process's by round-off only
 BATCH, SEQ, D = 2, 8, 32  # tp_block_job's defaults
@@ -95,6 +96,13 @@ def test_fsdp2_over_a_tensor_parallel_model_on_a_2d_mesh(sp):
         assert abs(got - want) <= TOL * abs(want)
     for r in ranks:
         assert max(r["params"].values()) <= TOL, r["params"]
+        # memory and bytes per axis, measured (the ledger's tensors, its collectives' payloads) ==
+        # the closed forms over each rank's TP-local shapes (theory.tensor_parallel)
+        assert r["states_ledger"] == r["states_theory"]
+        assert r["axes_ledger"] == r["axes_theory"]
+    # TP halves what each rank holds of the split matrices: fewer model-state bytes than tp = 1
+    # (247,328 on rank 0 of dp = 2 alone, 147,232 here) and fewer activations (332,036 -> 217,348)
+    assert ranks[0]["states_ledger"] == 147_232
 
 
 def test_tp_1_is_plain_fsdp2_to_the_bit():
@@ -103,3 +111,4 @@ def test_tp_1_is_plain_fsdp2_to_the_bit():
     for r in cluster.run(fsdp2_tp_job, 2, {"tp": 1}):
         assert r["losses"] == r["plain_losses"]
         assert r["same_as_plain"]
+        assert r["axes_ledger"]["tp"] == 0 and r["axes_ledger"] == r["axes_theory"]

@@ -17,7 +17,7 @@ It returns, per rank, the largest differences (relative to the reference's scale
 input gradients and every parameter's gradient (this rank's slice of the one-process gradient;
 the replicated LayerNorms and row-parallel biases included), zeroedu's MLP
 against torch's, and the bytes the ledger recorded for the block's forward and backward beside
-`block_tp_bytes`, and what the kernel counted on this rank's sockets for them. Nothing of torch's tensor parallelism is used by zeroedu's side.
+`theory.tensor_parallel.block_bytes`, and what the kernel counted on this rank's sockets for them. Nothing of torch's tensor parallelism is used by zeroedu's side.
 """
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def tp_block_job(ctx, sp: bool = False, batch: int = 2, seq: int = 8, d_model: i
     from ..models.gpt import Block, GPTConfig
     from ..runtime.comm import Comm
     from ..runtime.ledger import Ledger
-    from ..strategies.tensor_parallel import TPBlock, TPMLP, _Ctx, block_tp_bytes
+    from ..strategies.tensor_parallel import TPBlock, TPMLP, _Ctx
+    from ..theory.tensor_parallel import block_bytes
 
     t, r = ctx.world_size, ctx.rank
     cfg = GPTConfig(vocab=97, seq_len=seq, d_model=d_model, n_layers=1, n_heads=n_heads)
@@ -113,7 +114,7 @@ def tp_block_job(ctx, sp: bool = False, batch: int = 2, seq: int = 8, d_model: i
     # reduces its DTensor gradient to Replicate; zeroedu's bias passes through f)
     vs_torch["fc2.bias"] = _rel(ours.fc2.bias.grad, local["fc2.bias"])
     return {"rank": r, "vs_single": vs_single, "vs_torch": vs_torch, "sent": sent,
-            "predicted": block_tp_bytes(batch, seq, d_model, t, 4, sp=sp),
+            "predicted": block_bytes(batch, seq, d_model, t, 4, sp=sp),
             "collectives": collectives, "wire": wire, "messages": messages}
 
 
@@ -190,6 +191,8 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
     from ..strategies.base import DistState
     from ..strategies.fsdp2 import FSDP2
     from ..strategies.tensor_parallel import TPGPT
+    from .. import theory
+    from ..theory import tensor_parallel as tp_theory
 
     if ctx.world_size % tp:
         raise ValueError(f"tp = {tp} must divide the world size {ctx.world_size}")
@@ -219,9 +222,22 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
         full.backward()
         opt_ref.step()
         losses_ref.append(full.item())
+    measured = ledger.measured()  # the last step: model states at its optimizer step, bytes per axis
+    c = ref.cfg
+    units = tp_theory.gpt_units(c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.mlp_ratio, tp)
+    states = theory.exact_model_states("fsdp2", units, dp, rank=dp_axis.rank, recipe="fp32")
+    predicted_axes = {"dp_shard": {k: float(v) for k, v in
+                                   theory.exact_comm("fsdp2", units, dp, recipe="fp32").by_collective().items() if v},
+                      "tp": float(tp_theory.gpt_tp_bytes(global_batch // dp, c.seq_len, c.d_model, c.n_layers,
+                                                         tp, 4, sp))}
     full = strategy.full_parameters()
     out = {"rank": ctx.rank, "dp_rank": dp_axis.rank, "tp_rank": tp_axis.rank, "losses": losses,
-           "losses_ref": losses_ref, "params": _vs_slices(ref, tpm, dict(zip(names, full)), tp_axis.rank)}
+           "losses_ref": losses_ref, "params": _vs_slices(ref, tpm, dict(zip(names, full)), tp_axis.rank),
+           # the ledger's (tensors held, collectives' payloads) beside the closed forms'
+           "states_ledger": measured.total, "states_theory": states.total,
+           "axes_ledger": {"dp_shard": measured.comm_by_axis.get("dp_shard", {}),
+                           "tp": sum(measured.comm_by_axis.get("tp", {}).values())},
+           "axes_theory": predicted_axes, "activations": measured.activations}
     if tp == 1:  # the same steps with plain FSDP2 on the unsplit model: tp = 1 must be exactly it
         plain = FSDP2(make_model(model), DistState(ctx.rank, ctx.world_size, ctx.device, dp_axis, comm, ledger),
                       get_recipe("fp32"), AdamConfig(lr=lr, eps=eps))

@@ -26,7 +26,7 @@ residual stream are stored once per t ranks.
 Bytes per layer per step, per rank, with b·s·h activation elements of a bytes (ring model):
     TP       4 all-reduces (f, g in attention and MLP, forward and backward): 4 · 2(t-1)/t · bsha
     TP + SP  8 all-gathers / reduce-scatters of bsha:                           8 · (t-1)/t · bsha
-             (the same total). `block_tp_bytes` is this closed form.
+             (the same total). `theory.tensor_parallel` has the closed forms.
 
 Memory per rank: the split matrices and their column-parallel biases hold 1/t; LayerNorm weights
 and the row-parallel biases are replicated (1x on every rank). Without SP their gradients are the
@@ -281,17 +281,6 @@ class TPBlock(nn.Module):
     def replicated_parameters(self) -> list[nn.Parameter]:
         """Parameters every tp rank holds whole: the LayerNorms and the row-parallel biases."""
         return [*self.ln1.parameters(), *self.ln2.parameters(), self.attn.proj.bias, self.mlp.fc2.bias]
-
-
-def block_tp_bytes(batch: int, seq: int, hidden: int, t: int, elem: int, sp: bool = False) -> Fraction:
-    """Bytes one rank sends per block per training step for TP (or TP + SP), ring model (module
-    docstring): 4 · 2(t-1)/t · b·s·h·a; with SP 8 · (t-1)/t · b·s·h·a, the same, plus the
-    all-reduce of the six replicated h-vectors' gradients (two LayerNorms' weight and bias, two
-    row-parallel biases), 2(t-1)/t · 6h·a."""
-    per = Fraction(t - 1, t) * batch * seq * hidden * elem
-    if not sp:
-        return 4 * 2 * per
-    return 8 * per + Fraction(2 * (t - 1), t) * 6 * hidden * elem
 
 
 class TPGPT(nn.Module):

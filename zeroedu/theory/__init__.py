@@ -17,7 +17,9 @@ measured runs against. Submodules, each stating its formulas and paper sections:
   cluster as a model, with the input that dominates it;
 * `extensions`: ZeRO-Offload / ZeRO-Infinity, composing with TP/PP (GPU count), and what one
   GPU holds: model states + activations + the gathered unit, and whether it fits;
-* `hybrid`: flat ZeRO-3 vs HSDP vs HFSDP across domains, in bytes and seconds.
+* `hybrid`: flat ZeRO-3 vs HSDP vs HFSDP across domains, in bytes and seconds;
+* `tensor_parallel`: what one tp rank holds of a GPT (Megatron's column / row split) and the
+  bytes tensor and sequence parallelism send per layer, for the data-parallel forms to apply to.
 
 Quick check (7B, N = 8, bf16 mixed precision): DDP 112 GB, ZeRO-1 38.5, ZeRO-2 26.25,
 ZeRO-3 14; ZeRO-3 sends 1.5x DDP's bytes.

@@ -1,0 +1,59 @@
+"""Tensor parallelism (Megatron-LM, Shoeybi et al. 2019, §3) and sequence parallelism (Korthikanti
+et al. 2022, §4.2.2) in closed form, for zeroedu's GPT on a tp axis of t ranks, alone or under a
+data-parallel strategy on a (dp, tp) mesh. The algorithm is `zeroedu.strategies.tensor_parallel`.
+
+What one tp rank holds of each block (h = d_model, r = MLP ratio; a GPT block's parameters in order):
+
+    ln1 (h,) (h,)   qkv (3h/t, h) (3h/t,)   proj (h, h/t) (h,)   ln2 (h,) (h,)   fc (rh/t, h) (rh/t,)   fc2 (h, rh/t) (h,)
+
+split: qkv and fc by rows (column-parallel: their output features), proj and fc2 by columns
+(row-parallel: their input features); replicated: the LayerNorms and the row-parallel biases. The
+embedding and the head are replicated (not vocab-parallel here). `gpt_units` lists these shapes
+per unit, so the data-parallel closed forms (`memory.exact_model_states`, `comm.exact_comm`) apply
+to them as to any model: FSDP2 over dp then holds 1/(dp·t) of each split matrix and 1/dp of each
+replicated parameter, 16 bytes each with Adam.
+
+Bytes per rank per step on the tp axis, b·s·h activation elements of a bytes (ring model):
+    a block, TP:        4 all-reduces (f and g, attention and MLP, forward and backward): 4 · 2(t-1)/t · bsha
+    a block, TP + SP:   8 all-gathers / reduce-scatters of bsha: 8 · (t-1)/t · bsha (the same), plus the
+                        all-reduce of the 6 replicated h-vectors' gradients: 2(t-1)/t · 6ha
+    the model, TP + SP: + the embedding output's f (all-reduce of bsha in backward): 2(t-1)/t · bsha
+                        + the gather before the head (forward only): (t-1)/t · bsha
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+
+def _check(t: int, d_model: int, n_heads: int, mlp_width: int) -> None:
+    if t < 1 or n_heads % t or mlp_width % t or d_model % n_heads:
+        raise ValueError(f"t = {t} must divide the heads ({n_heads}) and the MLP width ({mlp_width})")
+
+
+def gpt_units(vocab: int, seq_len: int, d_model: int, n_layers: int, n_heads: int, mlp_ratio: int,
+              t: int) -> list[list[tuple[int, ...]]]:
+    """One tp rank's parameter shapes, per unit [embed, block 0 .. L-1, head] (module docstring)."""
+    h, w = d_model, mlp_ratio * d_model
+    _check(t, h, n_heads, w)
+    block = [(h,), (h,), (3 * h // t, h), (3 * h // t,), (h, h // t), (h,),
+             (h,), (h,), (w // t, h), (w // t,), (h, w // t), (h,)]
+    return [[(vocab, h), (seq_len, h)], *([list(block)] * n_layers), [(h,), (h,), (vocab, h), (vocab,)]]
+
+
+def block_bytes(batch: int, seq: int, hidden: int, t: int, elem: int, sp: bool = False) -> Fraction:
+    """Bytes one rank sends on tp per block per step (module docstring)."""
+    per = Fraction(t - 1, t) * batch * seq * hidden * elem
+    if not sp:
+        return 4 * 2 * per
+    return 8 * per + Fraction(2 * (t - 1), t) * 6 * hidden * elem
+
+
+def gpt_tp_bytes(batch: int, seq: int, hidden: int, n_layers: int, t: int, elem: int,
+                 sp: bool = False) -> Fraction:
+    """Bytes one rank sends on tp per step for the whole GPT: the blocks, and with SP the
+    embedding's f and the gather before the head (module docstring)."""
+    total = n_layers * block_bytes(batch, seq, hidden, t, elem, sp)
+    if sp:
+        per = Fraction(t - 1, t) * batch * seq * hidden * elem
+        total += 2 * per + per
+    return total
