@@ -100,9 +100,12 @@ def test_fsdp2_over_a_tensor_parallel_model_on_a_2d_mesh(sp):
         # the closed forms over each rank's TP-local shapes (theory.tensor_parallel)
         assert r["states_ledger"] == r["states_theory"]
         assert r["axes_ledger"] == r["axes_theory"]
+        assert r["activations_ledger"] == r["activations_theory"]
     # TP halves what each rank holds of the split matrices: fewer model-state bytes than tp = 1
-    # (247,328 on rank 0 of dp = 2 alone, 147,232 here) and fewer activations (332,036 -> 217,348)
+    # (247,328 on rank 0 of dp = 2 alone, 147,232 here) and fewer activations (332,036 -> 217,348,
+    # 199,940 with SP, which also splits the LayerNorms' inputs along the sequence)
     assert ranks[0]["states_ledger"] == 147_232
+    assert ranks[0]["activations_ledger"] == (199_940 if sp else 217_348)
 
 
 def test_tp_1_is_plain_fsdp2_to_the_bit():
@@ -112,3 +115,15 @@ def test_tp_1_is_plain_fsdp2_to_the_bit():
         assert r["losses"] == r["plain_losses"]
         assert r["same_as_plain"]
         assert r["axes_ledger"]["tp"] == 0 and r["axes_ledger"] == r["axes_theory"]
+        assert r["activations_ledger"] == r["activations_theory"] == 332_036
+
+
+@pytest.mark.fast
+def test_activation_closed_form_at_t_1_is_the_unsplit_models():
+    from zeroedu.models.gpt import PRESETS
+    from zeroedu.theory.activations import gpt_activation_bytes
+    from zeroedu.theory.tensor_parallel import gpt_activation_bytes as tp_bytes
+
+    for preset in ("gpt-tiny", "gpt-small"):
+        cfg = PRESETS[preset]
+        assert tp_bytes(cfg, 2, cfg.seq_len, 2, 1) == gpt_activation_bytes(cfg, 2, cfg.seq_len, 2)

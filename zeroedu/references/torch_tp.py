@@ -237,7 +237,8 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
            "states_ledger": measured.total, "states_theory": states.total,
            "axes_ledger": {"dp_shard": measured.comm_by_axis.get("dp_shard", {}),
                            "tp": sum(measured.comm_by_axis.get("tp", {}).values())},
-           "axes_theory": predicted_axes, "activations": measured.activations}
+           "axes_theory": predicted_axes, "activations_ledger": measured.activations,
+           "activations_theory": tp_theory.gpt_activation_bytes(c, global_batch // dp, c.seq_len, 4, tp, sp)}
     if tp == 1:  # the same steps with plain FSDP2 on the unsplit model: tp = 1 must be exactly it
         plain = FSDP2(make_model(model), DistState(ctx.rank, ctx.world_size, ctx.device, dp_axis, comm, ledger),
                       get_recipe("fp32"), AdamConfig(lr=lr, eps=eps))

@@ -313,7 +313,9 @@ class TPGPT(nn.Module):
                 raise ValueError(f"sequence parallelism needs the sequence ({s}) divisible by t = {t}")
             # keep this rank's positions; f sums the positions' gradients over tp in backward, so
             # the (replicated) embedding's gradient comes out whole on every rank
-            x = CopyToTP.apply(x, self.c, "embed")[:, r * s // t:(r + 1) * s // t]
+            # (a copy: a slice would keep the whole sequence's storage alive in what ln1 saves)
+            x = CopyToTP.apply(x, self.c, "embed")[:, r * s // t:(r + 1) * s // t].clone(
+                memory_format=torch.contiguous_format)
         for block in self.blocks:
             x = block(x)
         if self.sp:  # the head runs whole on every rank: its input's gradient is not a partial sum

@@ -57,3 +57,38 @@ def gpt_tp_bytes(batch: int, seq: int, hidden: int, n_layers: int, t: int, elem:
         per = Fraction(t - 1, t) * batch * seq * hidden * elem
         total += 2 * per + per
     return total
+
+
+def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, t: int, sp: bool = False,
+                         ln_stats_bytes: int | None = None) -> int:
+    """Bytes autograd saves on one tp rank for one micro-batch of zeroedu's GPT with every block
+    tensor-parallel (eager attention, no recompute), T = b·s tokens, a bytes per element:
+
+        per block, TP:        4·aTD + 2·2mT  (ln1 and ln2 inputs, qkv and fc inputs, LayerNorm
+                              statistics: replicated)  +  (12·aTD + a·b·H·s²) / t  (q, k, v, the
+                              heads' output, the scores, GELU input and output: split)
+        per block, TP + SP:   the LayerNorms' inputs and statistics / t as well; the qkv and fc
+                              inputs are the all-gathered sequence, kept whole (2·aTD): Megatron
+                              keeps the shard instead and gathers it again in backward, which is
+                              how Korthikanti's 34/t holds (§4.2.2); this implementation trades
+                              that memory for one all-gather fewer per column-parallel layer.
+
+    The embedding, the head and the loss run whole on every rank: their terms are the unsplit
+    model's (`activations.gpt_activation_terms`)."""
+    from .activations import _dims, gpt_activation_terms
+
+    V, D, H, L, r = _dims(cfg_like)
+    _check(t, D, H, r * D)
+    a = dtype_bytes
+    m = a if ln_stats_bytes is None else ln_stats_bytes
+    T = batch * seq
+    rest = sum(x.bytes for x in gpt_activation_terms(cfg_like, batch, seq, a, ln_stats_bytes=m,
+                                                               attention="eager") if x.unit != "block")
+    ln = 2 * (a * T * D + 2 * m * T)  # two LayerNorms' inputs and mean, rstd
+    split = (2 * a * T * D + a * T * D + a * T * D + 2 * r * a * T * D) // t + a * batch * (H // t) * seq * seq
+    gathered = 2 * a * T * D  # the qkv and fc inputs
+    if sp:
+        if seq % t:
+            raise ValueError(f"sequence parallelism needs the sequence ({seq}) divisible by t = {t}")
+        ln //= t
+    return rest + L * (ln + gathered + split)
