@@ -32,8 +32,9 @@ Memory per rank: the split matrices and their column-parallel biases hold 1/t; L
 and the row-parallel biases are replicated (1x on every rank). Without SP their gradients are the
 same on every tp rank (their inputs are replicated); with SP each rank's gradient covers its part
 of the sequence, so each such parameter enters the computation through f, whose backward
-all-reduces its gradient over tp (`_replicated`; Megatron-LM's `--sequence-parallel` all-reduces
-the same gradients after backward): 2(t-1)/t · 6h·a more bytes per layer. The gradients leave
+all-reduces its gradient over tp (`_replicated`; Megatron-LM sums the same "layernorm grads (for
+sequence parallelism)" over tp after backward, `_allreduce_non_tensor_model_parallel_grads` in
+megatron/core/distributed/finalize_model_grads.py): 2(t-1)/t · 6h·a more bytes per layer. The gradients leave
 backward whole, so a data-parallel strategy wrapped around the model (FSDP2 over dp) needs to
 know nothing of tp.
 
@@ -113,7 +114,8 @@ class GatherFromSequence(torch.autograd.Function):
     is column-parallel and each rank's gradient is a partial sum. With `partial_grad=False` what
     follows runs whole on every rank (the head), every rank's gradient is already the full one,
     and backward only keeps this rank's positions: summing would count it t times (Megatron-LM's
-    `gather_from_sequence_parallel_region(..., tensor_parallel_output_grad=False)`)."""
+    `gather_from_sequence_parallel_region(..., tensor_parallel_output_grad=False)`, whose backward
+    splits, megatron/core/tensor_parallel/mappings.py)."""
 
     @staticmethod
     def forward(ctx, x, c: _Ctx, partial_grad: bool = True):

@@ -69,9 +69,11 @@ def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, t: in
                               heads' output, the scores, GELU input and output: split)
         per block, TP + SP:   the LayerNorms' inputs and statistics / t as well; the qkv and fc
                               inputs are the all-gathered sequence, kept whole (2·aTD): Megatron
-                              keeps the shard instead and gathers it again in backward, which is
-                              how Korthikanti's 34/t holds (§4.2.2); this implementation trades
-                              that memory for one all-gather fewer per column-parallel layer.
+                              saves the shard instead and all-gathers it again in backward for the
+                              weight gradient (`LinearWithGradAccumulationAndAsyncCommunication`,
+                              megatron/core/tensor_parallel/layers.py), which is how Korthikanti's
+                              34/t holds (§4.2.2); this implementation trades that memory for one
+                              all-gather fewer per column-parallel layer.
 
     The embedding, the head and the loss run whole on every rank: their terms are the unsplit
     model's (`activations.gpt_activation_terms`)."""
