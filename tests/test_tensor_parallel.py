@@ -101,6 +101,10 @@ def test_fsdp2_over_a_tensor_parallel_model_on_a_2d_mesh(sp):
         assert r["states_ledger"] == r["states_theory"]
         assert r["axes_ledger"] == r["axes_theory"]
         assert r["activations_ledger"] == r["activations_theory"]
+        if r["wire_by_axis"] is not None:  # the kernel's count of each axis's sockets: payload + framing
+            ring = {"dp_shard": sum(r["axes_ledger"]["dp_shard"].values()), "tp": r["axes_ledger"]["tp"]}
+            assert r["wire_by_axis"] == {ax: ring[ax] + FRAMING_PER_MESSAGE * r["messages_by_axis"][ax]
+                                         for ax in ("dp_shard", "tp")}
     # TP halves what each rank holds of the split matrices: fewer model-state bytes than tp = 1
     # (247,328 on rank 0 of dp = 2 alone, 147,232 here) and fewer activations (332,036 -> 217,348,
     # 199,940 with SP, which also splits the LayerNorms' inputs along the sequence)

@@ -200,8 +200,10 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
     outer, inner = ctx.mesh(dp)  # outer: strided ranks (dp), inner: contiguous ranks (tp)
     dp_axis = Axis("dp_shard", outer.group, outer.size, outer.rank, outer.ranks)
     tp_axis = Axis("tp", inner.group, inner.size, inner.rank, inner.ranks)
-    ledger = Ledger(ctx.rank)
-    comm = Comm(ledger)
+    ledger = Ledger(ctx.rank, wire=ctx.wire)
+    # the mesh's sockets are labelled by the axis that opened them: dp_outer (here dp), dp_shard (tp)
+    ledger.wire_axes = {"dp_outer": "dp_shard", "dp_shard": "tp"}
+    comm = Comm(ledger, meter=ctx.wire)
     ref = make_model(model)
     tpm = TPGPT(copy.deepcopy(ref), tp_axis, comm, sp=sp)
     names = [n for n, _ in tpm.named_parameters()]
@@ -223,6 +225,9 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
         opt_ref.step()
         losses_ref.append(full.item())
     measured = ledger.measured()  # the last step: model states at its optimizer step, bytes per axis
+    wire = ledger.wire_report()  # the kernel's count of each axis's sockets in the last step
+    last = [rec for rec in ledger.comm if rec.step == ledger.step]
+    framing = {ax: sum(rec.messages for rec in last if rec.axis == ax) for ax in ("dp_shard", "tp")}
     c = ref.cfg
     units = tp_theory.gpt_units(c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.mlp_ratio, tp)
     states = theory.exact_model_states("fsdp2", units, dp, rank=dp_axis.rank, recipe="fp32")
@@ -238,6 +243,7 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
            "axes_ledger": {"dp_shard": measured.comm_by_axis.get("dp_shard", {}),
                            "tp": sum(measured.comm_by_axis.get("tp", {}).values())},
            "axes_theory": predicted_axes, "activations_ledger": measured.activations,
+           "wire_by_axis": wire.by_axis if wire.sent is not None else None, "messages_by_axis": framing,
            "activations_theory": tp_theory.gpt_activation_bytes(c, global_batch // dp, c.seq_len, 4, tp, sp)}
     if tp == 1:  # the same steps with plain FSDP2 on the unsplit model: tp = 1 must be exactly it
         plain = FSDP2(make_model(model), DistState(ctx.rank, ctx.world_size, ctx.device, dp_axis, comm, ledger),
