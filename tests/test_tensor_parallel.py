@@ -131,3 +131,116 @@ def test_activation_closed_form_at_t_1_is_the_unsplit_models():
     for preset in ("gpt-tiny", "gpt-small"):
         cfg = PRESETS[preset]
         assert tp_bytes(cfg, 2, cfg.seq_len, 2, 1) == gpt_activation_bytes(cfg, 2, cfg.seq_len, 2)
+
+
+# ---------------------------------------------------------------------------- `zeroedu run --tp`
+def _tp_run(strategy="fsdp2", sp=False, recipe="fp32", steps=3):
+    from zeroedu.optim import AdamConfig
+    from zeroedu.train import RunConfig, run
+
+    # eps = 1e-3: Adam's update then follows the gradient's size (a gradient counted twice shows)
+    # and the attention key bias, whose gradient is exactly zero, does not turn round-off into
+    # lr-sized steps (see `fsdp2_tp_job`)
+    return run(RunConfig(strategy, 4, steps=steps, recipe=recipe, model="gpt-tiny", tp=2, sequence_parallel=sp,
+                         adam=AdamConfig(lr=1e-2, eps=1e-3), return_params=True))
+
+
+@pytest.mark.parametrize("sp", [False, True])
+def test_run_with_tp_equals_one_process_and_its_closed_forms(sp):
+    """`run(RunConfig(..., tp=2))`, what `zeroedu run --tp 2` runs: FSDP2 over dp = 2 on gpt-tiny's
+    blocks split over tp = 2. Every rank's model states, activations and ring-model bytes per axis
+    equal the closed forms over its tp-local shapes; the kernel's count per axis is the ring model
+    plus gloo's framing exactly; the tp ranks' slices put back together are single-process
+    training's parameters, and the dp replicas agree."""
+    from zeroedu.theory import tensor_parallel as tp_theory
+
+    r = _tp_run(sp=sp)
+    assert (r.tp, r.sequence_parallel, r.n) == (2, sp, 2)
+    assert all(v for v in vars(r.match).values()), r.match
+    for a, b in zip(r.losses, r.reference_losses):
+        assert abs(a - b) <= TOL * abs(b)
+    for p, q in zip(r.params, r.reference_params, strict=True):
+        assert p.shape == q.shape and float((p - q).abs().max()) <= TOL * float(q.abs().max())
+    assert r.replica_max_diff == 0.0
+    for rk in r.ranks:
+        by_axis = rk.measured.comm_by_axis
+        assert by_axis == rk.predicted.comm_by_axis
+        # tp's bytes by hand from the per-block form: dp splits the global batch of 8 in 4 sequences
+        assert sum(by_axis["tp"].values()) == tp_theory.gpt_tp_bytes(4, 32, 32, 2, 2, 4, sp)
+        assert rk.wire.sent == rk.predicted.wire + FRAMING_PER_MESSAGE * rk.wire.messages
+        assert set(rk.wire.by_axis) == {"dp_shard", "tp"}
+    # rank 0 holds 1/2 of the split matrices and 1/2 of its replica's dp shard: 147,232 B (fsdp2_tp_job's
+    # figure at global batch 4: states do not depend on the batch)
+    assert r.ranks[0].measured.total == 147_232
+
+
+def test_run_with_tp_composes_with_every_data_parallel_strategy():
+    """TP keeps gradients whole per tp rank (with SP too), so a data-parallel strategy over dp needs
+    to know nothing of it: ZeRO-2 and bucketed DDP in mixed-bf16, bytes per axis == closed form."""
+    for strategy in ("zero2", "ddp_bucketed"):
+        r = _tp_run(strategy, sp=True, recipe="mixed-bf16", steps=2)
+        assert all(v for v in vars(r.match).values()), (strategy, r.match)
+        assert {rk.rank: set(rk.measured.comm_by_axis) for rk in r.ranks} == {k: {"dp_shard", "tp"} for k in range(4)}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("kw, msg", [
+    (dict(world_size=3, tp=2), "tp = 2 must divide the world size 3"),
+    (dict(model="mlp", tp=2), "not a gpt-\\* model"),
+    (dict(strategy="hsdp", m=2, tp=2), "two data-parallel axes"),
+    (dict(sequence_parallel=True), "give tp >= 2"),
+    (dict(tp=2, clip_grad_norm=1.0), "gradient norm"),
+    (dict(tp=2, recompute="full"), "recompute"),
+    (dict(tp=2, attention="fused"), "eager"),
+    (dict(tp=2, links="200MB/s,50us"), "links"),
+    (dict(tp=4, model="gpt-tiny"), "must divide the heads"),
+    (dict(tp=0), "tp must be an integer >= 1"),
+])
+def test_tp_configurations_refused_in_the_parent(kw, msg):
+    from zeroedu.train import RunConfig
+
+    args = {"strategy": "fsdp2", "world_size": 4, **kw}
+    with pytest.raises(ValueError, match=msg):
+        RunConfig(**args).resolved()
+
+
+@pytest.mark.fast
+def test_tp_ops_by_collective_by_hand():
+    from zeroedu.theory.tensor_parallel import gpt_tp_ops
+
+    def by(ops):
+        out = {}
+        for o in ops:
+            out[o.collective] = out.get(o.collective, 0) + o.sent
+        return out
+
+    # b·s·h·a = 2·8·32·4 = 2048 B, t = 2, 3 blocks, 2 micro-batches
+    assert by(gpt_tp_ops(2, 8, 32, 3, 2, 4, micro_batches=2)) == {"all_reduce": 2 * 3 * 4 * 2048}
+    assert by(gpt_tp_ops(2, 8, 32, 3, 2, 4, sp=True)) == {
+        "all_gather": (3 * 4 + 1) * 1024, "reduce_scatter": 3 * 4 * 1024,
+        "all_reduce": 3 * 6 * 32 * 4 + 2048}  # replicated vectors' gradients, the embedding's f
+    assert {o.axis for o in gpt_tp_ops(2, 8, 32, 3, 2, 4, sp=True)} == {"tp"}
+
+
+@pytest.mark.fast
+def test_the_tp_flags_reach_the_configuration():
+    from zeroedu.cli import build_parser
+    from zeroedu.cli.run import config_from_args
+
+    args = build_parser().parse_args(["run", "--strategy", "fsdp2", "--world-size", "4", "--tp", "2",
+                                      "--sequence-parallel", "--model", "gpt-tiny"])
+    cfg = config_from_args(args, 4)
+    assert (cfg.tp, cfg.sequence_parallel, cfg.dp, cfg.n, cfg.micro_batch_size) == (2, True, 2, 2, 4)
+    assert [cfg.shard_rank(k) for k in range(4)] == [0, 0, 1, 1]
+
+
+def test_zeroedu_run_tp_prints_both_axes():
+    from tests.cli_inprocess import zeroedu
+
+    res = zeroedu("run", "--strategy", "fsdp2", "--world-size", "4", "--tp", "2", "--sequence-parallel",
+                  "--model", "gpt-tiny", "--steps", "2", "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert "(dp N = 2 x tp 2, sequence parallel)" in res.stdout
+    assert "ring model: tp reduce_scatter" in res.stdout and "ring model: dp_shard all_gather" in res.stdout
+    assert "rank 0 per axis, ring model -> wire: dp_shard" in res.stdout
+    assert res.stdout.rstrip().endswith("match: True")

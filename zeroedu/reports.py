@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-SCHEMA = 3  # the JSON's shape (README, "JSON report"); a change of shape changes it
+SCHEMA = 4  # the JSON's shape (README, "JSON report"); a change of shape changes it
 # 2: each rank's "time" (compute, exposed communication, communication by axis, per step) and
 #    the run's "links" (the emulated links it ran on, or null)
 
@@ -299,6 +299,8 @@ class RunReport:
     reference_params: list | None = None  # single-process training's
     replica_max_diff: float | None = None  # largest difference of any rank's from rank 0's
     links: dict | None = None  # the emulated links the run used (`runtime.links.Links.plain`), or None
+    tp: int = 1  # tensor-parallel ranks per replica (contiguous); n·m·tp = world_size
+    sequence_parallel: bool = False  # Korthikanti's SP inside tp
 
     @property
     def rank0(self) -> RankReport:

@@ -63,7 +63,8 @@ def config_from_args(args, world_size: int) -> ResolvedConfig:
                      global_batch=args.global_batch, model=model, adam=adam, options=_options(args),
                      micro_batches=args.micro_batches, recompute=args.recompute, attention=args.attention,
                      clip_grad_norm=args.clip_grad_norm, collectives=args.collectives,
-                     links=getattr(args, "link", None), timeline=args.record).resolved()
+                     links=getattr(args, "link", None), timeline=args.record,
+                     tp=getattr(args, "tp", 1), sequence_parallel=getattr(args, "sequence_parallel", False)).resolved()
 
 
 class Progress:
@@ -186,6 +187,13 @@ def add_parser(subparsers) -> None:
     p.add_argument("--world-size", type=int, default=4, help="ranks (local: 1..16; torchrun: its own)")
     p.add_argument("--outer", "--m", dest="outer", type=positive_int, default=1,
                    help="M: replicas/domains on the dp_outer axis (hsdp, hfsdp)")
+    p.add_argument("--tp", type=positive_int, default=1,
+                   help="tensor parallelism (gpt-* models): every block split over TP contiguous ranks "
+                        "(Megatron's column / row-parallel layers), the strategy data-parallel over the "
+                        "world / TP replicas across them; bytes and memory per axis (default 1: none)")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="with --tp: sequence parallelism inside tp (LayerNorm and residual activations "
+                        "split along the sequence; all-gather / reduce-scatter in place of all-reduce)")
     p.add_argument("--recipe", choices=list(recipes.RECIPES), default=None,
                    help="precision recipe (default: the strategy's own)")
     p.add_argument("--bucket-bytes", type=positive_int, default=None, help="DDP/ZeRO bucket size")

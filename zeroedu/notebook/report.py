@@ -29,9 +29,15 @@ def match_rows(report: RunReport) -> list[tuple[int, str, Any, Any, bool]]:
         pr, me = r.predicted, r.measured
         if pr.activations is not None:
             rows.append((r.rank, "activations", pr.activations, me.activations, pr.activations == me.activations))
-        for c in sorted(set(pr.comm) | set(me.comm)):
-            rows.append((r.rank, f"ring model: {c}", pr.comm.get(c, 0), me.comm.get(c, 0),
-                         pr.comm.get(c, 0) == me.comm.get(c, 0)))
+        if report.tp > 1:  # two axes, each its own link in a real cluster: per axis, per collective
+            for a in sorted(set(pr.comm_by_axis) | set(me.comm_by_axis)):
+                p, m = pr.comm_by_axis.get(a, {}), me.comm_by_axis.get(a, {})
+                rows += [(r.rank, f"ring model: {a} {c}", p.get(c, 0), m.get(c, 0), p.get(c, 0) == m.get(c, 0))
+                         for c in sorted(set(p) | set(m))]
+        else:
+            for c in sorted(set(pr.comm) | set(me.comm)):
+                rows.append((r.rank, f"ring model: {c}", pr.comm.get(c, 0), me.comm.get(c, 0),
+                             pr.comm.get(c, 0) == me.comm.get(c, 0)))
         ok = rank_wire_ok(r)
         if ok is not None:
             rows.append((r.rank, "on the wire (kernel)", pr.wire, r.wire.sent, ok))
@@ -80,6 +86,9 @@ def summary(report: RunReport) -> str:
     head = (f"strategy {report.strategy}  world size {report.world_size} "
             f"(N = {report.n}, M = {report.m})  recipe {report.recipe}  "
             f"model {report.model} (Ψ = {_fmt(report.psi)})  steps {report.steps}")
+    if report.tp > 1:
+        head = head.replace(f"(N = {report.n}, M = {report.m})",
+                            f"(dp N = {report.n} x tp {report.tp}{', sequence parallel' if report.sequence_parallel else ''})")
     extras = [f"{k.replace('_', ' ')} {v}" for k, v in (("micro_batches", report.micro_batches),
                                                          ("recompute", report.recompute),
                                                          ("clip_grad_norm", report.clip_grad_norm))
@@ -169,6 +178,10 @@ def wire_lines(report: RunReport) -> list[str]:
     out.append(f"rank 0: wire {_fmt(w.sent)} B = expected {_fmt(exp)} B of payload + gloo framing "
                f"{w.messages} messages x 144 B ({_fmt(w.sent - exp)} B over the payload, "
                f"{100 * (w.sent / exp - 1):.2f} %)" if exp else f"rank 0: wire {_fmt(w.sent)} B")
+    if report.tp > 1 and w.by_axis:  # each axis's sockets, counted apart
+        out.append("rank 0 per axis, ring model -> wire: " + ", ".join(
+            f"{a} {_fmt(sum(r0.measured.comm_by_axis.get(a, {}).values()))} -> {_fmt(w.by_axis.get(a, 0))} B"
+            for a in sorted(w.by_axis)))
     if impl == "backend" and any("reduce_scatter" in r.measured.comm for r in report.ranks):
         out.append("note: gloo's reduce_scatter_single is an all-reduce with one chunk kept, so it sends "
                    "2(g-1)/g of its input, twice the ring model; --collectives ring sends the ring bound")

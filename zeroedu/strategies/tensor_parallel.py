@@ -324,3 +324,25 @@ class TPGPT(nn.Module):
             x = GatherFromSequence.apply(x, self.c, False)
         return self.head(x)
 
+
+
+def unsplit(names: list[str], per_rank: list[list[torch.Tensor]]) -> list[torch.Tensor]:
+    """The unsplit GPT's parameters from the t tp ranks' (`per_rank[r]`, in TPGPT's parameter
+    order, which is the GPT's, named `names`): each split parameter concatenated back along the
+    dimension it was cut (qkv by heads inside each of q, k and v; fc by rows; proj and fc2 by
+    columns), a replicated one taken from rank 0. The inverse of the slicing in `TPAttention`
+    and `TPMLP`: what a checkpoint consolidator does with Megatron's TP shards."""
+    t = len(per_rank)
+    out = []
+    for i, name in enumerate(names):
+        parts = [p[i] for p in per_rank]
+        if name.endswith(("attn.qkv.weight", "attn.qkv.bias")):
+            w = parts[0].shape[0] // 3
+            out.append(torch.cat([parts[r][k * w:(k + 1) * w] for k in range(3) for r in range(t)]))
+        elif name.endswith(("mlp.fc.weight", "mlp.fc.bias")):
+            out.append(torch.cat(parts))
+        elif name.endswith(("attn.proj.weight", "mlp.fc2.weight")):
+            out.append(torch.cat(parts, dim=1))
+        else:
+            out.append(parts[0])
+    return out

@@ -59,6 +59,27 @@ def gpt_tp_bytes(batch: int, seq: int, hidden: int, n_layers: int, t: int, elem:
     return total
 
 
+def gpt_tp_ops(batch: int, seq: int, hidden: int, n_layers: int, t: int, elem: int, sp: bool = False,
+               micro_batches: int = 1) -> list:
+    """The tp axis's collectives per step, as `comm.CommOp`s (so a run's prediction sets them
+    beside its data-parallel axes' and counts them by collective), K micro-batches each sending
+    what `gpt_tp_bytes` counts for one: per block without SP 4 all-reduces of b·s·h; with SP 4
+    all-gathers and 4 reduce-scatters of it and one all-reduce of the 6 replicated h-vectors'
+    gradients; with SP, for the model, the embedding output's f (an all-reduce in backward) and
+    the gather before the head. `batch` is one micro-batch's sequences on one replica."""
+    from .comm import CommOp
+
+    act = batch * seq * hidden * elem
+    per_block = ([("all_reduce", "data", act)] * 4 if not sp else
+                 [("all_gather", "data", act)] * 4 + [("reduce_scatter", "data", act)] * 4
+                 + [("all_reduce", "replicated_grads", 6 * hidden * elem)])
+    model = [("all_reduce", "embed", act), ("all_gather", "head", act)] if sp else []
+    one = [CommOp("tp", c, f"tp/block{i}/{what}", nbytes, t)
+           for i in range(n_layers) for c, what, nbytes in per_block]
+    one += [CommOp("tp", c, f"tp/{what}", nbytes, t) for c, what, nbytes in model]
+    return one * micro_batches
+
+
 def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, t: int, sp: bool = False,
                          ln_stats_bytes: int | None = None) -> int:
     """Bytes autograd saves on one tp rank for one micro-batch of zeroedu's GPT with every block

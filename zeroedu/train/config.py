@@ -1,5 +1,5 @@
 """What one run is: strategy, world size, steps, recipe, mesh, model, Adam, strategy options,
-micro-batches, activation recompute and gradient clipping.
+micro-batches, activation recompute, gradient clipping and tensor parallelism.
 
 Two types, one step between them. `RunConfig` is what a user writes: names, `None` for "the
 model's default", a model given by preset name. `resolve()` is the one place that validates it
@@ -57,19 +57,15 @@ class RunConfig:
     strategy_class: str | None = None
     stream: bool = False  # send ledger events to the parent while running
     return_params: bool = False
+    # Tensor parallelism (`strategies.tensor_parallel`, a GPT only): every block split over tp
+    # contiguous ranks, the strategy data-parallel over the world / tp groups across them (a
+    # (dp, tp) mesh, tp inner); `sequence_parallel`: Korthikanti's SP inside tp.
+    tp: int = 1
+    sequence_parallel: bool = False
 
     def resolved(self) -> "ResolvedConfig":
         """This configuration validated and with its defaults filled in (`resolve`)."""
         return resolve(self)
-
-    @property
-    def n(self) -> int:
-        return self.world_size // self.m
-
-    @property
-    def micro_batch_size(self) -> int:
-        """Sequences (samples) in one micro-batch on one rank."""
-        return self.global_batch // self.world_size // self.micro_batches
 
 
 @dataclass(frozen=True)
@@ -99,19 +95,32 @@ class ResolvedConfig:
     strategy_class: str | None
     stream: bool
     return_params: bool
+    tp: int = 1
+    sequence_parallel: bool = False
 
     def resolved(self) -> "ResolvedConfig":
         """Already resolved: itself, not checked again."""
         return self
 
     @property
+    def dp(self) -> int:
+        """Data-parallel replicas of the model: the world over the tp ranks that hold one."""
+        return self.world_size // self.tp
+
+    @property
     def n(self) -> int:
-        return self.world_size // self.m
+        """Ranks on the sharding (inner data-parallel) axis."""
+        return self.dp // self.m
+
+    def shard_rank(self, rank: int) -> int:
+        """Rank `rank`'s place on the sharding axis: the mesh's inner ranks are contiguous (the
+        global rank mod N); with tp the tp ranks are, and dp runs across them (rank // tp)."""
+        return rank // self.tp if self.tp > 1 else rank % self.n
 
     @property
     def micro_batch_size(self) -> int:
-        """Sequences (samples) in one micro-batch on one rank."""
-        return self.global_batch // self.world_size // self.micro_batches
+        """Sequences (samples) in one micro-batch on one rank (the tp ranks of a replica share it)."""
+        return self.global_batch // self.dp // self.micro_batches
 
 
 def resolve(cfg: RunConfig | ResolvedConfig) -> ResolvedConfig:
@@ -140,15 +149,17 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         if not isinstance(model, GPTConfig):
             raise ValueError(f"--attention is a GPT's: {model.name} has no attention")
         model = dataclasses.replace(model, attention=cfg.attention)  # validated by GPTConfig
+    tp = _check_tp(cfg, spec, model)
+    dp = cfg.world_size // tp
     batch = cfg.global_batch if cfg.global_batch is not None else model.default_global_batch
-    local_slice(batch, cfg.world_size, 0)  # validates divisibility
+    local_slice(batch, dp, 0)  # validates divisibility
     k = cfg.micro_batches
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"micro-batches must be an integer >= 1, got {k!r}")
-    if (batch // cfg.world_size) % k:
-        need = cfg.world_size * k
-        raise ValueError(f"the local batch {batch // cfg.world_size} (global batch {batch} over "
-                         f"{cfg.world_size} ranks) must be divisible by {k} micro-batches: use a "
+    if (batch // dp) % k:
+        need = dp * k
+        raise ValueError(f"the local batch {batch // dp} (global batch {batch} over "
+                         f"{dp} data-parallel ranks) must be divisible by {k} micro-batches: use a "
                          f"global batch that is a multiple of N·K = {need}, e.g. --global-batch "
                          f"{need * -(-batch // need)}")
     if cfg.recompute not in RECOMPUTE_MODES:
@@ -198,7 +209,38 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         global_batch=batch, model=model, adam=cfg.adam if cfg.adam is not None else model.default_adam(),
         options=dict(cfg.options), micro_batches=k, recompute=cfg.recompute,
         clip_grad_norm=cfg.clip_grad_norm, collectives=cfg.collectives, links=links, timeline=cfg.timeline,
-        strategy_class=cfg.strategy_class, stream=cfg.stream, return_params=cfg.return_params)
+        strategy_class=cfg.strategy_class, stream=cfg.stream, return_params=cfg.return_params,
+        tp=tp, sequence_parallel=bool(cfg.sequence_parallel))
+
+
+def _check_tp(cfg: RunConfig, spec, model) -> int:
+    """The tp size, checked against what this implementation of tensor parallelism covers."""
+    tp = cfg.tp
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise ValueError(f"tp must be an integer >= 1, got {tp!r}")
+    if cfg.sequence_parallel and tp == 1:
+        raise ValueError("sequence parallelism splits the sequence over the tp ranks: give tp >= 2")
+    if tp == 1:
+        return 1
+    if cfg.world_size % tp:
+        raise ValueError(f"tp = {tp} must divide the world size {cfg.world_size}")
+    if not isinstance(model, GPTConfig):
+        raise ValueError(f"tensor parallelism splits a GPT's blocks: {model.name} is not a gpt-* model")
+    refused = [why for bad, why in [
+        (spec.hybrid, f"{spec.name} already has two data-parallel axes (a 3-D mesh is not built here)"),
+        (model.attention != "eager", "the tensor-parallel attention runs the eager core (--attention eager)"),
+        (cfg.recompute != "none", "activation recompute is not applied to tensor-parallel blocks"),
+        (cfg.clip_grad_norm is not None, "the gradient norm would need a sum over tp of the split "
+                                         "parameters only"),
+        (cfg.links is not None, "emulated links cover the data-parallel axes only")] if bad]
+    if refused:
+        raise ValueError(f"tp = {tp}: {refused[0]}")
+    from ..theory.tensor_parallel import gpt_units
+
+    gpt_units(model.vocab, model.seq_len, model.d_model, model.n_layers, model.n_heads, model.mlp_ratio, tp)
+    if cfg.sequence_parallel and model.seq_len % tp:
+        raise ValueError(f"sequence parallelism needs the sequence ({model.seq_len}) divisible by tp = {tp}")
+    return tp
 
 
 def config_to_dict(cfg: RunConfig | ResolvedConfig) -> dict:

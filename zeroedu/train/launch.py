@@ -20,8 +20,10 @@ from ..runtime import analysis, cluster
 from ..runtime.comm import resolve_implementation
 from ..runtime.links import Links
 from ..runtime.wire import FRAMING_PER_MESSAGE
+from ..strategies.tensor_parallel import unsplit
 from ..theory import comm as theory_comm
 from ..theory import schedule
+from ..theory import tensor_parallel as tp_theory
 from .config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict, resolve
 from .reference import reference
 from .runner import build_run, strategy_cls, train_steps
@@ -37,26 +39,38 @@ def predicted(cfg: RunConfig | ResolvedConfig, rank: int, backend: str = "gloo",
 def _predicted(cfg: ResolvedConfig, rank: int, backend: str, device: str) -> Predicted:
     # A rank's configuration is the parent's, resolved already: `train_job` comes here directly.
     model = cfg.model.build()
-    shapes = unit_shapes(model)
-    # Frozen parameters: stored, never reduced or updated (the mask only when there are any).
-    mask = [[p.requires_grad for p in u.parameters()] for u in model_units(model)]
-    trainable = None if all(all(f) for f in mask) else mask
-    # The closed forms index a rank by its place on the sharding (inner) axis; with the mesh's
-    # inner ranks contiguous, that is the global rank mod N.
-    ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=rank % cfg.n, recipe=cfg.recipe,
-                                   trainable=trainable)
+    c, elem = cfg.model, get_recipe(cfg.recipe).param_bytes
+    ln_stats = 4 if device.startswith("cuda") else None  # LayerNorm statistics are fp32 on CUDA
+    if cfg.tp > 1:  # one tp rank's slices (`theory.tensor_parallel`), every parameter trainable
+        shapes = tp_theory.gpt_units(c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.mlp_ratio, cfg.tp)
+        trainable = None
+    else:
+        shapes = unit_shapes(model)
+        # Frozen parameters: stored, never reduced or updated (the mask only when there are any).
+        mask = [[p.requires_grad for p in u.parameters()] for u in model_units(model)]
+        trainable = None if all(all(f) for f in mask) else mask
+    # The closed forms index a rank by its place on the sharding (inner) axis.
+    ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=cfg.shard_rank(rank),
+                                   recipe=cfg.recipe, trainable=trainable)
     comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe, trainable=trainable,
                              **theory_comm_options(cfg))
+    if cfg.tp > 1:  # the tp axis's collectives beside the data-parallel ones, in the compute dtype
+        comm = theory_comm.CommBytes(
+            comm.ops + tp_theory.gpt_tp_ops(cfg.micro_batch_size, c.seq_len, c.d_model, c.n_layers, cfg.tp, elem,
+                                            cfg.sequence_parallel, cfg.micro_batches), (*comm, "tp"))
+        activations = tp_theory.gpt_activation_bytes(c, cfg.micro_batch_size, c.seq_len, elem, cfg.tp,
+                                                     cfg.sequence_parallel, ln_stats_bytes=ln_stats)
+    else:
+        # One micro-batch's saved tensors, in the recipe's parameter dtype (what the model
+        # computes in). None: no closed form for this model.
+        activations = cfg.model.activation_bytes(cfg.micro_batch_size, elem, cfg.recompute, ln_stats_bytes=ln_stats)
     # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
     # when the backend's collectives run (`theory.comm.on_the_wire`).
     implementation = resolve_implementation(cfg.collectives, backend)
     return Predicted(
         **ms.as_dict(),  # param, grad, optim, total, optim_detail
         wire=float(theory_comm.on_the_wire(comm, implementation, backend)),
-        # One micro-batch's saved tensors, in the recipe's parameter dtype (what the model
-        # computes in); LayerNorm statistics are fp32 on CUDA. None: no closed form for this model.
-        activations=cfg.model.activation_bytes(cfg.micro_batch_size, get_recipe(cfg.recipe).param_bytes,
-                                               cfg.recompute, ln_stats_bytes=4 if device.startswith("cuda") else None),
+        activations=activations,
         comm={k: float(v) for k, v in sorted(comm.by_collective().items()) if v},
         comm_by_axis={a: {k: float(v) for k, v in sorted(c.items()) if v}
                       for a, c in sorted(comm.items()) if any(c.values())})
@@ -172,7 +186,7 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
         micro_batches=cfg.micro_batches, recompute=cfg.recompute, clip_grad_norm=cfg.clip_grad_norm,
         collectives=resolve_implementation(cfg.collectives, backend), backend=backend,
         options=dict(cfg.options), timeline_mode=cfg.timeline,
-        links=None if cfg.links is None else cfg.links.plain(),
+        links=None if cfg.links is None else cfg.links.plain(), tp=cfg.tp, sequence_parallel=cfg.sequence_parallel,
         psi=sum(p.numel() for p in ref_params), ranks=reports, losses=losses, reference_losses=ref_losses,
         match=Match(
             model_states=all(r.measured.model_states() == r.predicted.model_states() for r in reports),
@@ -190,14 +204,20 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
             # round-off there into lr-sized steps of either sign, and no single tolerance fits.)
             losses=losses_match(losses, ref_losses, cfg.recipe)))
     if reports and reports[0].params is not None:
-        report.params, report.reference_params = reports[0].params, ref_params
-        # Every rank ends with the same full parameters (replicas stay identical; sharded
-        # strategies gather the same shards): the largest difference from rank 0's.
+        # Every replica ends with the same full parameters (replicas stay identical; sharded
+        # strategies gather the same shards); with tp a replica is tp ranks' slices, put back
+        # together (`tensor_parallel.unsplit`). The largest difference from the first replica's.
+        t = cfg.tp
+        names = [k for k, _ in cfg.model.build().named_parameters()]
+        replicas = [reports[0].params if t == 1 else unsplit(names, [r.params for r in reports[g:g + t]])
+                    for g in range(0, n, t)]
+        report.params, report.reference_params = replicas[0], ref_params
         report.replica_max_diff = max(
-            (float((a - b).abs().max()) for r in reports[1:] for a, b in zip(r.params, report.params)),
-            default=0.0)
+            (float((a - b).abs().max()) for rep in replicas[1:] for a, b in zip(rep, report.params)), default=0.0)
         for r in reports[1:]:
-            r.params = None  # rank 0's are the report's
+            r.params = None  # the first replica's are the report's
+        if t > 1:
+            reports[0].params = report.params
     return vouch(report)  # a run's own report: the checks that grade measurements trust it
 
 

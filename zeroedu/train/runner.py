@@ -4,9 +4,10 @@ Every job that trains with a zeroedu strategy goes through these two functions (
 run` job, checkpoint save/resume, the torch comparisons, the notebook jobs), so each of them
 runs every strategy, hybrids included, with every run option:
 
-* `build_run(ctx, cfg)`: the distributed state for the configuration (the flat world axis, or
-  the M x N mesh's two axes for hybrid strategies), a fresh ledger and comm, the model built
-  from its seed (with activation recompute applied if asked), and the strategy;
+* `build_run(ctx, cfg)`: the distributed state for the configuration (the flat world axis, the
+  M x N mesh's two axes for hybrid strategies, or with tensor parallelism the (dp, tp) mesh), a
+  fresh ledger and comm, the model built from its seed (with activation recompute applied if
+  asked; with tp its blocks split over the tp axis, `TPGPT`), and the strategy over dp;
 * `train_steps(run, start, stop)`: optimizer steps [start, stop); each takes this rank's slice
   of the step's global batch, cut into K micro-batches (K-1 of them inside `no_sync()`), and
   returns the mean of the micro-batch losses.
@@ -23,13 +24,14 @@ import torch
 from ..catalog import get_spec
 from ..models import apply_recompute, local_slice
 from ..recipes import get_recipe
-from ..runtime.comm import Comm
+from ..runtime.comm import Axis, Comm
 from ..kinds import EventKind
 from ..runtime.ledger import Ledger
 from ..runtime.rank import JobStopped
 from ..models.custom import resolve as resolve_ref
 from ..strategies import strategy_class
 from ..strategies.base import DistState, Strategy
+from ..strategies.tensor_parallel import TPGPT
 from .config import ResolvedConfig
 
 
@@ -42,13 +44,22 @@ class RankRun:
     ledger: Ledger
     dist: DistState
     strategy: Strategy
+    tp: Axis | None = None  # the tensor-parallel axis (cfg.tp > 1), inside each data-parallel replica
+
+    @property
+    def data_rank(self) -> tuple[int, int]:
+        """(which slice of the global batch, of how many): the world's ranks, or with tp the dp
+        axis's (the tp ranks of one replica train on the same slice)."""
+        if self.tp is None:
+            return self.ctx.rank, self.ctx.world_size
+        return self.dist.inner.rank, self.dist.inner.size
 
     @property
     def batch_slice(self) -> slice:
-        return local_slice(self.cfg.global_batch, self.ctx.world_size, self.ctx.rank)
+        return local_slice(self.cfg.global_batch, self.data_rank[1], self.data_rank[0])
 
     def micro_batches(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return local_micro_batches(self.cfg, step, self.ctx.rank, self.ctx.world_size)
+        return local_micro_batches(self.cfg, step, *self.data_rank)
 
 
 def local_micro_batches(cfg: ResolvedConfig, step: int, rank: int, world_size: int,
@@ -64,9 +75,16 @@ def local_micro_batches(cfg: ResolvedConfig, step: int, rank: int, world_size: i
 
 def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
     """The axes this rank communicates on: the world, or (dp_outer, dp_shard) of the mesh; the
-    comm that records (and measures) every collective on them."""
+    comm that records (and measures) every collective on them. With tp, the data-parallel axis
+    only: `tp_axis` is the other one."""
     comm = Comm(ledger, cfg.collectives, ctx.backend, ctx.wire, links=cfg.links,
                 pacer=ctx.pacer() if cfg.links is not None else None)
+    if cfg.tp > 1:
+        dp, _ = _tp_mesh(ctx, cfg)
+        # the mesh's sockets are labelled by the axis that opened them: its outer one is dp
+        # (dp_shard here, the strategy's sharding axis), its inner one tp
+        ledger.wire_axes = {"dp_outer": "dp_shard", "dp_shard": "tp"}
+        return DistState(ctx.rank, ctx.world_size, ctx.device, dp, comm, ledger)
     if get_spec(cfg.strategy).hybrid:
         outer, inner = ctx.mesh(cfg.m)
         # the world group carries only a hybrid's one gradient-norm all-reduce
@@ -74,6 +92,14 @@ def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
         return DistState(ctx.rank, ctx.world_size, ctx.device, inner, comm, ledger, outer)
     ledger.wire_axes = {"world": "dp_shard"}  # a flat strategy shards over the world group
     return DistState(ctx.rank, ctx.world_size, ctx.device, ctx.world_axis(), comm, ledger)
+
+
+def _tp_mesh(ctx, cfg: ResolvedConfig) -> tuple[Axis, Axis]:
+    """(dp, tp) axes of the world: tp over contiguous ranks (under torchrun, inside a node, where
+    TP's blocking collectives belong), dp across them; dp is the strategy's sharding axis."""
+    outer, inner = ctx.mesh(cfg.dp)
+    return (Axis("dp_shard", outer.group, outer.size, outer.rank, outer.ranks),
+            Axis("tp", inner.group, inner.size, inner.rank, inner.ranks))
 
 
 def strategy_cls(cfg: ResolvedConfig) -> type[Strategy]:
@@ -100,9 +126,13 @@ def build_run(ctx, cfg: ResolvedConfig, sink: Callable[[dict], None] | None = No
     if cfg.recompute != "none":
         apply_recompute(cfg.model.recompute_modules(model, cfg.recompute),
                         on_rerun=lambda k: ledger.mark(EventKind.RECOMPUTE, block=k))
+    tp = None
+    if cfg.tp > 1:  # this rank's slices of every block, before the strategy shards them over dp
+        tp = _tp_mesh(ctx, cfg)[1]
+        model = TPGPT(model, tp, dist.comm, sp=cfg.sequence_parallel)
     cls = strategy_cls(cfg)
     strategy = cls(model, dist, get_recipe(cfg.recipe), cfg.adam, clip_grad_norm=cfg.clip_grad_norm, **cfg.options)
-    return RankRun(cfg, ctx, ledger, dist, strategy)
+    return RankRun(cfg, ctx, ledger, dist, strategy, tp)
 
 
 def train_step(run: RankRun, step: int, micro: list | None = None) -> float:
