@@ -134,7 +134,7 @@ def test_activation_closed_form_at_t_1_is_the_unsplit_models():
 
 
 # ---------------------------------------------------------------------------- `zeroedu run --tp`
-def _tp_run(strategy="fsdp2", sp=False, recipe="fp32", steps=3):
+def _tp_run(strategy="fsdp2", sp=False, recipe="fp32", steps=3, global_batch=None):
     from zeroedu.optim import AdamConfig
     from zeroedu.train import RunConfig, run
 
@@ -142,7 +142,7 @@ def _tp_run(strategy="fsdp2", sp=False, recipe="fp32", steps=3):
     # and the attention key bias, whose gradient is exactly zero, does not turn round-off into
     # lr-sized steps (see `fsdp2_tp_job`)
     return run(RunConfig(strategy, 4, steps=steps, recipe=recipe, model="gpt-tiny", tp=2, sequence_parallel=sp,
-                         adam=AdamConfig(lr=1e-2, eps=1e-3), return_params=True))
+                         global_batch=global_batch, adam=AdamConfig(lr=1e-2, eps=1e-3), return_params=True))
 
 
 @pytest.mark.parametrize("sp", [False, True])
@@ -244,3 +244,22 @@ def test_zeroedu_run_tp_prints_both_axes():
     assert "ring model: tp reduce_scatter" in res.stdout and "ring model: dp_shard all_gather" in res.stdout
     assert "rank 0 per axis, ring model -> wire: dp_shard" in res.stdout
     assert res.stdout.rstrip().endswith("match: True")
+
+
+def test_run_with_tp_equals_torchs_fully_shard_over_parallelize_module():
+    """The composition against torch's own (`torch_fsdp2_tp_job`: `parallelize_module` on every
+    MLP over tp, then `fully_shard` over dp, on a (2, 2) CPU mesh): the same losses step by step
+    and the same parameters after 3 Adam steps, gathered with `full_tensor()` on torch's side and
+    put back together from the tp slices on zeroedu's."""
+    from zeroedu.references.torch_tp import torch_fsdp2_tp_job
+
+    theirs = cluster.run(torch_fsdp2_tp_job, 4, {"tp": 2, "global_batch": 4})
+    ours = _tp_run(global_batch=4)
+    # torch places a TP-split weight FSDP shards again as (_StridedShard(0, sf=2), Shard(0)) on (dp, tp)
+    assert theirs[0]["placements"]["blocks.0.mlp.fc.weight"] == ["_S(0, 2)", "S(0)"]
+    assert theirs[0]["placements"]["blocks.0.mlp.fc2.weight"] == ["S(0)", "S(1)"]
+    for k, got in enumerate(ours.losses):
+        want = sum(r["losses"][k] for r in theirs) / 4  # each dp slice's loss, once per tp rank
+        assert abs(got - want) <= TOL * abs(want)
+    for p, q in zip(ours.params, theirs[0]["params"], strict=True):
+        assert p.shape == q.shape and float((p - q).abs().max()) <= TOL * float(q.abs().max())

@@ -258,3 +258,46 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
         out["plain_losses"] = plain_losses
         out["same_as_plain"] = all(torch.equal(a, b) for a, b in zip(full, plain.full_parameters(), strict=True))
     return out
+
+
+def torch_fsdp2_tp_job(ctx, tp: int = 2, model: str = "gpt-tiny", steps: int = 3, global_batch: int = 4,
+                       lr: float = 1e-2, eps: float = 1e-3) -> dict:
+    """torch's own composition, the oracle for zeroedu's `run(RunConfig(tp=...))`: a CPU
+    `DeviceMesh` (dp, tp), tp inner; every block's MLP under `parallelize_module` (fc
+    `ColwiseParallel`, fc2 `RowwiseParallel`) on the tp sub-mesh, then `fully_shard` on the dp
+    sub-mesh per unit (embed, each block, head) and the root, as torchtitan applies them; torch's
+    Adam (`foreach=False`: the parameters live on two meshes). torch's plans have no fused-qkv
+    layout split by heads, so its attention stays whole (sharded by FSDP over dp only): the model
+    computes the same function, so its parameters after K steps are the one-process run's, which
+    is what zeroedu's unsplit parameters are held against. dp rank d trains on slice d of each
+    global batch. Returns the losses and every parameter's full tensor (`full_tensor()`)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    from ..models import local_slice, make_batch, make_model
+
+    dp = ctx.world_size // tp
+    mesh = init_device_mesh("cpu", (dp, tp), mesh_dim_names=("dp", "tp"))
+    m = make_model(model)
+    for block in m.blocks:
+        parallelize_module(block.mlp, mesh["tp"], {"fc": ColwiseParallel(), "fc2": RowwiseParallel()})
+    for unit in (m.embed, *m.blocks, m.head):
+        fully_shard(unit, mesh=mesh["dp"])
+    fully_shard(m, mesh=mesh["dp"])
+    opt = torch.optim.Adam(m.parameters(), lr=lr, eps=eps, foreach=False)
+    sl = local_slice(global_batch, dp, mesh["dp"].get_local_rank())
+    losses = []
+    for step in range(steps):
+        x, y = make_batch(step, global_batch, model)
+        opt.zero_grad()
+        loss = m.loss(m(x[sl].clone()), y[sl].clone())
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    placements = {n: [str(p) for p in t.placements] for n, t in m.named_parameters() if isinstance(t, DTensor)}
+    full = [t.full_tensor().detach().clone() if isinstance(t, DTensor) else t.detach().clone()
+            for t in m.parameters()]
+    return {"rank": ctx.rank, "dp_rank": mesh["dp"].get_local_rank(), "losses": losses,
+            "params": full if ctx.rank == 0 else None, "placements": placements}
