@@ -25,11 +25,12 @@ BATCH, SEQ, D = 2, 8, 32  # tp_block_job's defaults
 def test_block_bytes_by_hand():
     # t = 2, b·s·h = 2·8·32 fp32 = 2048 B: 4 all-reduces of 2·(1/2)·2048 = 8192 B; with SP 8 × (1/2)·2048
     assert block_tp_bytes(2, 8, 32, 2, 4) == 8192
-    # with SP the same 8192 plus the all-reduce of six replicated 32-vectors: 2·(1/2)·6·32·4 = 768
-    assert block_tp_bytes(2, 8, 32, 2, 4, sp=True) == 8192 + 768
+    # with SP the same 8192, the qkv and fc inputs gathered again in backward, 2 × (1/2)·2048, and the
+    # all-reduce of six replicated 32-vectors: 2·(1/2)·6·32·4 = 768
+    assert block_tp_bytes(2, 8, 32, 2, 4, sp=True) == 8192 + 2048 + 768
     # t = 4: 4 × 2·(3/4)·2048 = 12288
     assert block_tp_bytes(2, 8, 32, 4, 4) == 12288
-    assert block_tp_bytes(2, 8, 32, 4, 4, sp=True) == 12288 + 2 * 3 * 6 * 32 * 4 / 4
+    assert block_tp_bytes(2, 8, 32, 4, 4, sp=True) == 12288 + 2 * 3 * 2048 / 4 + 2 * 3 * 6 * 32 * 4 / 4
     assert block_tp_bytes(1, 128, 256, 1, 2) == 0  # t = 1: nothing to send
 
 
@@ -56,10 +57,11 @@ def test_tp_block_equals_one_process_and_torch(t, sp):
         assert set(r["vs_single"]) >= {"output", "input_grad", "attn.qkv.weight", "mlp.fc2.weight", "ln1.weight"}
         assert max(r["vs_torch"].values()) <= TOL, r["vs_torch"]
         # by hand: 4 all-reduces (f and g in attention and MLP, forward and backward) of the
-        # b·s·h fp32 activations, 2(t-1)/t of them each; with SP the same bytes in 8 halves, and
-        # the gradients of the 6 replicated D-vectors (LayerNorms, row-parallel biases) all-reduced
-        replicated = 2 * (t - 1) * 6 * D * 4 / t if sp else 0
-        assert r["sent"] == 4 * 2 * (t - 1) * BATCH * SEQ * D * 4 / t + replicated
+        # b·s·h fp32 activations, 2(t-1)/t of them each; with SP the same bytes in 8 halves, the
+        # qkv and fc inputs all-gathered again in backward ((t-1)/t each), and the gradients of
+        # the 6 replicated D-vectors (LayerNorms, row-parallel biases) all-reduced
+        sp_extra = 2 * (t - 1) * BATCH * SEQ * D * 4 / t + 2 * (t - 1) * 6 * D * 4 / t if sp else 0
+        assert r["sent"] == 4 * 2 * (t - 1) * BATCH * SEQ * D * 4 / t + sp_extra
         assert r["collectives"] == (["all_gather", "all_reduce", "reduce_scatter"] if sp else ["all_reduce"])
         if r["wire"] is not None:  # the kernel's count: the payload plus gloo's framing, exactly
             assert r["wire"] == r["sent"] + FRAMING_PER_MESSAGE * r["messages"]
@@ -107,9 +109,10 @@ def test_fsdp2_over_a_tensor_parallel_model_on_a_2d_mesh(sp):
                                          for ax in ("dp_shard", "tp")}
     # TP halves what each rank holds of the split matrices: fewer model-state bytes than tp = 1
     # (247,328 on rank 0 of dp = 2 alone, 147,232 here) and fewer activations (332,036 -> 217,348,
-    # 199,940 with SP, which also splits the LayerNorms' inputs along the sequence)
+    # 183,556 with SP, which also splits the LayerNorms' inputs and the saved qkv and fc inputs
+    # along the sequence)
     assert ranks[0]["states_ledger"] == 147_232
-    assert ranks[0]["activations_ledger"] == (199_940 if sp else 217_348)
+    assert ranks[0]["activations_ledger"] == (183_556 if sp else 217_348)
 
 
 def test_tp_1_is_plain_fsdp2_to_the_bit():
@@ -217,7 +220,7 @@ def test_tp_ops_by_collective_by_hand():
     # b·s·h·a = 2·8·32·4 = 2048 B, t = 2, 3 blocks, 2 micro-batches
     assert by(gpt_tp_ops(2, 8, 32, 3, 2, 4, micro_batches=2)) == {"all_reduce": 2 * 3 * 4 * 2048}
     assert by(gpt_tp_ops(2, 8, 32, 3, 2, 4, sp=True)) == {
-        "all_gather": (3 * 4 + 1) * 1024, "reduce_scatter": 3 * 4 * 1024,
+        "all_gather": (3 * (4 + 2) + 1) * 1024, "reduce_scatter": 3 * 4 * 1024,
         "all_reduce": 3 * 6 * 32 * 4 + 2048}  # replicated vectors' gradients, the embedding's f
     assert {o.axis for o in gpt_tp_ops(2, 8, 32, 3, 2, 4, sp=True)} == {"tp"}
 

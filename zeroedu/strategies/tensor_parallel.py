@@ -21,12 +21,15 @@ Sequence parallelism (Korthikanti §4.2.2, Figure 5) keeps the activations betwe
 a reduce-scatter along the sequence (ḡ: reduce-scatter forward, all-gather backward) and f by an
 all-gather (all-gather forward, reduce-scatter backward). An all-reduce is a reduce-scatter plus
 an all-gather, so the bytes are the same; what changes is that LayerNorm's inputs and the
-residual stream are stored once per t ranks.
+residual stream are stored once per t ranks. The all-gather runs inside the column-parallel layer
+(`SequenceGatherLinear`, as Megatron-LM's), which saves its input as this rank's shard and
+gathers it again in backward: the qkv and fc inputs are stored once per t ranks too.
 
 Bytes per layer per step, per rank, with b·s·h activation elements of a bytes (ring model):
     TP       4 all-reduces (f, g in attention and MLP, forward and backward): 4 · 2(t-1)/t · bsha
     TP + SP  8 all-gathers / reduce-scatters of bsha:                           8 · (t-1)/t · bsha
-             (the same total). `theory.tensor_parallel` has the closed forms.
+             (the same total) + the 2 all-gathers again in backward:          2 · (t-1)/t · bsha.
+             `theory.tensor_parallel` has the closed forms.
 
 Memory per rank: the split matrices and their column-parallel biases hold 1/t; LayerNorm weights
 and the row-parallel biases are replicated (1x on every rank). Without SP their gradients are the
@@ -143,8 +146,30 @@ class ScatterToSequence(torch.autograd.Function):
         return ctx.c.gather_seq(dy, "g"), None
 
 
-def _enter(x, c: _Ctx, sp: bool):
-    return GatherFromSequence.apply(x, c) if sp else CopyToTP.apply(x, c)
+class SequenceGatherLinear(torch.autograd.Function):
+    """SP's all-gather fused with the column-parallel layer it feeds, as Megatron-LM runs it
+    (`LinearWithGradAccumulationAndAsyncCommunication`, megatron/core/tensor_parallel/layers.py):
+    forward all-gathers this rank's s/t positions and multiplies; it saves the *shard*, not the
+    gathered sequence, so what the layer keeps for backward is divided by t (Korthikanti §4.2.2's
+    34/t). Backward pays for that with one more all-gather (the input again, for the weight
+    gradient), then reduce-scatters the input gradient along the sequence (it is a partial sum
+    over the tp ranks' columns). Megatron overlaps the re-gather with the input-gradient matmul;
+    here it is issued first and waited for."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, c: _Ctx):
+        ctx.c, ctx.has_bias = c, bias is not None
+        ctx.save_for_backward(x, weight)
+        return F.linear(c.gather_seq(x, "f"), weight, bias)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight = ctx.saved_tensors
+        full = ctx.c.gather_seq(x, "f_regather")  # (B, S, in): the input again, for dW
+        dx = ctx.c.scatter_seq(dy.matmul(weight), "f")  # partial sums over tp -> this rank's positions
+        dw = dy.reshape(-1, dy.shape[-1]).t().matmul(full.reshape(-1, full.shape[-1]))
+        db = dy.sum(dim=(0, 1)) if ctx.has_bias else None
+        return dx, dw, db, None
 
 
 def _leave(x, c: _Ctx, sp: bool):
@@ -168,6 +193,13 @@ class ColumnParallelLinear(nn.Module):
 
     def forward(self, x):
         return F.linear(x, self.weight, self.bias)
+
+    def entered(self, x, c: _Ctx, sp: bool):
+        """The layer on its replicated input: through f (TP), or, with SP, on this rank's
+        positions, all-gathered inside the layer (`SequenceGatherLinear`)."""
+        if sp:
+            return SequenceGatherLinear.apply(x, self.weight, self.bias, c)
+        return self(CopyToTP.apply(x, c))
 
 
 class RowParallelLinear(nn.Module):
@@ -220,7 +252,7 @@ class TPMLP(nn.Module):
         self.c, self.sp = c, sp
 
     def forward(self, x):
-        h = F.gelu(self.fc(_enter(x, self.c, self.sp)), approximate="tanh")
+        h = F.gelu(self.fc.entered(x, self.c, self.sp), approximate="tanh")
         return _row_out(self.fc2, h, self.c, self.sp)
 
 
@@ -243,10 +275,10 @@ class TPAttention(nn.Module):
         self.c, self.sp = c, sp
 
     def forward(self, x):
-        x = _enter(x, self.c, self.sp)
-        B, S, _ = x.shape
+        qkv = self.qkv.entered(x, self.c, self.sp)
+        B, S, _ = qkv.shape
         H, Dh = self.n_heads, self.d_head
-        q, k, v = self.qkv(x).split(H * Dh, dim=2)
+        q, k, v = qkv.split(H * Dh, dim=2)
 
         def heads(t):
             return t.view(B, S, H, Dh).transpose(1, 2).clone(memory_format=torch.contiguous_format)

@@ -16,7 +16,9 @@ replicated parameter, 16 bytes each with Adam.
 Bytes per rank per step on the tp axis, b·s·h activation elements of a bytes (ring model):
     a block, TP:        4 all-reduces (f and g, attention and MLP, forward and backward): 4 · 2(t-1)/t · bsha
     a block, TP + SP:   8 all-gathers / reduce-scatters of bsha: 8 · (t-1)/t · bsha (the same), plus the
-                        all-reduce of the 6 replicated h-vectors' gradients: 2(t-1)/t · 6ha
+                        all-gathers again in backward of the qkv and fc inputs (saved as shards, as
+                        Megatron-LM does): 2 · (t-1)/t · bsha, plus the all-reduce of the 6 replicated
+                        h-vectors' gradients: 2(t-1)/t · 6ha
     the model, TP + SP: + the embedding output's f (all-reduce of bsha in backward): 2(t-1)/t · bsha
                         + the gather before the head (forward only): (t-1)/t · bsha
 """
@@ -45,7 +47,7 @@ def block_bytes(batch: int, seq: int, hidden: int, t: int, elem: int, sp: bool =
     per = Fraction(t - 1, t) * batch * seq * hidden * elem
     if not sp:
         return 4 * 2 * per
-    return 8 * per + Fraction(2 * (t - 1), t) * 6 * hidden * elem
+    return 8 * per + 2 * per + Fraction(2 * (t - 1), t) * 6 * hidden * elem
 
 
 def gpt_tp_bytes(batch: int, seq: int, hidden: int, n_layers: int, t: int, elem: int,
@@ -64,15 +66,15 @@ def gpt_tp_ops(batch: int, seq: int, hidden: int, n_layers: int, t: int, elem: i
     """The tp axis's collectives per step, as `comm.CommOp`s (so a run's prediction sets them
     beside its data-parallel axes' and counts them by collective), K micro-batches each sending
     what `gpt_tp_bytes` counts for one: per block without SP 4 all-reduces of b·s·h; with SP 4
-    all-gathers and 4 reduce-scatters of it and one all-reduce of the 6 replicated h-vectors'
-    gradients; with SP, for the model, the embedding output's f (an all-reduce in backward) and
+    all-gathers and 4 reduce-scatters of it, 2 all-gathers more (the qkv and fc inputs again, in
+    backward) and one all-reduce of the 6 replicated h-vectors' gradients; with SP, for the model, the embedding output's f (an all-reduce in backward) and
     the gather before the head. `batch` is one micro-batch's sequences on one replica."""
     from .comm import CommOp
 
     act = batch * seq * hidden * elem
     per_block = ([("all_reduce", "data", act)] * 4 if not sp else
                  [("all_gather", "data", act)] * 4 + [("reduce_scatter", "data", act)] * 4
-                 + [("all_reduce", "replicated_grads", 6 * hidden * elem)])
+                 + [("all_gather", "regather", act)] * 2 + [("all_reduce", "replicated_grads", 6 * hidden * elem)])
     model = [("all_reduce", "embed", act), ("all_gather", "head", act)] if sp else []
     one = [CommOp("tp", c, f"tp/block{i}/{what}", nbytes, t)
            for i in range(n_layers) for c, what, nbytes in per_block]
@@ -88,13 +90,12 @@ def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, t: in
         per block, TP:        4·aTD + 2·2mT  (ln1 and ln2 inputs, qkv and fc inputs, LayerNorm
                               statistics: replicated)  +  (12·aTD + a·b·H·s²) / t  (q, k, v, the
                               heads' output, the scores, GELU input and output: split)
-        per block, TP + SP:   the LayerNorms' inputs and statistics / t as well; the qkv and fc
-                              inputs are the all-gathered sequence, kept whole (2·aTD): Megatron
-                              saves the shard instead and all-gathers it again in backward for the
-                              weight gradient (`LinearWithGradAccumulationAndAsyncCommunication`,
+        per block, TP + SP:   everything / t: the LayerNorms' inputs and statistics, and the
+                              qkv and fc inputs, saved as this rank's shard of the sequence and
+                              all-gathered again in backward for the weight gradient, as Megatron-LM
+                              does (`LinearWithGradAccumulationAndAsyncCommunication`,
                               megatron/core/tensor_parallel/layers.py), which is how Korthikanti's
-                              34/t holds (§4.2.2); this implementation trades that memory for one
-                              all-gather fewer per column-parallel layer.
+                              34/t holds (§4.2.2): 2·aTD/t for the two inputs.
 
     The embedding, the head and the loss run whole on every rank: their terms are the unsplit
     model's (`activations.gpt_activation_terms`)."""
@@ -114,4 +115,5 @@ def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, t: in
         if seq % t:
             raise ValueError(f"sequence parallelism needs the sequence ({seq}) divisible by t = {t}")
         ln //= t
+        gathered //= t  # saved as shards, gathered again in backward
     return rest + L * (ln + gathered + split)
