@@ -113,24 +113,21 @@ class ReduceFromTP(torch.autograd.Function):
 
 
 class GatherFromSequence(torch.autograd.Function):
-    """SP's f: all-gather along the sequence forward, reduce-scatter backward, because what follows
-    is column-parallel and each rank's gradient is a partial sum. With `partial_grad=False` what
-    follows runs whole on every rank (the head), every rank's gradient is already the full one,
-    and backward only keeps this rank's positions: summing would count it t times (Megatron-LM's
-    `gather_from_sequence_parallel_region(..., tensor_parallel_output_grad=False)`, whose backward
-    splits, megatron/core/tensor_parallel/mappings.py)."""
+    """The sequence gathered for what runs whole on every rank (the head): all-gather forward;
+    every rank's gradient is then already the full one, so backward keeps this rank's positions
+    (summing would count it t times: Megatron-LM's `gather_from_sequence_parallel_region(...,
+    tensor_parallel_output_grad=False)`, whose backward splits, megatron/core/tensor_parallel/
+    mappings.py). Before a column-parallel layer the gather is `SequenceGatherLinear`'s."""
 
     @staticmethod
-    def forward(ctx, x, c: _Ctx, partial_grad: bool = True):
-        ctx.c, ctx.partial_grad = c, partial_grad
+    def forward(ctx, x, c: _Ctx):
+        ctx.c = c
         return c.gather_seq(x, "f")
 
     @staticmethod
     def backward(ctx, dy):
-        if ctx.partial_grad:
-            return ctx.c.scatter_seq(dy, "f"), None, None
         t, r, s = ctx.c.axis.size, ctx.c.axis.rank, dy.shape[1]
-        return dy[:, r * s // t:(r + 1) * s // t].contiguous(), None, None
+        return dy[:, r * s // t:(r + 1) * s // t].contiguous(), None
 
 
 class ScatterToSequence(torch.autograd.Function):
@@ -353,7 +350,7 @@ class TPGPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         if self.sp:  # the head runs whole on every rank: its input's gradient is not a partial sum
-            x = GatherFromSequence.apply(x, self.c, False)
+            x = GatherFromSequence.apply(x, self.c)
         return self.head(x)
 
 
