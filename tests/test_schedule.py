@@ -130,10 +130,15 @@ def test_the_overlap_bound_is_the_busiest_resource_plus_what_cannot_overlap():
     assert S.bound(three, LINK) == 5.5 == S.simulate(three, LINK).seconds
     one = S.ddp(1, [3], [3e6], 0.5, group=2)
     assert S.bound(one, LINK) == 7.5 == S.simulate(one, LINK).seconds
-    # FSDP, two units: P = 6.5, the link's 6 s of gathers and reduce-scatters can start at once
-    # and end before the optimizer's 0.5: bound 6.5; prefetch reaches 9.5 of it
+    # FSDP, two units, 1 s per gather or reduce-scatter: P = 6.5, and three collectives are
+    # issued and waited for with nothing to compute meanwhile: unit 0's gather before the first
+    # layer, unit 1's re-gather as backward starts (resharded after forward) and unit 0's
+    # reduce-scatter before the optimizer: 6.5 + 3 = 9.5, which prefetch reaches
     pre = S.fsdp([1, 1], [2, 2], [2e6, 2e6], 0.5, group=2, prefetch=True)
-    assert S.bound(pre, LINK) == 6.5 and S.simulate(pre, LINK).seconds == 9.5
+    assert S.bound(pre, LINK) == 9.5 == S.simulate(pre, LINK).seconds
+    # kept gathered after forward, unit 1 needs no re-gather: 6.5 + 2
+    keep = S.fsdp([1, 1], [2, 2], [2e6, 2e6], 0.5, group=2, prefetch=True, reshard_after_forward=False)
+    assert S.bound(keep, LINK) == 8.5
     # a slow link: the link is the bound, 0 + 24 + 0.5
     assert S.bound(pre, {"dp_shard": S.Link(0, 0.25e6)}) == 24.5
 

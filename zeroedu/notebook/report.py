@@ -141,8 +141,8 @@ def time_lines(report: RunReport) -> list[str]:
                                *[f"comm {a}" for a in axes], "hidden"])]
     effs = [(r.rank, r.time.efficiency()) for r in report.ranks]
     if all(e is not None for _, e in effs):
-        out.append("overlap efficiency (the best step any overlap reaches on these links, max(compute, "
-                   "head + busiest link + tail), over the measured step): "
+        out.append("overlap efficiency (the best step any overlap reaches on these links, max(compute + the "
+                   "communication nothing computes beside, head + busiest link + tail), over the measured step): "
                    + "  ".join(f"rank {k} {e:.0%}" for k, e in effs))
     return out
 

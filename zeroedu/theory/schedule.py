@@ -306,12 +306,19 @@ def fsdp(forward: list[float], backward: list[float], unit_bytes: list[float], o
 
 
 def bound(program, links: dict[str, Link]) -> float:
-    """The best step any schedule of `program`'s work could reach on `links`: max(P, H + C + T)
-    with P all its compute, C the time of one axis's collectives back to back (the busiest axis),
+    """The best step any schedule of `program`'s work could reach on `links`:
+
+        max(P + X, H + C + T)
+
+    P all its compute; X the communication no schedule can hide behind compute: the collectives
+    issued and waited for between the same two compute segments (nothing computes while they
+    run: the first unit's all-gather before the first layer, the last bucket's or unit's
+    reduction between the last gradient and the optimizer), per such gap the busiest axis's of
+    them back to back; C the time of one axis's collectives back to back (the busiest axis);
     H the compute before its first collective is issued (its data does not exist earlier: the
     first gradients, the first unit's shard) and T the compute after its last wait (the
-    optimizer step needs every reduction). No overlap can hide more: compute runs one thing at a
-    time, and so does a link. A measured step over this bound is the overlap's efficiency."""
+    optimizer step needs every reduction). No overlap can hide more: compute runs one thing at
+    a time, and so does a link. A measured step over this bound is the overlap's efficiency."""
     ops = _flatten(program)
     compute = [op for op in ops if isinstance(op, Compute)]
     p = sum(op.seconds for op in compute)
@@ -321,12 +328,29 @@ def bound(program, links: dict[str, Link]) -> float:
     last_wait = max(k for k, op in enumerate(ops) if isinstance(op, Wait))
     head = sum(op.seconds for op in ops[:first_issue] if isinstance(op, Compute))
     tail = sum(op.seconds for op in ops[last_wait:] if isinstance(op, Compute))
+
+    def took(op: Issue) -> float:
+        return op.seconds if op.seconds is not None else max(op.floor, _time(op, links[op.axis]))
+
     busy: dict[str, float] = {}
     for op in ops:
         if isinstance(op, Issue):
-            t = op.seconds if op.seconds is not None else max(op.floor, _time(op, links[op.axis]))
-            busy[op.axis] = busy.get(op.axis, 0.0) + t
-    return max(p, head + max(busy.values()) + tail)
+            busy[op.axis] = busy.get(op.axis, 0.0) + took(op)
+    # X: walk the gaps between compute segments; a collective issued and waited for inside one
+    # gap keeps the compute stream idle for its whole time (on one axis they queue)
+    exposed, issued, gap = 0.0, {}, {}
+    for op in ops + [Compute("end", 0.0)]:
+        if isinstance(op, Compute):
+            exposed += max(gap.values(), default=0.0)
+            issued, gap = {}, {}
+        elif isinstance(op, Issue):
+            issued[op.name] = op
+        elif isinstance(op, Wait):
+            for name in op.names:
+                if name in issued:
+                    c = issued.pop(name)
+                    gap[c.axis] = gap.get(c.axis, 0.0) + took(c)
+    return max(p + exposed, head + max(busy.values()) + tail)
 
 
 @dataclass(frozen=True)
