@@ -130,15 +130,15 @@ def test_the_overlap_bound_is_the_busiest_resource_plus_what_cannot_overlap():
     assert S.bound(three, LINK) == 5.5 == S.simulate(three, LINK).seconds
     one = S.ddp(1, [3], [3e6], 0.5, group=2)
     assert S.bound(one, LINK) == 7.5 == S.simulate(one, LINK).seconds
-    # FSDP, two units, 1 s per gather or reduce-scatter: P = 6.5, and three collectives are
-    # issued and waited for with nothing to compute meanwhile: unit 0's gather before the first
-    # layer, unit 1's re-gather as backward starts (resharded after forward) and unit 0's
-    # reduce-scatter before the optimizer: 6.5 + 3 = 9.5, which prefetch reaches
+    # FSDP, two units, 1 s per gather or reduce-scatter: P = 6.5, and two collectives have nothing
+    # to hide behind: unit 0's gather before the first layer and unit 0's reduce-scatter between
+    # the last gradient and the optimizer: 6.5 + 2 = 8.5. Prefetch reaches 9.5: it re-gathers
+    # unit 1 as backward starts, which a schedule could have done during forward (its shard
+    # exists from the start), or skipped by keeping it (reshard_after_forward=False reaches 8.5)
     pre = S.fsdp([1, 1], [2, 2], [2e6, 2e6], 0.5, group=2, prefetch=True)
-    assert S.bound(pre, LINK) == 9.5 == S.simulate(pre, LINK).seconds
-    # kept gathered after forward, unit 1 needs no re-gather: 6.5 + 2
+    assert S.bound(pre, LINK) == 8.5 and S.simulate(pre, LINK).seconds == 9.5
     keep = S.fsdp([1, 1], [2, 2], [2e6, 2e6], 0.5, group=2, prefetch=True, reshard_after_forward=False)
-    assert S.bound(keep, LINK) == 8.5
+    assert S.bound(keep, LINK) == 8.5 == S.simulate(keep, LINK).seconds
     # a slow link: the link is the bound, 0 + 24 + 0.5
     assert S.bound(pre, {"dp_shard": S.Link(0, 0.25e6)}) == 24.5
 
@@ -157,3 +157,25 @@ def test_gaps_name_what_each_stream_waited_for():
         S.Gap("wait", 3, 4, "all_gather backward unit 1"), S.Gap("idle", 5, 6, "reduce_scatter unit 1"),
         S.Gap("idle", 7, 8, "reduce_scatter unit 0"), S.Gap("wait", 8, 9, "reduce_scatter unit 0")]
     assert pre.seconds - sum(g.end - g.start for g in S.gaps(pre, "dp_shard") if g.kind == "wait") == pre.compute
+
+
+def test_the_bound_reads_where_data_exists_not_where_the_program_issued():
+    """A replayed timeline has a few microseconds of bookkeeping between an issue and its wait;
+    they hide nothing. A gradient's reduction starts after its gradient and must end before the
+    optimizer; a parameter gather may start at the step's start, so a late prefetch is the
+    schedule's loss, not the bound's; the gather of updated parameters after the optimizer (ZeRO-1)
+    depends on it. 1 s per collective (2 MB over 2 ranks on 1 MB/s)."""
+    eps = 1e-6
+    prog = [S.Issue("ag0", "all_gather", 2e6, "dp_shard", 2), S.Compute("bookkeeping", eps), S.Wait("ag0"),
+            S.Compute("forward 0", 1), S.Issue("ag1", "all_gather", 2e6, "dp_shard", 2), S.Compute("bk", eps),
+            S.Wait("ag1"), S.Compute("forward 1 and backward", 2),
+            S.Issue("rs", "reduce_scatter", 2e6, "dp_shard", 2), S.Compute("bk", eps), S.Wait("rs"),
+            S.Compute("optimizer", 0.5)]
+    # ag0 and rs: 1 s each, less the bookkeeping; ag1 could have been gathered during forward 0
+    assert S.bound(prog, LINK) == pytest.approx(3.5 + 2, abs=1e-5)
+    assert S.simulate(prog, LINK).seconds == pytest.approx(3.5 + 3, abs=1e-5)
+    # ZeRO-1: reduce-scatter after backward, the optimizer on the shard, then the gather of the
+    # updated parameters, waited for at once: both exposed, P + 2
+    zero1 = [S.Compute("forward and backward", 3), *S.Block("rs", "reduce_scatter", 2e6, "dp_shard", 2),
+             S.Compute("optimizer", 0.5), *S.Block("ag", "all_gather", 2e6, "dp_shard", 2)]
+    assert S.bound(zero1, LINK) == 5.5 == S.simulate(zero1, LINK).seconds

@@ -39,6 +39,7 @@ so the machine's own time hides inside the link's), and the simulator replays th
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 from .timing import ring_time
@@ -310,12 +311,16 @@ def bound(program, links: dict[str, Link]) -> float:
 
         max(P + X, H + C + T)
 
-    P all its compute; X the communication no schedule can hide behind compute: the collectives
-    issued and waited for between the same two compute segments (nothing computes while they
-    run: the first unit's all-gather before the first layer, the last bucket's or unit's
-    reduction between the last gradient and the optimizer), per such gap the busiest axis's of
-    them back to back; C the time of one axis's collectives back to back (the busiest axis);
-    H the compute before its first collective is issued (its data does not exist earlier: the
+    P all its compute; X the communication no schedule can hide behind compute. A collective can
+    start once its data exists: a reduction when the compute before its issue is done (its
+    gradients), a parameter all-gather at the step's start (the shard is there; one issued after
+    the last reduction, the gather of updated parameters, waits for the optimizer); it must end
+    before the compute after its wait. With less compute in that stretch than the collective
+    takes, the compute stream idles for the difference, whatever the schedule: the first unit's
+    all-gather before the first layer, the last reduction between the last gradient and the
+    optimizer. Stretches that do not overlap in program order idle at different times, so X is
+    the largest sum over such stretches. C the time of one axis's collectives back to back (the
+    busiest axis); H the compute before its first collective is issued (its data does not exist earlier: the
     first gradients, the first unit's shard) and T the compute after its last wait (the
     optimizer step needs every reduction). No overlap can hide more: compute runs one thing at
     a time, and so does a link. A measured step over this bound is the overlap's efficiency."""
@@ -336,20 +341,30 @@ def bound(program, links: dict[str, Link]) -> float:
     for op in ops:
         if isinstance(op, Issue):
             busy[op.axis] = busy.get(op.axis, 0.0) + took(op)
-    # X: walk the gaps between compute segments; a collective issued and waited for inside one
-    # gap keeps the compute stream idle for its whole time (on one axis they queue)
-    exposed, issued, gap = 0.0, {}, {}
-    for op in ops + [Compute("end", 0.0)]:
+    # X: each collective's stretch (from where its data exists to its wait) and the idle it
+    # forces there, t - (compute in the stretch); then the heaviest set of stretches that do
+    # not overlap in program order (weighted interval scheduling, stretches sorted by wait)
+    last_reduction = max((k for k, op in enumerate(ops) if isinstance(op, Issue)
+                          and op.collective != "all_gather"), default=-1)
+    done, issued, windows = 0.0, {}, []
+    for k, op in enumerate(ops):
         if isinstance(op, Compute):
-            exposed += max(gap.values(), default=0.0)
-            issued, gap = {}, {}
+            done += op.seconds
         elif isinstance(op, Issue):
-            issued[op.name] = op
+            early = op.collective == "all_gather" and k < last_reduction  # a parameter shard
+            issued[op.name] = (-1, 0.0, op) if early else (k, done, op)
         elif isinstance(op, Wait):
             for name in op.names:
                 if name in issued:
-                    c = issued.pop(name)
-                    gap[c.axis] = gap.get(c.axis, 0.0) + took(c)
+                    i, ready, c = issued.pop(name)
+                    if (w := took(c) - (done - ready)) > 0:
+                        windows.append((i, k, w))
+    windows.sort(key=lambda x: x[1])
+    best = [0.0]  # best[j]: the heaviest set among the first j stretches
+    for j, (i, _, w) in enumerate(windows):
+        before = bisect.bisect_left([x[1] for x in windows[:j]], i)  # stretches waited before i
+        best.append(max(best[j], best[before] + w))
+    exposed = best[-1]
     return max(p + exposed, head + max(busy.values()) + tail)
 
 
