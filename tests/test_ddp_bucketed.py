@@ -135,3 +135,34 @@ def test_rejects_unknown_options_and_recipes():
         _local_strategy(bucket_bytes=0)
     with pytest.raises(ValueError, match="megatron-bf16"):
         _local_strategy(recipe="megatron-bf16")
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_adam_scales_scratch_gradients_in_place_to_the_same_bits(dtype):
+    """`AdamState.step(scratch=True)` (bucketed DDP, whose buckets are zeroed after the step)
+    scales an fp32 gradient in place instead of into a new tensor: the same parameters bit for
+    bit as the default, which leaves the caller's gradients as they were."""
+    from zeroedu.optim import AdamConfig
+    from zeroedu.runtime.ledger import Ledger
+    from zeroedu.strategies.base import AdamState
+
+    torch.manual_seed(0)
+    recipe = get_recipe("fp32" if dtype == torch.float32 else "mixed-bf16")
+    params = [torch.randn(5, 3).to(dtype), torch.randn(7).to(dtype)]
+    grads = [torch.randn_like(p) for p in params]
+    out = {}
+    for scratch in (False, True):
+        ps = [p.clone() for p in params]
+        gs = [g.clone() for g in grads]
+        opt = AdamState(ps, recipe, AdamConfig(), Ledger())
+        opt.step(gs, scale=0.25, scratch=scratch)
+        out[scratch] = (ps, gs)
+    for p, q in zip(out[False][0], out[True][0]):
+        assert torch.equal(p, q)
+    for g, g0, g1 in zip(grads, out[False][1], out[True][1]):
+        assert torch.equal(g0, g)  # the default never writes the caller's gradient
+        if dtype == torch.float32:
+            assert torch.equal(g1, g * 0.25)  # scratch: scaled where it lies
+        else:
+            assert torch.equal(g1, g)  # a bf16 gradient is upcast first: nothing to reuse

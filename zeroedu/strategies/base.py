@@ -99,8 +99,10 @@ class AdamState:
             self.v.append(ledger.track(torch.zeros_like(x, dtype=torch.float32), "v"))
 
     @torch.no_grad()
-    def step(self, grads: list[torch.Tensor], scale: float = 1.0) -> None:
-        """Update every target from its gradient times `scale` (e.g. 1/N after a SUM)."""
+    def step(self, grads: list[torch.Tensor], scale: float = 1.0, scratch: bool = False) -> None:
+        """Update every target from its gradient times `scale` (e.g. 1/N after a SUM).
+        `scratch`: the caller discards `grads` after the step, so an fp32 gradient is scaled in
+        place (as torch's DDP divides its bucket in place) instead of into a new tensor."""
         self.t += 1
         for i, (x, g) in enumerate(zip(self.targets, grads)):
             if self.main_grads:
@@ -109,7 +111,7 @@ class AdamState:
                 g32 = g if g.dtype == torch.float32 else g.float()
             if scale != 1.0:
                 # Scale in fp32, after the SUM: dividing low-precision grads first rounds twice.
-                g32 = g32 * scale if g32 is g else g32.mul_(scale)
+                g32 = g32 * scale if g32 is g and not scratch else g32.mul_(scale)
             p = self.masters[i] if self.masters else x
             adam_update(p, g32, self.m[i], self.v[i], self.t, self.cfg)
             if self.masters:
@@ -256,13 +258,14 @@ class Strategy:
         norm = float(sq.sqrt())
         return min(1.0, self.clip_grad_norm / (norm + 1e-6))
 
-    def update(self, grads: list[torch.Tensor]) -> None:
+    def update(self, grads: list[torch.Tensor], scratch: bool = False) -> None:
         """Adam on the optimizer's targets from their reduced gradients: mean over ranks and
-        micro-batches, clipped if asked; then the next step starts counting micro-batches."""
+        micro-batches, clipped if asked; then the next step starts counting micro-batches.
+        `scratch`: `grads` are zeroed or freed after the step (`AdamState.step`)."""
         scale = self.grad_scale()
         if self.clip_grad_norm is not None:
             scale *= self.clip_coefficient(grads, scale)
-        self.optim.step(grads, scale=scale)
+        self.optim.step(grads, scale=scale, scratch=scratch)
         self.micro_batches = 0
 
     def step(self) -> None:

@@ -157,7 +157,9 @@ class DDPBucketed(Strategy):
         self.finish_grad_sync()
         self.ledger.record_model_states()
         with torch.no_grad():
-            self.update([p.grad for p in self.params])
+            # The buckets are zeroed next, so Adam scales them in place: a new fp32 tensor per
+            # gradient would cost the allocator (fresh pages, on CPU) Ψ·4 bytes a step.
+            self.update([p.grad for p in self.params], scratch=True)
             for b in self.buckets:
                 b.buffer.zero_()
         self.ledger.event(L.STEP_END)
