@@ -37,7 +37,20 @@ def test_compare(bench):
     assert {(r["strategy"], r["recipe"]) for r in rows} >= {("ddp_bucketed", "mixed-bf16"), ("hsdp", "fp32")}
     for r in rows:
         assert r["ratio"] > 0 and r["zeroedu"]["wire"] > 0 and r["torch"]["wire"] > 0
+        assert len(r["round_ratios"]) == 1 and r["round_ratios"][0] == pytest.approx(r["ratio"])
     assert len(json.load(open(out / "compare.json"))["rows"]) == len(rows)
+
+
+@pytest.mark.fast
+def test_round_ratios_pair_each_round():
+    """Round k's ratio is the median of arm a's steps in round k over arm b's, by hand."""
+    from zeroedu.references.bench import round_ratios
+
+    a = [1.0, 3.0, 2.0, 10.0, 12.0, 11.0]  # two rounds of three steps: medians 2 and 11
+    b = [2.0, 2.0, 2.0, 10.0, 10.0, 20.0]  # medians 2 and 10
+    assert round_ratios(a, b, 3) == [1.0, 1.1]
+    with pytest.raises(ValueError):
+        round_ratios(a, b[:3], 3)
 
 
 def test_collectives_and_instrumentation(bench):

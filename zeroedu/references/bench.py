@@ -157,6 +157,16 @@ def slowest_rank(ranks: list[dict], label: str) -> list[float]:
     return [max(step) for step in zip(*(r["times"][label] for r in ranks))]
 
 
+def round_ratios(a: list[float], b: list[float], steps: int) -> list[float]:
+    """Per round, the median step of arm `a` over that of arm `b` (`per_step` lists from
+    `run_compare`, `steps` timed steps per round): the two arms ran back to back in each round,
+    under the same load, so the spread of these ratios is what the machine's noise does to one."""
+    if len(a) != len(b) or steps < 1:
+        raise ValueError("two arms timed over the same rounds, and steps >= 1")
+    return [statistics.median(a[k:k + steps]) / statistics.median(b[k:k + steps])
+            for k in range(0, len(a), steps)]
+
+
 def summary(times: list[float]) -> dict:
     """Median, min and max of per-step times (seconds), and how many steps."""
     return {"median": statistics.median(times), "min": min(times), "max": max(times), "steps": len(times)}
@@ -171,7 +181,8 @@ def run_compare(pool, arms: list[dict], rounds: int = 5, steps: int = 3, warmup:
     out = {}
     for a in arms:
         lab = a["label"]
-        out[lab] = {**summary(slowest_rank(ranks, lab)), "wire": ranks[0]["wire"][lab],
+        per_step = slowest_rank(ranks, lab)
+        out[lab] = {**summary(per_step), "per_step": per_step, "wire": ranks[0]["wire"][lab],
                     "ring_model": ranks[0]["ring_model"][lab], "messages": ranks[0]["messages"].get(lab),
                     "peak": ranks[0]["peak"].get(lab), "first": max(r["first"][lab] for r in ranks)}
     return out
@@ -213,6 +224,7 @@ SCALING_SCHEMA = """benchmarks/results/scaling.json (written by benchmarks/bench
  "loopback": {"bandwidth": bytes/s, "alpha": s},          # measured between two ranks
  "rows": [{"n": int, "strategy": "ddp" | "zero2" | "fsdp",
            "zeroedu": {"impl": str, "median": s, "min": s, "max": s, "steps": int,
+                       "per_step": [s, ...] (slowest rank, rounds in order),
                        "wire": bytes/rank/step measured, "ring_model": bytes},
            "torch":   {"impl": str, "median": s, "min": s, "max": s, "steps": int,
                        "wire": bytes/rank/step measured, "ring_model": bytes | null},
