@@ -322,7 +322,9 @@ class Ledger:
         """Count the storage of `t` (a tensor, or a storage) in category `rank` for as long as
         `holder` lives (t itself, the `_Saved` box of an activation, or the storage)."""
         # Deaths first: a storage freed before `t` was made may have had the address of t's.
-        self._drain()
+        # (This runs once per tensor autograd saves, inside forward: kept to plain steps.)
+        if self._dead:
+            self._drain()
         st = t if isinstance(t, torch.UntypedStorage) else t.untyped_storage()
         key, nbytes = st._cdata, st.nbytes()
         rec = self._storages.get(key)
@@ -333,11 +335,16 @@ class Ledger:
         entry[0] = weakref.ref(holder, lambda _r, key=key, entry=entry: dead.append((key, entry)))
         rec.entries.append(entry)
         rec.counts[rank] += 1
-        # An FSDP leaf is tracked with its bytes taken away (and Linear saves views of it):
-        # such a storage changes size at every unshard / reshard, so it is re-read at each look.
-        if st is not t and t.numel() and nbytes < (t.storage_offset() + t.numel()) * t.element_size():
-            self._resized[key] = rec
-        self._settle(rec, nbytes)
+        if st is not t:
+            # An FSDP leaf is tracked with its bytes taken away (and Linear saves views of it):
+            # such a storage changes size at every unshard / reshard, so it is re-read at each look.
+            numel = t.numel()
+            if numel and nbytes < (t.storage_offset() + numel) * t.element_size():
+                self._resized[key] = rec
+        # A storage already charged to this category or an earlier one, at this size, stays
+        # where it is (`rank` is the first category with a live tensor, see `_settle`).
+        if rec.rank < 0 or rank < rec.rank or nbytes != rec.nbytes:
+            self._settle(rec, nbytes)
 
     def _settle(self, rec: _Storage, nbytes: int) -> None:
         """Charge the storage's current size to its current category: the first one in
@@ -345,7 +352,11 @@ class Ledger:
         if rec.rank >= 0:
             self._totals[rec.rank] -= rec.nbytes
         rec.nbytes = nbytes
-        rec.rank = next((i for i, c in enumerate(rec.counts) if c), -1)
+        rec.rank = -1
+        for i, c in enumerate(rec.counts):
+            if c:
+                rec.rank = i
+                break
         if rec.rank >= 0:
             self._totals[rec.rank] += nbytes
 
