@@ -61,6 +61,7 @@ InfiniBand, its own proxy threads) the bytes are not visible here; the meter the
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import socket
 import stat
@@ -104,6 +105,7 @@ if sys.platform.startswith("linux"):
 FRAMING_PER_MESSAGE = 144
 
 
+@functools.lru_cache(maxsize=4096)  # asked at every collective's launch, with a few shapes a run
 def messages(op: str, numel: int, elem_size: int, group: int, implementation: str) -> int:
     """Point-to-point messages one rank sends (and receives) in one collective on gloo.
 

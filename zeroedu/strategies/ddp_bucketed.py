@@ -50,6 +50,7 @@ class Bucket:
         self.pending = len(param_ids)
         self.handle = None
         self.launched = False
+        self.tag = None  # its collective's tag, made once (`DDPBucketed.__init__`)
 
     def reset(self) -> None:
         self.pending, self.handle, self.launched = len(self.param_ids), None, False
@@ -78,6 +79,7 @@ class DDPBucketed(Strategy):
         self.bucket_of = {}
         for b in self.buckets:
             self.ledger.track(b.buffer, "grad")
+            b.tag = self.tag(f"bucket{b.index}", "grads")
             off = 0
             for i in b.param_ids:
                 p = self.params[i]
@@ -135,8 +137,7 @@ class DDPBucketed(Strategy):
     def start_grad_sync(self, b: Bucket) -> None:
         # SUM now, in the grad dtype (gloo has neither AVG nor PREMUL_SUM); the 1/(N·K) is
         # applied later in fp32 by the optimizer, so a bf16 gradient is rounded once, not twice.
-        b.handle = self.comm.all_reduce(b.buffer, self.dist.inner, self.tag(f"bucket{b.index}", "grads"),
-                                        async_op=True)
+        b.handle = self.comm.all_reduce(b.buffer, self.dist.inner, b.tag, async_op=True)
         b.launched = True
 
     def finish_grad_sync(self) -> None:
