@@ -62,7 +62,10 @@ def test_collectives_and_instrumentation(bench):
     assert by["ddp_bucketed"]["backend"]["wire"] == by["ddp_bucketed"]["ring"]["wire"]
     rows = load("bench_instrumentation").main(["--n", "2", "--model", "gpt-tiny", "--rounds", "1", "--steps", "1",
                                                "--strategies", "fsdp2"])
-    assert rows[0]["full_over_minimal"] > 0
+    assert rows[0]["full_over_minimal"] > 0 and rows[0]["minimal_over_no_meter"] > 0
+    # the arm without the meter reads no bytes on the wire; the others do (where a meter exists)
+    assert rows[0]["minimal, no wire meter"]["wire"] is None
+    assert (rows[0]["minimal"]["wire"] is None) == (rows[0]["full"]["wire"] is None)
     assert os.path.exists(out / "collectives.json") and os.path.exists(out / "instrumentation.json")
 
 

@@ -23,6 +23,9 @@ An arm is plain data:
      "timeline": "full" | "minimal"          (zeroedu; default "minimal"),
      "watch": "first" | "every"              (zeroedu, full timeline: which steps' backward
                                               the ledger watches op by op; default "first"),
+     "wire_meter": bool                      (zeroedu: False runs without the rank's wire
+                                              meter, so no kernel counters are read at each
+                                              step's start: what that reading costs; default True),
      "torch": "ddp" | "fully_shard"          (torch; fully_shard on a 2-D mesh when the
                                               config is hybrid: torch's HSDP),
      "bucket_bytes": int}                    (DDP arms: the same bucket size on both sides)
@@ -57,6 +60,11 @@ class _Arm:
         if self.impl == "zeroedu":
             self.run = build_run(ctx, replace(self.cfg, timeline=spec.get("timeline", "minimal")))
             self.run.ledger.watch = spec.get("watch", self.run.ledger.watch)
+            if not spec.get("wire_meter", True):
+                # The ledger reads the meter at each step's start, comm around collectives
+                # (full timeline): without it, neither reads the kernel's counters.
+                self.run.ledger.wire = None
+                self.run.dist.comm.meter = None
         elif self.impl == "torch":
             kind = spec.get("torch", "fully_shard")
             if kind == "ddp":
