@@ -103,7 +103,25 @@ def test_hanging_rank_times_out_and_next_run_works():
     assert [r["sum"] for r in cluster.run(faults.ok, 2, warm=False)] == [8.0, 8.0]
 
 
-def test_an_interrupted_run_leaves_the_next_run_working():
+@pytest.fixture
+def sigint_raises():
+    """SIGINT raises KeyboardInterrupt in this process while the test runs, whatever it inherited.
+    A suite started with SIGINT ignored (a script's `cmd &`, `nohup`, some CI runners) passes that
+    on: Python then installs no handler and `_thread.interrupt_main()` does nothing, so the tests
+    below would test the launch context instead of the product. The disposition is the test's own."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def _sigint_default_in_child():
+    """For Popen's preexec_fn: the child's SIGINT starts at the default, as a terminal's foreground
+    job has it, so Python installs its KeyboardInterrupt handler after exec (an ignored signal
+    would stay ignored across exec)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_an_interrupted_run_leaves_the_next_run_working(sigint_raises):
     """A notebook's stop button (KeyboardInterrupt in the parent) or a terminal's Ctrl-C (SIGINT
     to the ranks too) during a warm-pool job: the pool is ended, and the next run works. Before,
     the ranks went on with the old job and the next run read its KeyboardInterrupt traceback."""
@@ -133,7 +151,8 @@ def test_ctrl_c_ends_a_cli_run_with_one_line_and_status_130():
     the ranks train: exit status 130 and one line, no traceback."""
     proc = subprocess.Popen([sys.executable, "-m", "zeroedu", "run", "--strategy", "ddp", "--world-size", "2",
                              "--model", "gpt-tiny", "--steps", "100000"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_sigint_default_in_child)
     try:
         seen = []
         for line in proc.stderr:  # the progress line appears once the ranks have trained a step
@@ -152,6 +171,20 @@ def test_ctrl_c_ends_a_cli_run_with_one_line_and_status_130():
     assert rc == 130, rest
     assert rest.strip().splitlines()[-1] == "zeroedu: interrupted" and "Traceback" not in rest, rest
     print(f"Ctrl-C to exit: {took:.2f} s")  # measured here; the closing note reports it
+
+
+def test_the_interrupt_tests_pass_when_the_suite_starts_with_sigint_ignored():
+    """The two tests above, in a pytest started the way a background job starts (SIGINT ignored,
+    inherited across exec): they set the disposition they need, so they mean the same there as in
+    a terminal's foreground."""
+    here = os.path.abspath(__file__)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         f"{here}::test_an_interrupted_run_leaves_the_next_run_working",
+         f"{here}::test_ctrl_c_ends_a_cli_run_with_one_line_and_status_130"],
+        cwd=os.path.dirname(os.path.dirname(here)), capture_output=True, text=True, timeout=240,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.returncode == 0 and "2 passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
 def test_rank_logs_are_capped_and_say_so():
