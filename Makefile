@@ -32,9 +32,10 @@ lab: setup
 	$(VENV)/bin/jupyter lab --no-browser --ServerApp.ip=127.0.0.1 --ServerApp.port=$(PORT) \
 	  --ServerApp.root_dir=notebooks $(if $(filter 0,$(shell id -u)),--ServerApp.allow_root=True,)
 
-# Stages and their budgets: tests/README.md. tests/run_suite.py times each stage and fails,
-# naming the file, if the run changed anything git sees.
-test: setup browser-deps
+# Stages and their budgets: tests/README.md. tests/run_suite.py runs the unit and multi-rank
+# tests beside the two notebook stages, installs chromium (browser-deps) meanwhile when missing,
+# times each stage and fails, naming the file, if the run changed anything git sees.
+test: setup
 	$(PY) tests/run_suite.py $(PYTEST_ARGS)
 
 test-fast: setup

@@ -18,6 +18,12 @@ for a rank job started with `zeroedu.runtime.cluster.run` (a collective, torch's
 * a run on a pool the notebook holds (`Pool.run`);
 * a run that raised (only returned reports are recorded).
 
+Under the suite a time lesson's live run (`time_lessons.run_lesson`, an output nbval ignores: times
+vary with the machine) runs quick: the configurations of `time_lessons.QUICK`, the fewest that
+still show the lesson's effect, at most 3 steps each. Those cells otherwise take 15-35 s each on
+a quiet machine and over nbval's 300-s cell limit on a busy one; the asserting cells read the
+committed results either way, and `benchmarks/bench_lessons.py` runs every configuration.
+
 Outside `make test` nothing is installed: `make lab`, nbval and the browser check on their own
 run every cell for real. `tests/run_suite.py` installs it into each stage's kernels through an
 IPython start-up file (a temporary IPYTHONDIR), so the package itself holds no test hook.
@@ -70,6 +76,7 @@ def install(mode: str, folder: str) -> None:
 
     import zeroedu.train
     import zeroedu.train.launch as launch
+    from zeroedu.notebook import time_lessons
     from zeroedu.runtime import cluster
 
     if mode not in MODES:
@@ -114,6 +121,13 @@ def install(mode: str, folder: str) -> None:
         k = None if on_event is not None else job_key(fn, n, kwargs)
         return shared(real_job, k, lambda: real_job(fn, n, kwargs, warm=warm, on_event=on_event, timeout=timeout))
 
+    real_lesson = time_lessons.run_lesson
+
+    def run_lesson(name, **kw):
+        return real_lesson(name, **{**kw, "quick": True})
+
+    run_lesson.__doc__, run_lesson.__wrapped__ = real_lesson.__doc__, real_lesson
+    time_lessons.run_lesson = run_lesson
     run.__doc__, run.__wrapped__ = real_run.__doc__, real_run
     run_job.__doc__, run_job.__wrapped__ = real_job.__doc__, real_job
     launch.run = zeroedu.train.run = run

@@ -71,6 +71,7 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
     import zeroedu.train
     import zeroedu.train.launch as launch
     from zeroedu.models import CustomModel
+    from zeroedu.notebook import time_lessons
     from zeroedu.runtime import cluster
     from zeroedu.train import RunConfig
 
@@ -92,7 +93,10 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
         monkeypatch.setattr(launch, "run", fake)
         monkeypatch.setattr(zeroedu.train, "run", fake)
         monkeypatch.setattr(cluster, "run", fake_job)
+        monkeypatch.setattr(time_lessons, "run_lesson", lambda name, **kw: (name, kw))
         notebook_runs.install(mode, str(tmp_path))
+        # a time lesson's live run is the quick one, whatever the cell asks
+        assert time_lessons.run_lesson("hybrid", steps=3) == ("hybrid", {"steps": 3, "quick": True})
         assert cluster.run("zeroedu.references.bench:loopback_job", 2) == [{"rank": 0, "call": 1},
                                                                           {"rank": 1, "call": 1}]
         cluster.run("__main__:my_job", 2)  # the notebook's own code: always run

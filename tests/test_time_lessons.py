@@ -73,3 +73,24 @@ def test_gap_table_sums_the_pauses_by_what_they_waited_for():
     assert text.splitlines()[0] == "step 4500 ms (simulated), bound 4500 ms, compute 2500 ms"
     assert "compute waits for  all_gather (params)" in text and "1000.0 ms in  1 pauses" in text
     assert "link idle before   reduce_scatter (grads)           2000.0 ms" in text
+
+
+def test_a_quick_lesson_runs_its_quick_configurations_for_at_most_three_steps(monkeypatch):
+    asked = []
+    monkeypatch.setattr(tl, "timed", lambda label, rep, x=None: _row(label, 1.0, 1.0))
+    monkeypatch.setattr(tl.train, "run", lambda cfg, **kw: asked.append(cfg))
+    for name, labels in tl.QUICK.items():
+        asked.clear()
+        rows = tl.run_lesson(name, steps=4, progress=None, quick=True)
+        assert [r.label for r in rows] == [lab for lab, _, _ in tl.LESSONS[name] if lab in labels], name
+        assert len(rows) == len(labels) >= 2 and {c.steps for c in asked} == {3}, name
+        asked.clear()
+        assert len(tl.run_lesson(name, steps=2, progress=None)) == len(tl.LESSONS[name]) and asked[0].steps == 2
+
+
+def test_a_quick_run_is_drawn_at_its_configurations_places():
+    committed = [_row(lab, 0.1 * (i + 1), 0.1) for i, (lab, _, _) in enumerate(tl.LESSONS["hybrid"])]
+    live = [_row("hsdp, slow outer", 0.7, 0.7)]
+    fig = tl.figure(committed, live)
+    mine = next(l for l in fig.axes[0].lines if l.get_label() == "measured (this run)")
+    assert list(mine.get_xdata()) == [1] and list(mine.get_ydata()) == [pytest.approx(700.0)]

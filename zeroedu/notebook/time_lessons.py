@@ -74,6 +74,18 @@ LESSONS: dict[str, list[tuple[str, float | None, dict]]] = {
 }
 
 
+# The fewest configurations of each lesson that still show its effect, for a quick look on a slow
+# or busy machine (`run_lesson(..., quick=True)`): the ends of a sweep and a point where the
+# effect turns, or the knob off and on. The committed results always hold every configuration.
+QUICK: dict[str, tuple[str, ...]] = {
+    "ddp_buckets": ("1 KiB buckets", "1 MiB buckets", "one bucket"),  # alpha-bound, balanced, no overlap
+    "fsdp_prefetch": ("no prefetch", "prefetch"),
+    "fsdp_tokens": ("128 tokens", "512 tokens"),  # on the communication-bound side, then past it
+    "hybrid": ("flat, slow outer", "hsdp, slow outer"),
+    "scaling": ("N = 1", "N = 2"),
+}
+
+
 @dataclass(frozen=True)
 class TimedRun:
     """One configuration's step time (seconds; the slowest rank's medians after the first step)."""
@@ -115,11 +127,18 @@ def timed(label: str, report: RunReport, x: float | None = None) -> TimedRun:
                     backward=backward, collectives=collectives, link_busy=max(p.comm.values(), default=0.0))
 
 
-def run_lesson(name: str, *, steps: int = 4, model: str = "gpt-small", pool=None, progress=print) -> list[TimedRun]:
+def run_lesson(name: str, *, steps: int = 4, model: str = "gpt-small", pool=None, progress=print,
+               quick: bool = False) -> list[TimedRun]:
     """Every configuration of lesson `name`, run on real ranks with a prediction (on `pool` when
-    given: a lesson whose configurations share their number of ranks)."""
+    given: a lesson whose configurations share their number of ranks). `quick`: only the
+    configurations in `QUICK[name]`, each for at most 3 steps (the first is a warm-up; the
+    median is of those after it)."""
     out = []
+    if quick:
+        steps = min(steps, 3)
     for label, x, kw in LESSONS[name]:
+        if quick and label not in QUICK[name]:
+            continue
         # through the module, so a wrapper of `train.run` (the notebook suite's shared runs) sees the call
         rep = train.run(RunConfig(steps=steps, model=model, timeline="minimal", **kw), pool=pool, predict=True)
         out.append(timed(label, rep, x))
@@ -188,8 +207,11 @@ def figure(committed: list[TimedRun], live: list[TimedRun] | None = None, title:
     ax.plot(xs, ms(committed, "measured"), "o" + line("-"), color="#4C72B0", label="measured (committed)")
     ax.plot(xs, ms(committed, "predicted"), "s" + line("--"), color="#DD8452", label="predicted (schedule replayed)")
     ax.plot(xs, ms(committed, "bound"), line(":") or "_", ms=18, color="#555555", label="bound: best any overlap reaches")
-    if live:
-        ax.plot(xs, ms(live, "measured"), "o", mfc="none", color="#C44E52", label="measured (this run)")
+    if live:  # a quick run has some of the configurations: each drawn at its own place
+        at = dict(zip((r.label for r in committed), xs))
+        mine = [r for r in live if r.label in at]
+        ax.plot([at[r.label] for r in mine], ms(mine, "measured"), "o", mfc="none", color="#C44E52",
+                label="measured (this run)")
     if numeric:
         ax.set_xscale("log", base=2)
     else:
