@@ -103,6 +103,7 @@ def _browser_deps() -> subprocess.Popen | None:
 def main(argv: list[str]) -> int:
     serial = "--serial" in argv or os.environ.get("ZEROEDU_SUITE_SERIAL") == "1" or (os.cpu_count() or 1) < 2
     extra = [a for a in argv if a != "--serial"]
+    py = sys.executable
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         snap = f.name
     tree_state.main(["save", snap])
