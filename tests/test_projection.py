@@ -45,6 +45,20 @@ def test_a_flat_ring_over_two_nodes_is_network_bound_and_hsdp_is_not():
     assert hsdp.dominant == "flops" and hsdp.tokens_per_second == pytest.approx(16 * 4096 / hsdp.step)
 
 
+def test_rings_striped_over_the_nics_make_flat_two_nodes_as_fast_as_hsdp():
+    """NCCL stripes its rings over a node's NICs: the boundary carries min(NVLink, 8 x NIC)."""
+    striped, hsdp = P.project("fsdp2", 16, flat_ring="striped"), P.project("hsdp", 8, 2)
+    beta = min(HW.nvlink_beta.value, 8 * HW.network_beta.value)
+    assert beta == 368e9  # 8 x 46 GB/s, just under NVLink's 370
+    units = _units()
+    assert striped.comm["dp_shard"] == pytest.approx(sum(
+        2 * ring_time("all_gather", 2 * u, 16, beta, HW.network_alpha.value)
+        + ring_time("reduce_scatter", 2 * u, 16, beta, HW.network_alpha.value) for u in units), rel=1e-12)
+    assert striped.dominant == "flops" and abs(striped.step / hsdp.step - 1) < 0.02
+    with pytest.raises(ValueError, match="flat_ring"):
+        P.project("fsdp2", 16, flat_ring="tree")
+
+
 def test_the_table_is_labelled_a_model_and_names_every_input_with_its_source():
     text = P.table_text(P.projection_table())
     assert text.startswith("A MODEL, not a measurement")

@@ -44,12 +44,12 @@ WIRE_MODEL = "gpt-small"
 WIRE_N = 4
 WIRE_STEPS = 2
 
-DS = "deepspeedai/DeepSpeed v0.16.4 (the tag's commit e2dc3eeb1)"
+DS = "deepspeedai/DeepSpeed v0.19.6, the same in v0.16.4"
 
 # Claim 6: DeepSpeed's pipeline engine refuses ZeRO stages 2 and 3.
 DEEPSPEED_PIPE_SOURCE = {
     "url": "https://github.com/deepspeedai/DeepSpeed/blob/master/deepspeed/runtime/pipe/engine.py",
-    "where": f"PipelineEngine.__init__, deepspeed/runtime/pipe/engine.py l.77-78 ({DS})",
+    "where": f"PipelineEngine.__init__, deepspeed/runtime/pipe/engine.py ({DS})",
     "statement": "assert self.zero_optimization_stage() < ZeroStageEnum.gradients, "
                  "\"ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism\"",
     # deepspeed/runtime/zero/config.py: ZeroStageEnum disabled=0, optimizer_states=1, gradients=2, weights=3
@@ -60,25 +60,28 @@ DEEPSPEED_PIPE_SOURCE = {
 
 # Claim 14: what ZeRO-Offload moves to the CPU, and with which stages.
 DEEPSPEED_OFFLOAD_SOURCES = [
-    {"where": "docs/_pages/config-json.md l.459, key zero_optimization.offload_optimizer",
+    {"where": f"docs/_pages/config-json.md, key zero_optimization.offload_optimizer ({DS})",
      "statement": "Enable offloading of optimizer state to CPU or NVMe, and optimizer computation to "
                   "CPU. ... Valid for ZeRO stage 1, 2, 3."},
-    {"where": "docs/_pages/config-json.md l.453, key zero_optimization.offload_param",
+    {"where": f"docs/_pages/config-json.md, key zero_optimization.offload_param ({DS})",
      "statement": "Enable offloading of model parameters to CPU or NVMe. ... Valid only with stage 3."},
-    {"where": "docs/_tutorials/zero.md l.151-153",
+    {"where": f"docs/_tutorials/zero.md, section ZeRO-Offload ({DS})",
      "statement": "ZeRO-Offload, a system for offloading optimizer and gradient states to CPU memory "
                   "within ZeRO-2"},
-    {"where": "deepspeed/runtime/zero/stage_1_and_2.py l.185, l.682-690, l.1268-1284, l.1864-1884",
+    {"where": "deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer: __init__ (cpu_offload), "
+              f"async_inplace_copy_grad_to_fp32_buffer_from_gpu, step ({DS})",
      "statement": "with cpu_offload the fp32 master partition and its fp32 gradient partition live on "
                   "'cpu'; each reduced gradient slice is copied there as fp32; _optimizer_step runs "
-                  "there and the result is copied back into the 16-bit partition on the GPU"},
-    {"where": "deepspeed/runtime/zero/stage_1_and_2.py l.2439-2441, estimate_zero2_model_states_mem_needs",
+                  "there and the result is copied back into the 16-bit partition on the GPU (since "
+                  "v0.17.0 cast first into a pinned 16-bit host buffer, so 16 bits cross PCIe; v0.16.4 "
+                  "copied the fp32 partition)"},
+    {"where": f"deepspeed/runtime/zero/stage_1_and_2.py, estimate_zero2_model_states_mem_needs ({DS})",
      "statement": "if cpu_offload: gpu_mem = 2 * total_params"},
 ]
 
 # Claim 3: where torch.optim.Adam creates its moments.
 TORCH_ADAM_SOURCE = {
-    "where": "torch/optim/adam.py, Adam._init_group (torch 2.13.0, l.178-184)",
+    "where": "torch/optim/adam.py, Adam._init_group (torch 2.13.0)",
     "statement": "state['exp_avg'] = torch.zeros_like(p, memory_format=torch.preserve_format); "
                  "the same for state['exp_avg_sq']",
 }

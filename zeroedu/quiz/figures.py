@@ -109,17 +109,21 @@ def min_bucket_bytes(n: int, link: str, efficiency: float):
     return theory.min_bucket_bytes(n, _link(link), theory.DEFAULT_ALPHA[link], efficiency=efficiency)
 
 
-def comm_time(strategy: str, psi, n: int, link: str | None = None):
+def comm_time(strategy: str, psi, n: int, link: str | None = None, per_second: float | None = None):
     """A step's communication time on the ring model; `link` puts the strategy's one axis on that
-    preset (default: its own)."""
+    preset (default: its own); `per_second` on a link of that bandwidth instead (an achieved rate
+    where the presets are line rates, `theory.timing.DEFAULT_BANDWIDTH`)."""
     bw = None if link is None else {"dp_shard": _link(link)}
+    if per_second is not None:
+        bw = {"dp_shard": per_second}
     return theory.comm_time(theory.comm_per_rank(strategy, psi, n), bw)
 
 
-def tokens_to_hide(strategy: str, psi, n: int, flops: float, link: str | None = None):
+def tokens_to_hide(strategy: str, psi, n: int, flops: float, link: str | None = None,
+                   per_second: float | None = None):
     """Tokens per GPU per step whose compute (6Ψ FLOPs each at `flops`) lasts as long as the
     step's communication: fewer, and the link shows."""
-    return comm_time(strategy, psi, n, link) * flops / (6 * psi)
+    return comm_time(strategy, psi, n, link, per_second) * flops / (6 * psi)
 
 
 def cross_domain_bytes(layout: str, psi, n: int, m: int):
@@ -154,6 +158,14 @@ def offloaded(strategy: str, psi, n: int, side: str, parts: tuple = ("total",), 
     return total if per_second is None else total / per_second
 
 
+def offload_pcie(strategy: str, psi, n: int, upload: str = "bit16", per_second: float | None = None):
+    """Bytes one GPU moves over PCIe per step under optimizer offload, both directions
+    (`theory.offload_pcie_bytes`; `upload` as DeepSpeed's version does it); divided by
+    `per_second` (a PCIe link) it is the time to move them one direction after the other."""
+    total = theory.offload_pcie_bytes(strategy, psi, n, upload=upload)["total"]
+    return total if per_second is None else total / per_second
+
+
 def composed_states(strategy: str, psi, n: int, tp: int):
     """Model-state bytes per GPU with tensor parallelism of degree `tp` composed (`theory.compose`)."""
     return theory.compose(strategy, psi, n, tp=tp).total
@@ -163,4 +175,4 @@ FIGURES = {f.__name__: f for f in (
     given, recipe_bytes, model_states, comm_total, comm_collective, comm_ratio, zeropp_ratio, sent_bytes,
     recipe_sent, bandwidth, bandwidth_ratio, alpha, all_gather_time, ring_allreduce_time, min_bucket_bytes,
     comm_time, tokens_to_hide, cross_domain_bytes, cross_domain_ratio, step_comm_time, layer_activations,
-    layer_activations_fused, offloaded, composed_states)}
+    layer_activations_fused, offloaded, offload_pcie, composed_states)}

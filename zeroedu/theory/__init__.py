@@ -30,7 +30,8 @@ from .. import catalog
 from .activations import TransformerShape, transformer_activation_bytes, transformer_shape
 from .comm import COLLECTIVES, CommBytes, CommOp, comm_per_rank, exact_comm, sent_bytes
 from .extensions import (DEFAULT_RECOMPUTE, OFFLOAD_MODES, compose, device_bytes, fits,
-                         gathered_unit_bytes, gpu_count, offload, offload_not_applicable)
+                         gathered_unit_bytes, gpu_count, offload, offload_not_applicable,
+                         offload_pcie_bytes)
 from .memory import OPTIM_PARTS, ModelStates, exact_model_states, fsdp_peak, model_states
 from .timing import (DEFAULT_ALPHA, DEFAULT_BANDWIDTH, all_gather_time, bucket_time,
                      bucketed_time, comm_time, min_bucket_bytes, reduce_scatter_time,
@@ -46,6 +47,6 @@ __all__ = [
     "CommBytes", "CommOp", "comm_per_rank", "exact_comm", "sent_bytes",
     "ring_allreduce_time", "all_gather_time", "reduce_scatter_time", "comm_time",
     "ring_steps", "ring_time", "bucket_time", "min_bucket_bytes", "bucketed_time",
-    "offload", "offload_not_applicable", "compose", "gpu_count", "gathered_unit_bytes",
+    "offload", "offload_not_applicable", "offload_pcie_bytes", "compose", "gpu_count", "gathered_unit_bytes",
     "device_bytes", "fits",
 ]

@@ -3,10 +3,12 @@
 **ZeRO-Offload** (Ren et al. 2021, §4; DeepSpeed ``offload_optimizer``, "Valid for ZeRO stage 1,
 2, 3"). The optimizer state, the fp32 gradients and the optimizer step live on the CPU; the GPU
 keeps the 16-bit parameters. As DeepSpeed does it (deepspeed/runtime/zero/stage_1_and_2.py,
-v0.16.4): the fp32 master partition and its fp32 gradient partition are allocated on the CPU, each
+v0.19.6): the fp32 master partition and its fp32 gradient partition are allocated on the CPU, each
 reduced gradient slice is copied there as fp32 (``async_inplace_copy_grad_to_fp32_buffer_from_gpu``,
 which then drops the GPU gradient), the step runs on the CPU and the updated partition is copied
-back into the 16-bit parameters before their all-gather. Per rank, with P, G the recipe's
+back into the 16-bit parameters before their all-gather: cast first into a pinned 16-bit host
+buffer since v0.17.0 (PR #7309), so 2 bytes per element cross PCIe going up; v0.16.x copied the
+fp32 partition (``offload_pcie_bytes``). Per rank, with P, G the recipe's
 parameter and gradient bytes, K its optimizer bytes, S the strategy's optimizer sharding (N,
 or N·M)::
 
@@ -143,6 +145,29 @@ def offload(strategy, psi, n, m=1, recipe=None, what="optimizer") -> dict[str, M
     return {"device": ModelStates(grad=device_grad),
             "host": ModelStates(param=ms.param, grad=host.grad, master=host.master,
                                 main_grad=host.main_grad, m=host.m, v=host.v)}
+
+
+# What DeepSpeed's ZeRO-1/2 offload path copies back to the device after the CPU's Adam step:
+# the fp32 partition itself before v0.17.0; since v0.17.0 (PR #7309) the partition is first cast
+# into a pinned 16-bit host buffer (`param_buffer_of_bit16_for_cpu_offload_groups`) and that is
+# uploaded (`deepspeed/runtime/zero/stage_1_and_2.py`, v0.19.6 and v0.16.4 read).
+OFFLOAD_UPLOADS = ("bit16", "fp32")
+
+
+def offload_pcie_bytes(strategy, psi, n, m=1, recipe=None, upload: str = "bit16") -> dict:
+    """Bytes one GPU moves over PCIe per optimizer step under optimizer offload (ZeRO-Offload,
+    Ren et al. 2021 §4), {"down", "up", "total"}: down, the reduced gradient shard, cast to fp32
+    on the device before the copy (`async_inplace_copy_grad_to_fp32_buffer_from_gpu`), 4Ψ/N;
+    up, the updated weights: 2Ψ/N as 16 bits (`upload="bit16"`, DeepSpeed ≥ 0.17.0) or the fp32
+    partition, 4Ψ/N (`"fp32"`, DeepSpeed ≤ 0.16.x), cast on the device."""
+    if upload not in OFFLOAD_UPLOADS:
+        raise ValueError(f"unknown upload {upload!r}; choose one of {', '.join(OFFLOAD_UPLOADS)}")
+    host = offload(strategy, psi, n, m, recipe)["host"]
+    _, rec = resolve(strategy, recipe)
+    part = host.m / DTYPE_BYTES[rec.m]  # elements of this rank's optimizer partition
+    down = 4 * part
+    up = 4 * part if upload == "fp32" else DTYPE_BYTES[rec.param] * part
+    return {"down": down, "up": up, "total": down + up}
 
 
 def gathered_unit_bytes(strategy, shape: TransformerShape, recipe=None, tp=1) -> dict:

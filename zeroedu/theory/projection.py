@@ -27,9 +27,13 @@ Inputs (`H100`), each with where it comes from:
     network             β 46 GB/s, α 5 µs     one 400 Gb/s NDR NIC per GPU, as NCCL achieves it
                                               (nccl-tests issue #290); α assumed (`timing`)
 
-A flat ZeRO-3 over two nodes runs one ring through both: every byte it sends crosses a NIC on
-the ring's two boundary hops, so its one axis gets the network's link (the single-ring reading
-of `theory.hybrid`). Which input dominates is read off the model, not asserted: each input is
+A flat ZeRO-3 over two nodes is projected two ways (`theory.hybrid`'s two readings). One ring in
+lockstep (`flat_ring="single"`, pessimistic): every byte it sends crosses a NIC on the ring's two
+boundary hops, so its one axis gets one NIC's link. Rings striped over the node's NICs
+(`"striped"`, what NCCL does with one NIC per GPU): the node boundary carries
+min(NVLink, gpus_per_node · NIC), about NVLink's own rate with eight NICs, and the flat step is
+HSDP's; NVIDIA's measurements (nccl#812) argue for this reading. The truth of a given cluster
+lies between them and is for its nccl-tests to say. Which input dominates is read off the model, not asserted: each input is
 made twice as fast in turn, and the one whose doubling shortens the step most dominates
 (`Projection.sensitivity`).
 
@@ -76,13 +80,15 @@ H100 = Hardware(
     "H100 SXM",
     flops=Input(400e12, "FLOP/s", LLAMA3),
     hbm=Input(3.35e12, "B/s", "NVIDIA H100 SXM datasheet: 3.35 TB/s HBM3"),
-    nvlink_beta=Input(370e9, "B/s", "NCCL ring bus bandwidth on NVLink 4 (nccl-tests issue #212)"),
+    nvlink_beta=Input(370e9, "B/s", "achieved: NCCL's ring bus bandwidth on NVLink 4, of a 450 GB/s line rate (nccl-tests issue #212)"),
     nvlink_alpha=Input(2e-6, "s", "assumed: a few microseconds per ring step (theory.timing)"),
-    network_beta=Input(46e9, "B/s", "one 400 Gb/s NDR NIC per GPU, as NCCL achieves it (nccl-tests issue #290)"),
+    network_beta=Input(46e9, "B/s", "achieved: one 400 Gb/s NDR NIC per GPU (50 GB/s line rate) as NCCL reaches it (nccl-tests issue #290)"),
     network_alpha=Input(5e-6, "s", "assumed: a few microseconds per ring step (theory.timing)"),
 )
 
-SETUPS = (("fsdp2", 8, 1), ("fsdp2", 16, 1), ("hsdp", 8, 2))  # (strategy, N, M): 8 x H100; 2 x 8 flat; 2 x 8 HSDP
+# (strategy, N, M, flat ring): 8 x H100; 2 x 8 flat, one ring and rings striped over the NICs; 2 x 8 HSDP
+SETUPS = (("fsdp2", 8, 1, "single"), ("fsdp2", 16, 1, "single"), ("fsdp2", 16, 1, "striped"), ("hsdp", 8, 2, "single"))
+FLAT_RINGS = ("single", "striped")
 
 
 @dataclass(frozen=True)
@@ -108,15 +114,19 @@ class Projection:
     tokens_per_second: float
     sensitivity: dict[str, float] = field(default_factory=dict)
     dominant: str = ""
+    flat_ring: str = "single"
 
     @property
     def setup(self) -> str:
         nodes = "one node" if self.n * self.m <= H100.gpus_per_node else f"{self.m if self.m > 1 else 2} nodes"
-        return f"{self.strategy}, {self.n * self.m} GPUs ({nodes}{', M = %d' % self.m if self.m > 1 else ', flat'})"
+        how = f", M = {self.m}" if self.m > 1 else ", flat"
+        if self.m == 1 and self.n > H100.gpus_per_node:
+            how += ", one ring" if self.flat_ring == "single" else ", striped"
+        return f"{self.strategy}, {self.n * self.m} GPUs ({nodes}{how})"
 
 
 def _program(strategy: str, n: int, m: int, w: Workload, hw: Hardware, prefetch: bool,
-             reshard_after_forward: bool) -> tuple[list, dict]:
+             reshard_after_forward: bool, flat_ring: str = "single") -> tuple[list, dict]:
     if strategy not in ("fsdp1", "fsdp2", "hsdp"):
         raise ValueError(f"the projection schedules ZeRO-3 / FSDP and HSDP (fsdp1, fsdp2, hsdp), got {strategy!r}")
     if (strategy == "hsdp") != (m > 1):
@@ -131,9 +141,16 @@ def _program(strategy: str, n: int, m: int, w: Workload, hw: Hardware, prefetch:
     shard = w.psi / n  # HSDP shards over the n GPUs of a domain only
     optimizer = shard * 32 / hw.hbm.value
     gpus = n * m
+    if flat_ring not in FLAT_RINGS:
+        raise ValueError(f"flat_ring {flat_ring!r}: one of {FLAT_RINGS}")
     cross = gpus > hw.gpus_per_node and m == 1  # a flat ring through two nodes
-    inner = (schedule.Link(hw.network_alpha.value, hw.network_beta.value) if cross
-             else schedule.Link(hw.nvlink_alpha.value, hw.nvlink_beta.value))
+    if not cross:
+        inner = schedule.Link(hw.nvlink_alpha.value, hw.nvlink_beta.value)
+    elif flat_ring == "single":  # one lockstep ring: its boundary hop is one NIC
+        inner = schedule.Link(hw.network_alpha.value, hw.network_beta.value)
+    else:  # rings striped over the node's NICs: the boundary carries all of them, or NVLink's rate
+        inner = schedule.Link(hw.network_alpha.value,
+                              min(hw.nvlink_beta.value, hw.gpus_per_node * hw.network_beta.value))
     links = {INNER: inner, OUTER: schedule.Link(hw.network_alpha.value, hw.network_beta.value)}
     prog = schedule.fsdp(forward, backward, [u * recipe.param_bytes for u in units], optimizer, group=n,
                          prefetch=prefetch, reshard_after_forward=reshard_after_forward, outer=m,
@@ -142,26 +159,30 @@ def _program(strategy: str, n: int, m: int, w: Workload, hw: Hardware, prefetch:
 
 
 def project(strategy: str = "fsdp2", n: int = 8, m: int = 1, workload: Workload = Workload(), hw: Hardware = H100,
-            prefetch: bool = True, reshard_after_forward: bool = True, sensitivity: bool = True) -> Projection:
-    """The step of `strategy` on n GPUs (x m domains) of `hw` for `workload`: a model."""
-    prog, links = _program(strategy, n, m, workload, hw, prefetch, reshard_after_forward)
+            prefetch: bool = True, reshard_after_forward: bool = True, sensitivity: bool = True,
+            flat_ring: str = "single") -> Projection:
+    """The step of `strategy` on n GPUs (x m domains) of `hw` for `workload`: a model. `flat_ring`:
+    how a flat ring over several nodes crosses them (module docstring)."""
+    prog, links = _program(strategy, n, m, workload, hw, prefetch, reshard_after_forward, flat_ring)
     res = schedule.simulate(prog, links)
     axes = [INNER] + ([OUTER] if m > 1 else [])
     out = Projection(strategy, n, m, res.seconds, res.compute, res.exposed, {a: res.comm(a) for a in axes},
-                     tokens_per_second=workload.seq * workload.micro_batch * n * m / res.seconds)
+                     tokens_per_second=workload.seq * workload.micro_batch * n * m / res.seconds,
+                     flat_ring=flat_ring)
     if sensitivity:
         for name, inp in hw.inputs().items():
             faster = replace(inp, value=inp.value / 2 if name.endswith("alpha") else inp.value * 2)
             other = project(strategy, n, m, workload, replace(hw, **{name: faster}), prefetch,
-                            reshard_after_forward, sensitivity=False)
+                            reshard_after_forward, sensitivity=False, flat_ring=flat_ring)
             out.sensitivity[name] = 1 - other.step / res.seconds
         out.dominant = max(out.sensitivity, key=out.sensitivity.get)
     return out
 
 
 def projection_table(setups=SETUPS, workload: Workload = Workload(), hw: Hardware = H100) -> list[Projection]:
-    """The README's and notebook 11's table: 7B on 8 x H100 (FSDP2), on 2 x 8 flat and with HSDP."""
-    return [project(s, n, m, workload, hw) for s, n, m in setups]
+    """The README's and notebook 11's table: 7B on 8 x H100 (FSDP2), on 2 x 8 flat (one ring, and
+    rings striped over the NICs) and with HSDP."""
+    return [project(s, n, m, workload, hw, flat_ring=ring) for s, n, m, ring in setups]
 
 
 def table_text(rows: list[Projection], hw: Hardware = H100, workload: Workload = Workload()) -> str:
@@ -169,11 +190,11 @@ def table_text(rows: list[Projection], hw: Hardware = H100, workload: Workload =
     lines = [f"A MODEL, not a measurement: {workload.psi / 1e9:g}B GPT, {workload.micro_batch} x {workload.seq} tokens "
              f"per GPU per step, {workload.recipe}, on {hw.name}; the schedule zeroedu's FSDP runs (prefetch, "
              "reshard after forward)",
-             f"{'setup':36s} {'step ms':>8s} {'compute':>8s} {'exposed':>8s} {'comm in flight':>22s} "
+             f"{'setup':41s} {'step ms':>8s} {'compute':>8s} {'exposed':>8s} {'comm in flight':>22s} "
              f"{'tokens/s':>10s}  dominant input (2x faster: step shorter by)"]
     for p in rows:
         comm = " ".join(f"{a.replace('dp_', '')} {1e3 * v:.0f}" for a, v in p.comm.items())
-        lines.append(f"{p.setup:36s} {1e3 * p.step:8.0f} {1e3 * p.compute:8.0f} {1e3 * p.exposed:8.0f} {comm:>22s} "
+        lines.append(f"{p.setup:41s} {1e3 * p.step:8.0f} {1e3 * p.compute:8.0f} {1e3 * p.exposed:8.0f} {comm:>22s} "
                      f"{p.tokens_per_second:10,.0f}  {p.dominant} ({p.sensitivity[p.dominant]:.0%})")
     lines.append("inputs:")
     for name, inp in hw.inputs().items():

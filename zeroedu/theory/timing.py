@@ -50,6 +50,9 @@ from ..catalog import INNER, OUTER
 from .comm import COLLECTIVES
 from .inputs import check_count
 
+# Line rates, not achieved ones: NVLink 4's 450 GB/s per GPU per direction and one 400 Gb/s NIC's
+# 50 GB/s. NCCL reaches about 370 and 46 GB/s of them (nccl-tests issues #212, #290), the rates
+# `theory.projection` uses; the README's table "Which bandwidth is which" lists every β the suite uses.
 DEFAULT_BANDWIDTH = {INNER: 450e9, OUTER: 50e9}
 DEFAULT_ALPHA = {INNER: 2e-6, OUTER: 5e-6}  # seconds per ring step; assumed, see the docstring
 
