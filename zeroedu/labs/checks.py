@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import stat
 from pathlib import Path
 
 from ..runtime import cluster
@@ -157,13 +158,31 @@ def _run_lab4(res: LabResult, path: Path, cases: list[Case]) -> None:
     basic.grade_lab4(res, results, cases)
 
 
+MAX_SUBMISSION_BYTES = 256 * 1024
+
+
 def _readable(lab: int, p: Path) -> tuple[str | None, str]:
     """Why the file at `p` cannot be run (missing, not UTF-8, a syntax error, refused by
     `guard`), with the lab's status; (None, "") when it can."""
     if not p.exists():
         return f"no file at {p}; generate the student tree with `python -m zeroedu.labs build`", "missing"
     try:
-        text = p.read_bytes().decode("utf-8")
+        st = p.stat()
+    except OSError as e:
+        return f"cannot read {p}: {e.strerror}", "error"
+    # A device (/dev/zero), a FIFO or a socket would be read forever or block: only a regular file,
+    # and no larger than a lab file could sensibly be, checked before a byte of it is read.
+    if not stat.S_ISREG(st.st_mode):
+        return f"{p} is not a regular file: hand in the lab's .py file", "error"
+    if st.st_size > MAX_SUBMISSION_BYTES:
+        return (f"your file is {st.st_size:,} bytes; a lab file is at most {MAX_SUBMISSION_BYTES:,} "
+                "(the skeleton is under 6 kB)"), "error"
+    try:
+        with open(p, "rb") as f:
+            raw = f.read(MAX_SUBMISSION_BYTES + 1)  # the file may have grown since stat
+        if len(raw) > MAX_SUBMISSION_BYTES:
+            return f"your file is over {MAX_SUBMISSION_BYTES:,} bytes", "error"
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         return (f"your file is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): "
                 "save it as UTF-8"), "error"

@@ -158,10 +158,21 @@ def publish(out: str | Path, source: str | Path | None = None) -> list[Path]:
 def check_key_dir(out: str | Path, source: str | Path | None = None) -> None:
     """ValueError unless `out` is a place for the key: outside the package, the student tree and
     the sources."""
-    if out is None:
-        raise ValueError("say where the key goes: build --key DIR")
+    if out is None or not str(out).strip():
+        raise ValueError("say where the key goes: build --key DIR (an empty path would put the key in the "
+                         "current folder)")
     out = Path(out)
     src = Path(source) if source is not None else default_source()
+    # Any student tree, not only the repository's: a copy handed out, or a folder that holds one.
+    # A lab file there that is not this key's own (an earlier `build --key` into the same folder)
+    # is a skeleton or a student's work, which the key must never overwrite.
+    keys = {f.name: f for f in source_files(source)}
+    if out.is_dir():
+        for folder in (out, *(d for d in out.iterdir() if d.is_dir())):
+            for name in sorted(keys.keys() & {f.name for f in folder.iterdir()}):
+                if (folder / name).read_text(errors="replace") != render(keys[name], "key"):
+                    raise ValueError(f"refusing to write the answer key into {out}: {folder} holds a student "
+                                     f"tree ({name}); the key goes into a folder of its own")
     for folder, what in ((PACKAGE, "the zeroedu package"), (repo_labs() / "student", "the student tree"),
                          (src, "the lab sources")):
         if _inside(out, folder):

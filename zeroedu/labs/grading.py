@@ -35,6 +35,16 @@ from .registry import TOTAL_POINTS, Lab
 SCHEMA = "zeroedu-labs-grade/1"
 
 
+MAX_MESSAGE = 2000  # characters of feedback per diagnosis
+
+
+def cap_message(text: str, limit: int = MAX_MESSAGE) -> str:
+    """`text`, or its first `limit` characters and how many were cut."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit:,} more characters cut)"
+
+
 @dataclass
 class Diagnosis:
     """What is wrong, and where: the rank, the unit or shard, the element, expected vs got."""
@@ -46,6 +56,11 @@ class Diagnosis:
     element: int | tuple[int, ...] | None = None
     expected: float | None = None
     got: float | None = None
+
+    def __post_init__(self):
+        # The message can carry a submission's own text (an exception it raised): capped, so a
+        # 20 MB message cannot make the grade 500 MB.
+        self.message = cap_message(str(self.message))
 
     def plain(self) -> dict:
         d = asdict(self)
