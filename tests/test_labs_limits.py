@@ -68,3 +68,10 @@ def test_the_key_is_never_written_into_the_current_folder_or_a_student_tree(tmp_
     key = tmp_path / "key"
     generate.build_key(key)
     generate.build_key(key)  # its own earlier key is not a student tree: rebuilding works
+
+
+def test_hidden_seeds_are_too_many_to_search():
+    seeds = {checks.new_seed() for _ in range(64)}
+    assert len(seeds) == 64 and max(s.bit_length() for s in seeds) > 120  # 128 random bits, not 32
+    big = max(seeds)
+    assert checks.cases_for(1, 4, 1, big) == checks.cases_for(1, 4, 1, big)  # still reproducible from the seed

@@ -54,7 +54,9 @@ def lab_path(lab, directory: str | Path | None = None) -> Path:
 
 
 def new_seed() -> int:
-    return int.from_bytes(os.urandom(4), "little")
+    """A fresh seed for the hidden cases: 128 random bits, so no submission can search the seeds
+    for the one that reproduces the inputs it was given (32 bits could be enumerated)."""
+    return int.from_bytes(os.urandom(16), "little")
 
 
 def cases_for(lab: int, n: int = DEFAULT_N, hidden: int = 0, seed: int | None = None) -> list[Case]:
