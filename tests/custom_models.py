@@ -148,3 +148,12 @@ class Buffered(nn.Module):
 def buffered_model() -> nn.Module:
     torch.manual_seed(0)
     return Buffered()
+
+
+CALLED: list[str] = []
+
+
+def must_not_run() -> nn.Module:
+    """Named by a crafted checkpoint's manifest: the test fails if anything calls it."""
+    CALLED.append("must_not_run")
+    raise RuntimeError("a checkpoint's manifest made this process run code")

@@ -84,3 +84,21 @@ def test_the_progress_line_goes_to_stderr_as_it_is_when_the_run_starts():
         with contextlib.redirect_stderr(err):
             Progress(2)({"type": "progress", "rank": 0, "step": 1, "loss": 1.5})
         assert "step 2/2" in err.getvalue() and "loss 1.5000" in err.getvalue()
+
+
+def test_a_checkpoint_manifest_naming_code_runs_nothing(tmp_path):
+    """A crafted manifest with {"kind": "custom", "build": "module:function"}: exporting it to DCP
+    refuses in one line naming the file, and the named function is never called."""
+    import torch
+
+    from tests import custom_models
+    from zeroedu.checkpoint.dcp import export_dcp
+    from zeroedu.checkpoint.format import FullState
+
+    crafted = {"kind": "custom", "build": "tests.custom_models:must_not_run",
+               "batch": "tests.custom_models:token_batch"}
+    st = FullState(0, 0, [torch.zeros(2)], [torch.zeros(2)], [torch.zeros(2)], [], {"model": crafted},
+                   str(tmp_path / "step_00000000"))
+    with pytest.raises(ValueError, match="step_00000000: its manifest describes a model of kind 'custom'"):
+        export_dcp(st, str(tmp_path / "dcp"))
+    assert custom_models.CALLED == [] and not (tmp_path / "dcp").exists()

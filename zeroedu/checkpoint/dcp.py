@@ -43,11 +43,22 @@ def _names(model: ModelSpec) -> list[str]:
     return [n for n, _ in get_model(model).build().named_parameters()]
 
 
-def export_dcp(state: FullState, dcp_dir: str, adam=None) -> str:
-    """Write a (resharded) zeroedu checkpoint as a DCP checkpoint of full tensors."""
+def export_dcp(state: FullState, dcp_dir: str, adam=None, model: ModelSpec | None = None) -> str:
+    """Write a (resharded) zeroedu checkpoint as a DCP checkpoint of full tensors. The parameter
+    names come from `model`, else from the model the checkpoint's manifest describes; a manifest
+    that names code to import (a custom model's "module:function") is data from disk, and
+    exporting it runs nothing: pass that model as `model` instead."""
     import torch.distributed.checkpoint as dcp
 
-    names = _names(state.manifest["model"])
+    if model is None:
+        described = state.manifest.get("model")
+        if not isinstance(described, (dict, str)) or (isinstance(described, dict)
+                                                      and described.get("kind", "mlp") not in ("mlp", "gpt")):
+            kind = described.get("kind") if isinstance(described, dict) else type(described).__name__
+            raise ValueError(f"{state.path}: its manifest describes a model of kind {kind!r}, which would "
+                             "import and run code named in the file; pass the model (model=...) to export it")
+        model = described
+    names = _names(model)
     step = torch.tensor(float(state.adam_step))
     group = {"params": names}
     if adam is not None:
