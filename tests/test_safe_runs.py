@@ -3,6 +3,8 @@ step and rank), `match` covers the losses, and JSON output is strict JSON."""
 import json
 import math
 
+import os
+
 import pytest
 
 from tests.cli_inprocess import zeroedu
@@ -102,3 +104,35 @@ def test_a_checkpoint_manifest_naming_code_runs_nothing(tmp_path):
     with pytest.raises(ValueError, match="step_00000000: its manifest describes a model of kind 'custom'"):
         export_dcp(st, str(tmp_path / "dcp"))
     assert custom_models.CALLED == [] and not (tmp_path / "dcp").exists()
+
+
+@pytest.mark.fast
+def test_checkpoint_files_that_are_not_regular_or_not_bounded_are_refused_before_reading(tmp_path):
+    """A 'latest' pointer, a manifest or a shard that is a link to /dev/zero or a FIFO would be read
+    forever (memory gone in seconds) or block; JSON nested 200,000 deep overflows the parser. Each
+    is one ValueError naming the file, and nothing is read."""
+    from zeroedu.checkpoint.format import (FORMAT, LATEST, MANIFEST, read_manifest, read_rank_file,
+                                           rank_file_name, resolve_step_dir)
+
+    root = tmp_path / "zero"
+    root.mkdir()
+    os.symlink("/dev/zero", root / LATEST)
+    with pytest.raises(ValueError, match="'latest' pointer is not a regular file"):
+        resolve_step_dir(str(root))
+    fifo = tmp_path / "fifo" / "step-00000002"
+    fifo.mkdir(parents=True)
+    os.mkfifo(fifo / MANIFEST)
+    with pytest.raises(ValueError, match="manifest is not a regular file"):
+        read_manifest(str(fifo))
+    deep = tmp_path / "deep" / "step-00000002"
+    deep.mkdir(parents=True)
+    (deep / MANIFEST).write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        read_manifest(str(deep))
+    shard = tmp_path / "shard"
+    shard.mkdir()
+    info = {"name": rank_file_name(0, 1), "bytes": 0, "sha256": "0" * 64}
+    man = {"format": FORMAT, "step": 2, "world_size": 1, "strategy": "ddp", "param_shapes": [], "files": [info]}
+    os.symlink("/dev/zero", shard / info["name"])
+    with pytest.raises(ValueError, match="shard file of rank 0 is not a regular file"):
+        read_rank_file(str(shard), info, man, 0)

@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import os
+import stat
 import re
 import shutil
 from dataclasses import dataclass, field
@@ -145,13 +146,40 @@ class FullState:
 STEP_DIR = re.compile(r"step-\d{8}")
 
 
-def _read_text(p: str, what: str) -> str:
+MAX_TEXT_BYTES = {"'latest' pointer": 4096, "manifest": 16 << 20}  # far above any real one
+
+
+def _regular_file(p: str, what: str) -> int:
+    """The size of `p`, a regular file (a link to /dev/zero or a FIFO would be read forever or
+    block: refused before a byte is read)."""
     try:
-        with open(p) as f:
-            return f.read()
+        st = os.stat(p)
+    except OSError as e:
+        raise ValueError(f"{p}: unreadable {what} ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{p}: the {what} is not a regular file")
+    return st.st_size
+
+
+def _read_bounded(p: str, what: str, limit: int) -> bytes:
+    if _regular_file(p, what) > limit:
+        raise ValueError(f"{p}: the {what} is over {limit:,} bytes: not one this suite wrote")
+    try:
+        with open(p, "rb") as f:
+            data = f.read(limit + 1)  # the file may have grown since stat
     except PermissionError:
         raise ValueError(f"{p}: permission denied: cannot read the {what}") from None
-    except (OSError, UnicodeDecodeError) as e:
+    except OSError as e:
+        raise ValueError(f"{p}: unreadable {what} ({e})") from None
+    if len(data) > limit:
+        raise ValueError(f"{p}: the {what} is over {limit:,} bytes: not one this suite wrote")
+    return data
+
+
+def _read_text(p: str, what: str) -> str:
+    try:
+        return _read_bounded(p, what, MAX_TEXT_BYTES.get(what, 16 << 20)).decode("utf-8")
+    except UnicodeDecodeError as e:
         raise ValueError(f"{p}: unreadable {what} ({e})") from None
 
 
@@ -213,6 +241,8 @@ def read_manifest(d: str) -> dict:
         man = json.loads(_read_text(p, "manifest"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{p}: unreadable manifest ({e})") from None
+    except RecursionError:  # JSON nested deeper than Python's parser recurses
+        raise ValueError(f"{p}: unreadable manifest (nested too deeply)") from None
     problem = _manifest_problem(man)
     if problem:
         raise ValueError(f"{p}: malformed manifest: {problem}")
@@ -224,14 +254,10 @@ def read_rank_file(d: str, info: dict, man: dict, rank: int) -> dict:
     if not os.path.exists(p):
         raise ValueError(f"{p}: shard file of rank {rank} is missing (manifest lists "
                          f"{man['world_size']} files)")
-    size = os.path.getsize(p)
+    size = _regular_file(p, f"shard file of rank {rank}")
     if size != info["bytes"]:
         raise ValueError(f"{p}: truncated or overwritten: {size} bytes, the manifest says {info['bytes']}")
-    try:
-        with open(p, "rb") as f:
-            data = f.read()
-    except PermissionError:
-        raise ValueError(f"{p}: permission denied: cannot read the shard file of rank {rank}") from None
+    data = _read_bounded(p, f"shard file of rank {rank}", info["bytes"])
     if sha256(data) != info["sha256"]:
         raise ValueError(f"{p}: contents do not match the manifest's SHA-256 (corrupt or from another run)")
     try:
