@@ -136,3 +136,41 @@ def test_checkpoint_files_that_are_not_regular_or_not_bounded_are_refused_before
     os.symlink("/dev/zero", shard / info["name"])
     with pytest.raises(ValueError, match="shard file of rank 0 is not a regular file"):
         read_rank_file(str(shard), info, man, 0)
+
+
+@pytest.mark.fast
+def test_crafted_checkpoints_are_refused_in_one_line(tmp_path):
+    """Shapes asking for more than the shard files hold (400 GB from a few bytes), a step folder
+    linked from outside the root, a pickle that is not plain data: one ValueError each, naming the
+    file, and never torch's advice to load with weights_only=False."""
+    import io
+    import json
+    from hashlib import sha256
+
+    import torch
+
+    from zeroedu.checkpoint.format import (FORMAT, LATEST, MANIFEST, read_manifest, read_rank_file,
+                                           rank_file_name, resolve_step_dir)
+
+    d = tmp_path / "root" / "step-00000002"
+    d.mkdir(parents=True)
+    info = {"name": rank_file_name(0, 1), "bytes": 16, "sha256": "0" * 64}
+    man = {"format": FORMAT, "step": 2, "world_size": 1, "strategy": "ddp",
+           "param_shapes": [[100_000, 1_000_000]], "files": [info]}
+    (d / MANIFEST).write_text(json.dumps(man))
+    with pytest.raises(ValueError, match="more than the shard files' 16 bytes"):
+        read_manifest(str(d))
+    outside = tmp_path / "elsewhere" / "step-00000004"
+    outside.mkdir(parents=True)
+    os.symlink(outside, tmp_path / "root" / "step-00000004")
+    (tmp_path / "root" / LATEST).write_text("step-00000004")
+    with pytest.raises(ValueError, match="outside the checkpoint"):
+        resolve_step_dir(str(tmp_path / "root"))
+    buf = io.BytesIO()
+    torch.save({"x": io.StringIO("not plain data")}, buf)  # an object weights_only refuses
+    data = buf.getvalue()
+    info = {"name": rank_file_name(0, 1), "bytes": len(data), "sha256": sha256(data).hexdigest()}
+    (d / info["name"]).write_bytes(data)
+    with pytest.raises(ValueError) as e:
+        read_rank_file(str(d), info, dict(man, param_shapes=[], files=[info]), 0)
+    assert "never unpickled" in str(e.value) and "weights_only=False" not in str(e.value)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import stat
 import re
@@ -194,6 +195,9 @@ def resolve_step_dir(path: str) -> str:
             raise ValueError(f"{latest}: names {name[:60]!r}, not a step directory (step-NNNNNNNN)")
         if not os.path.isdir(os.path.join(path, name)):
             raise ValueError(f"{latest}: names {name}, which is not in {path}")
+        real, root = os.path.realpath(os.path.join(path, name)), os.path.realpath(path)
+        if os.path.dirname(real) != root:
+            raise ValueError(f"{latest}: names {name}, a link to {real}, outside the checkpoint {path}")
         return os.path.join(path, name)
     if os.path.isdir(path) and os.path.basename(os.path.normpath(path)).startswith("step-"):
         raise ValueError(f"{path}: no {MANIFEST}: the checkpoint is incomplete (a run stopped "
@@ -229,6 +233,13 @@ def _manifest_problem(man) -> str | None:
         if not _is_int(info.get("bytes"), 0) or not (isinstance(info.get("sha256"), str)
                                                      and re.fullmatch(r"[0-9a-f]{64}", info["sha256"])):
             return f"files[{r}] must give bytes (an integer) and sha256 (64 hex digits)"
+    # Every element is stored at least once in fp32 across the shards (the parameter, then m and
+    # v): shapes that need more than the files hold would make a reader allocate for nothing.
+    elements = sum(math.prod(s) for s in shapes)
+    held = sum(info["bytes"] for info in files)
+    if 4 * elements > held:
+        return (f"param_shapes describe {elements:,} elements, more than the shard files' {held:,} bytes "
+                "can hold at 4 bytes each")
     return None
 
 
@@ -263,7 +274,15 @@ def read_rank_file(d: str, info: dict, man: dict, rank: int) -> dict:
     try:
         st = torch.load(io.BytesIO(data), weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
-        raise ValueError(f"{p}: not a readable shard file ({type(e).__name__}: {e})") from None
+        # torch's own message advises re-running with weights_only=False, which would run
+        # whatever the file's pickle names: not advice to pass on about a file from disk.
+        first = str(e).split("\n")[0]
+        if "weights_only" in str(e) or "Weights only load failed" in first:
+            raise ValueError(f"{p}: not a shard file this suite wrote: it holds objects beyond tensors "
+                             "and plain data, which are never unpickled") from None
+        raise ValueError(f"{p}: not a readable shard file ({type(e).__name__}: {first[:200]})") from None
+    if not isinstance(st, dict):
+        raise ValueError(f"{p}: not a shard file this suite wrote (a {type(st).__name__}, not a dict)")
     for key in ("world_size", "step", "strategy", "param_shapes"):
         if st.get(key) != man[key]:
             raise ValueError(f"{p}: mismatched shard file: {key} = {st.get(key)!r}, but the "
