@@ -241,7 +241,15 @@ def test_blame_reads_types():
     assert cluster.blame({1: fallout, 0: fallout}, {}, {0, 1}) == (0, "collective")
 
 
-def test_a_comm_owns_its_ring_thread_and_a_script_owns_its_ranks():
+@pytest.fixture
+def own_tempdir(tmp_path, monkeypatch):
+    """This process's temporary folders (the pools' log folders among them) go into a folder of
+    the test's own: `make test` runs nbval beside this stage, whose pools make and remove their
+    own log folders in the system's temporary folder while these tests count theirs."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
+def test_a_comm_owns_its_ring_thread_and_a_script_owns_its_ranks(own_tempdir):
     import zeroedu
 
     before = _log_folders()
@@ -259,7 +267,7 @@ def _log_folders() -> set[str]:
     return set(glob.glob(os.path.join(tempfile.gettempdir(), "zeroedu-ranks-*")))
 
 
-def test_no_log_folder_outlives_a_run_that_worked_and_a_failed_run_names_its_own():
+def test_no_log_folder_outlives_a_run_that_worked_and_a_failed_run_names_its_own(own_tempdir):
     before = _log_folders()
     assert cluster.run(faults.ok, 2, warm=False)[0]["sum"] == 8.0
     pool = cluster.Pool(2)

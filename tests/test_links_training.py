@@ -2,6 +2,8 @@
 wire as without a link for every strategy, and a step time split that holds together."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from zeroedu import catalog
@@ -43,14 +45,20 @@ def test_the_step_time_split_holds_together(strategy, bucket):
     rep = run(RunConfig(strategy, 2, steps=3, recipe="fp32", model="mlp", links="5MB/s,100us",
                         options=opts, timeline="minimal"))
     resolution = 2e-3  # time stamps taken a few Python calls apart
+    # On a busy machine (`make test` runs nbval beside this; a learner's laptop runs a browser) the
+    # thread that waited is woken some scheduler slices after its collective ended: allow that per
+    # wait, in proportion to how oversubscribed the cores are (nothing on a quiet machine).
+    busy = max(0.0, os.getloadavg()[0] / (os.cpu_count() or 1) - 1.0)
     for r in rep.ranks:
         assert [s.step for s in r.time.steps] == [0, 1, 2]
         for s in r.time.steps:
+            waits = sum(1 for c in r.timeline.comm if c["step"] == s.step)
+            slack = resolution + waits * 12e-3 * busy
             assert s.compute >= 0 and abs(s.compute + s.exposed - s.seconds) < 1e-9
-            assert s.exposed <= s.comm_total + resolution  # waited only while something was in flight
+            assert s.exposed <= s.comm_total + slack  # waited only while something was in flight
             assert set(s.comm) == {"dp_shard"} and s.comm["dp_shard"] > 0
             if strategy == "ddp":
-                assert s.exposed == pytest.approx(s.comm_total, abs=resolution)
+                assert abs(s.exposed - s.comm_total) <= slack
         if strategy == "ddp_bucketed":
             assert max(s.hidden for s in r.time.steps) > 0
 
