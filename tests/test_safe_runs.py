@@ -174,3 +174,30 @@ def test_crafted_checkpoints_are_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError) as e:
         read_rank_file(str(d), info, dict(man, param_shapes=[], files=[info]), 0)
     assert "never unpickled" in str(e.value) and "weights_only=False" not in str(e.value)
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("bad", ["/nonexistent/dir/t.json", "{file}/t.json", "{file}/traces"])
+def test_a_trace_path_that_cannot_be_written_is_refused_before_any_rank_starts(bad, tmp_path):
+    """Before: `zeroedu run --trace /nonexistent/dir/t.json` trained, then printed a traceback and
+    no report. Now one line and status 2 before training (this test is `fast`: starting a rank
+    would fail it, tests/conftest.py)."""
+    (tmp_path / "f").write_text("a file, not a folder")
+    bad = bad.format(file=tmp_path / "f")
+    p = zeroedu("run", "--strategy", "ddp", "--world-size", "2", "--model", "mlp", "--steps", "1",
+                "--trace", bad)
+    assert p.returncode == 2 and "--trace" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith("zeroedu: error: --trace"), p.stderr
+
+
+def test_the_report_is_printed_even_when_the_trace_cannot_be_written(tmp_path, monkeypatch):
+    """A trace folder that turns unwritable during the run: the report is out first, then one line."""
+    from zeroedu.notebook import trace
+
+    def fail(*_a, **_k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(trace, "write", fail)
+    p = zeroedu("run", "--strategy", "ddp", "--world-size", "2", "--model", "mlp", "--steps", "1",
+                "--trace", str(tmp_path / "t.json"))
+    assert p.returncode == 2 and "match" in p.stdout and "the report above is complete" in p.stderr, p.stderr

@@ -99,9 +99,27 @@ def check_world(world_size: int) -> None:
                          f"{cluster.MAX_LOCAL_RANKS} (1..{cluster.MAX_LOCAL_RANKS}); use torchrun for more")
 
 
+def check_trace_path(path: str) -> None:
+    """ValueError unless the trace can be written where `--trace` says, checked before any rank
+    starts (a run must not train for minutes and then lose its report to a bad path)."""
+    per_rank = os.path.isdir(path) or not path.endswith(".json")
+    target = path if per_rank else (os.path.dirname(path) or ".")
+    if not per_rank and os.path.isdir(path):
+        raise ValueError(f"--trace {path}: a folder, not a .json file")
+    existing = target
+    while existing and not os.path.exists(existing):  # a folder is made when missing: its first existing parent
+        existing = os.path.dirname(existing.rstrip(os.sep)) or "."
+    if not per_rank and not os.path.isdir(target):
+        raise ValueError(f"--trace {path}: the folder {target} does not exist")
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"--trace {path}: cannot write into {existing}")
+
+
 def cmd_run(args) -> int:
     if args.json_timelines and not args.json:
         raise ValueError("--json-timelines prints timelines in the --json output: add --json")
+    if getattr(args, "trace", None):
+        check_trace_path(args.trace)
     if cluster.under_torchrun():
         return _run_torchrun(args)
     stale = cluster.stale_torchrun_variables()
@@ -135,17 +153,21 @@ def _run_torchrun(args) -> int:
 
 
 def _emit(report, args):
+    # The report first: whatever happens to the trace's file, the run's result is out.
+    if args.json:
+        print(json.dumps(plain(report, timeline=args.json_timelines), indent=1, allow_nan=False), flush=True)
+    else:
+        print(summary(report), flush=True)
     if getattr(args, "trace", None):
         from ..notebook import trace
 
         per_rank = os.path.isdir(args.trace) or not args.trace.endswith(".json")
-        files = trace.write(report, args.trace, per_rank=per_rank)
+        try:
+            files = trace.write(report, args.trace, per_rank=per_rank)
+        except OSError as e:
+            raise ValueError(f"--trace {args.trace}: {e.strerror or e} (the report above is complete)") from None
         print(f"trace: {', '.join(files)} (Chrome trace-event JSON: Perfetto, chrome://tracing"
               f"{', Holistic Trace Analysis' if per_rank else ''})", file=sys.stderr)
-    if args.json:
-        print(json.dumps(plain(report, timeline=args.json_timelines), indent=1, allow_nan=False))
-    else:
-        print(summary(report))
 
 
 def add_common(p) -> None:
