@@ -4,7 +4,8 @@ editions in the browser replay.
 Both stages execute the same notebooks (a learner's edition is its solution with the exercise
 answers taken out, `tests/test_exercises.py`), so without sharing every lesson's run happens
 twice in one `make test`. The nbval stage runs every solution for real and records each report
-of `zeroedu.train.run`, keyed by the run's resolved configuration; the browser stage, which
+of `zeroedu.train.run`, keyed by the run's resolved configuration (a configuration a later cell or
+notebook asks again is handed the same report: it runs once per stage); the browser stage, which
 checks that the learner's editions run without an error and that their widgets render, is handed
 the recorded report for a configuration it has seen and runs everything else for real; the same
 for a rank job started with `zeroedu.runtime.cluster.run` (a collective, torch's DDP or
@@ -91,8 +92,10 @@ def install(mode: str, folder: str) -> None:
     def shared(real, k, call):
         outer = depth[0] == 0
         path = store / f"{k}.pt" if (k and outer) else None
-        if mode == "replay" and path is not None and path.exists():
-            _count("replayed")
+        if path is not None and path.exists():
+            # replay: nbval made this run; record: an earlier cell or notebook of this stage made the
+            # same run (the same resolved configuration gives the same report), so it runs once
+            _count("replayed" if mode == "replay" else "reused")
             return torch.load(path, weights_only=False)
         depth[0] += 1
         try:
@@ -147,7 +150,7 @@ def ipython_dir(mode: str, folder: str) -> str:
 def counts(folder: str) -> dict[str, int]:
     """Runs recorded, replayed and run live so far (lines of each count file)."""
     out = {}
-    for what in ("recorded", "replayed", "live"):
+    for what in ("recorded", "reused", "replayed", "live"):
         p = Path(folder, f"{what}.count")
         out[what] = len(p.read_text().splitlines()) if p.exists() else 0
     return out

@@ -3,16 +3,18 @@
 Stages, in order (each runs even when an earlier one failed, so one run shows everything):
   1. tests       pytest tests/ but the browser check: unit, multi-rank, CLI, grading
   2. notebooks   nbval on notebooks/solutions (the learner editions are generated from them);
-                 every run is real, and each report is recorded (tests/notebook_runs.py)
+                 every run is real (a configuration asked again runs once), and each report is
+                 recorded (tests/notebook_runs.py)
   3. browser     the browser check: the learner editions in JupyterLab, their widgets rendered;
                  a run recorded in stage 2 is replayed, any other runs for real
   4. tree        tests/tree_state.py: no file git sees was changed, created or removed
 
 Stage 1 runs beside stages 2 and 3 (which run in order: the browser replays what nbval recorded).
 Each stage alone keeps about 1.5 of 2 cores busy, the rest waiting on rank start-ups, timers of
-emulated links and the browser's page loads; side by side they fill both cores (1.84 of 2 busy),
-which took a fresh clone's `make test` from 14 to 12 minutes on the 2-core machine (budgets and
-what is left: tests/README.md). Stage 1 writes to test-artifacts/tests.log
+emulated links and the browser's page loads; side by side they fill both cores (1.8 of 2 busy),
+and every process of the suite uses one intra-op thread (OMP_NUM_THREADS=1, see `main`): a
+fresh clone's `make test` went from 14 minutes (stages in turn) to 12 (side by side) to 10
+(one thread) on the 2-core machine (budgets: tests/README.md). Stage 1 writes to test-artifacts/tests.log
 and its output is printed when it ends. `--serial` (or ZEROEDU_SUITE_SERIAL=1, or one core) runs
 the stages one after another, each printing as it goes. Debian's chromium, when missing, is
 installed (`make browser-deps`) while the first stages run.
@@ -103,6 +105,12 @@ def _browser_deps() -> subprocess.Popen | None:
 
 def main(argv: list[str]) -> int:
     serial = "--serial" in argv or os.environ.get("ZEROEDU_SUITE_SERIAL") == "1" or (os.cpu_count() or 1) < 2
+    # One intra-op thread per process, for every stage (a value the caller set is kept). The
+    # suite keeps many processes busy at once (two stages, their ranks, kernels); with torch's
+    # default of one thread per core, a process's threads spin in OpenMP's barriers waiting for a
+    # sibling the other processes keep off the cores: 180 of 1,175 core-seconds on 2 cores, and
+    # the suite 638 -> 549 s. Ranks already use one thread each (`rank.worker_main`).
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     extra = [a for a in argv if a != "--serial"]
     py = sys.executable
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
@@ -138,7 +146,8 @@ def _rest(tests: Stage, serial: bool, extra: list[str], snap: str, results: list
     Stage("browser", [py, "-m", "pytest", "-q", "-m", "browser", "tests", *extra],
           env={"IPYTHONDIR": dirs["replay"]}).wait(results)
     c = notebook_runs.counts(shared)
-    print(f"\nruns shared between the notebook stages: {c['recorded']} recorded by nbval, "
+    print(f"\nruns shared between the notebook stages: {c['recorded']} recorded by nbval "
+          f"({c['reused']} asked again there), "
           f"{c['replayed']} replayed and {c['live']} run live in the browser", flush=True)
     if not serial:
         tests.wait(results)

@@ -65,7 +65,7 @@ def test_shared_runs_start_each_configuration_once_and_hand_out_copies(monkeypat
 
 def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkeypatch, tmp_path):
     """tests/notebook_runs.py: what nbval's kernels record, the browser's kernels get back, equal
-    and their own; live streams, a caller's pool, code in `__main__` and unseen configurations run."""
+    and their own (and a later nbval kernel asking the same run); live streams, a caller's pool, code in `__main__` and unseen configurations run."""
     import torch
 
     import zeroedu.train
@@ -105,6 +105,8 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
         first = zeroedu.train.run(cfg)
         if mode == "record":
             assert first["losses"] == [1.0] and len(real) == 1
+            # the same run asked again in this stage (another cell or notebook) runs once
+            assert zeroedu.train.run(cfg)["losses"] == [1.0] and len(real) == 1
             # with its prediction (a calibration run inside) the same configuration is another record
             assert zeroedu.train.run(cfg, predict=True)["losses"] == [2.0]
             zeroedu.train.run(cfg, on_event=print)  # a live run is never recorded
@@ -119,4 +121,4 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
         custom = CustomModel("__main__:build", "__main__:batch")
         assert notebook_runs.key(RunConfig("ddp", 2, steps=2, model=custom)) is None
         assert len(real) == 5
-    assert notebook_runs.counts(str(tmp_path)) == {"recorded": 3, "replayed": 4, "live": 3}
+    assert notebook_runs.counts(str(tmp_path)) == {"recorded": 3, "reused": 1, "replayed": 4, "live": 3}
