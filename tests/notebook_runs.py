@@ -78,6 +78,7 @@ def install(mode: str, folder: str) -> None:
     import zeroedu.train
     import zeroedu.train.launch as launch
     from zeroedu.notebook import time_lessons
+    from zeroedu.reports import RunReport, vouch
     from zeroedu.runtime import cluster
 
     if mode not in MODES:
@@ -96,7 +97,10 @@ def install(mode: str, folder: str) -> None:
             # replay: nbval made this run; record: an earlier cell or notebook of this stage made the
             # same run (the same resolved configuration gives the same report), so it runs once
             _count("replayed" if mode == "replay" else "reused")
-            return torch.load(path, weights_only=False)
+            out = torch.load(path, weights_only=False)
+            if isinstance(out, RunReport):  # a run of this suite made it: the exercises' checks trust it
+                vouch(out)
+            return out
         depth[0] += 1
         try:
             out = call()

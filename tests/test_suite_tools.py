@@ -71,6 +71,7 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
     import zeroedu.train
     import zeroedu.train.launch as launch
     from zeroedu.models import CustomModel
+    from zeroedu.reports import RunReport, made_here
     from zeroedu.notebook import time_lessons
     from zeroedu.runtime import cluster
     from zeroedu.train import RunConfig
@@ -105,8 +106,18 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
         first = zeroedu.train.run(cfg)
         if mode == "record":
             assert first["losses"] == [1.0] and len(real) == 1
-            # the same run asked again in this stage (another cell or notebook) runs once
+            # the same run asked again in this stage (another cell or notebook) runs once, and a
+            # report handed back counts as a run's for the exercises' checks (`reports.made_here`)
             assert zeroedu.train.run(cfg)["losses"] == [1.0] and len(real) == 1
+            monkeypatch.setattr(launch, "run", lambda cfg, **kw: real.append(cfg) or RunReport.__new__(RunReport))
+            notebook_runs.install(mode, str(tmp_path))
+            made = zeroedu.train.run(RunConfig("zero1", 2, steps=2, model="mlp"))
+            assert not made_here(made)  # the fake is no run; the report handed back next is
+            again = zeroedu.train.run(RunConfig("zero1", 2, steps=2, model="mlp"))
+            assert again is not made and made_here(again) and len(real) == 2
+            real.pop()
+            monkeypatch.setattr(launch, "run", fake)
+            notebook_runs.install(mode, str(tmp_path))
             # with its prediction (a calibration run inside) the same configuration is another record
             assert zeroedu.train.run(cfg, predict=True)["losses"] == [2.0]
             zeroedu.train.run(cfg, on_event=print)  # a live run is never recorded
@@ -121,4 +132,4 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
         custom = CustomModel("__main__:build", "__main__:batch")
         assert notebook_runs.key(RunConfig("ddp", 2, steps=2, model=custom)) is None
         assert len(real) == 5
-    assert notebook_runs.counts(str(tmp_path)) == {"recorded": 3, "reused": 1, "replayed": 4, "live": 3}
+    assert notebook_runs.counts(str(tmp_path)) == {"recorded": 4, "reused": 2, "replayed": 4, "live": 3}
