@@ -17,8 +17,11 @@ Exit status: 0 when the command ran (with --json, also when tests fail: the JSON
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+import tempfile
 
 from . import checks, generate
 from .grading import to_json
@@ -70,6 +73,33 @@ def _list(as_json: bool) -> int:
     return 0
 
 
+def _check_out(path: str) -> None:
+    """ValueError unless `path` can take the grade: its folder exists and is writable, and it is
+    not itself a folder."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ValueError(f"--out {path}: the folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise ValueError(f"--out {path} is a folder; name the grade file")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {path}: the folder {folder} is not writable")
+
+
+def _write_out(path: str, text: str) -> None:
+    """Written whole or not at all: a temporary file in the same folder, then renamed over
+    `path`, so a reader never sees half a grade."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".grade-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def main(argv=None) -> int:
     p = _parser()
     args = p.parse_args(argv)
@@ -104,11 +134,12 @@ def main(argv=None) -> int:
         if args.hidden < 0:
             raise ValueError("--hidden must be >= 0")
         seed = args.seed if args.seed is not None or not args.hidden else checks.new_seed()
+        if args.out:
+            _check_out(args.out)  # before grading: a grade is never lost to its output path
         if args.json or args.out:
             grade = checks.grade(labs, path=args.path, directory=args.dir, n=args.n, hidden=args.hidden, seed=seed)
             if args.out:
-                with open(args.out, "w", encoding="utf-8") as f:
-                    f.write(to_json(grade) + "\n")
+                _write_out(args.out, to_json(grade) + "\n")
                 print(f"wrote {args.out}: {grade['points']:g}/{grade['max_points']} points")
             else:
                 print(to_json(grade))

@@ -20,12 +20,13 @@ skeleton, a crash, a hang), the remaining jobs are not started: their cases fail
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import stat
 from pathlib import Path
 
-from ..runtime import cluster
+from ..runtime import cluster, strays
 from ..runtime.rank import Limits
 from . import basic, guard, training
 from .generate import repo_labs
@@ -39,8 +40,15 @@ BACKEND = "gloo"
 # What a rank that runs a submission may use (`rank.Limits`, set by the rank on itself before
 # the submission loads): a reference solution's rank uses about 2 s of CPU and 380 MB of data
 # per lab (labs 1-6, hidden cases included), so these leave 60x and 5x headroom, and a file
-# that allocates without end or burns CPU on threads is stopped by the kernel.
+# that allocates without end or burns CPU on threads is stopped by the kernel. Each rank is
+# also confined (`runtime.confine`, per submission in `limits_for`): it reads only the
+# interpreter's files and the submission's own folder, and writes nothing but its log.
 LIMITS = Limits(cpu_seconds=120, memory_bytes=2 << 30)
+
+
+def limits_for(path: Path) -> Limits:
+    """The ranks' limits for the submission at `path`: `LIMITS`, confined to its folder."""
+    return dataclasses.replace(LIMITS, confine=(str(path.resolve().parent),))
 
 
 def lab_path(lab, directory: str | Path | None = None) -> Path:
@@ -94,7 +102,7 @@ def _case_error(res: LabResult, case: Case, errs: list[tuple[int, dict]]) -> Non
         res.fail_case(case, Diagnosis("not run: an earlier case failed on some rank"))
 
 
-def _run_ranks(res: LabResult, path: Path, cases: list[Case]) -> None:
+def _run_ranks(res: LabResult, path: Path, cases: list[Case], limits: Limits) -> None:
     lab = res.lab.number
     job = training.train_lab_job if lab in training.GRADE else basic.lab_job
     grade = training.GRADE.get(lab) or basic.GRADE[lab]
@@ -109,7 +117,7 @@ def _run_ranks(res: LabResult, path: Path, cases: list[Case]) -> None:
             continue
         try:
             # gloo on CPU always: the labs' tensors live on the CPU, and NCCL would need one GPU per rank.
-            per_rank = cluster.get_pool(n, BACKEND, limits=LIMITS).run(
+            per_rank = cluster.get_pool(n, BACKEND, limits=limits).run(
                 job, {"lab": lab, "path": str(path), "cases": [
                     training.rank_case(lab, c.params, n) if lab in training.GRADE else c.params for c in group]}, timeout=TIMEOUT * len(group))
         except cluster.RankError as e:
@@ -137,11 +145,11 @@ def _run_ranks(res: LabResult, path: Path, cases: list[Case]) -> None:
             stop = "the case(s) before failed first (see above)"
 
 
-def _run_lab4(res: LabResult, path: Path, cases: list[Case]) -> None:
+def _run_lab4(res: LabResult, path: Path, cases: list[Case], limits: Limits) -> None:
     """Lab 4 is a pure function, but it runs in a process of its own (a one-rank pool, closed
     after): a submission can neither patch the grader nor print into its output, and one that
     loops or exits is cut at the time limit and reported."""
-    pool = cluster.Pool(1, BACKEND, limits=LIMITS)
+    pool = cluster.Pool(1, BACKEND, limits=limits)
     try:
         results = pool.run(basic.lab4_job, {"path": str(path), "cases": [
             {"psi": c.params["psi"], "n": c.n, "m": c.params["m"], "recipe": c.params["recipe"]} for c in cases]},
@@ -221,8 +229,14 @@ def check(lab, path: str | Path | None = None, *, n: int = DEFAULT_N, hidden: in
     if problem is not None:
         res.fail_all(problem, status)
     else:
+        limits = limits_for(p)
+        # One submission folder's ranks at a time: warm pools confined to another folder end.
+        cluster.shutdown_pools(lambda lim: lim is not None and lim.confine is not None and lim != limits)
         try:
-            (_run_lab4 if info.number == 4 else _run_ranks)(res, p, cases)
+            # Whatever the submission started (a forked child, a detached daemon) ends with
+            # the check, before any grade is printed or written.
+            with strays.no_strays():
+                (_run_lab4 if info.number == 4 else _run_ranks)(res, p, cases, limits)
         except Exception as e:  # noqa: BLE001
             res.fail_all(f"the checker itself failed ({type(e).__name__}: {e}); please report it", "error")
     res.finish()

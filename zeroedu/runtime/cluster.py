@@ -399,10 +399,16 @@ def get_pool(n: int, backend: str | None = None, limits: Limits | None = None) -
     return pool
 
 
-def shutdown_pools() -> None:
-    for p in _POOLS.values():
-        p.close()
-    _POOLS.clear()
+def shutdown_pools(where: Callable[[Limits | None], bool] | None = None) -> None:
+    """Close the warm pools (those whose limits `where` accepts, when given)."""
+    for key in list(_POOLS):
+        if where is None or where(key[2]):
+            _POOLS.pop(key).close()
+
+
+def rank_pids() -> list[int]:
+    """The processes of every rank of the warm pools still open."""
+    return [p.pid for pool in _POOLS.values() if not pool.closed for p in pool.procs if p.pid]
 
 
 @atexit.register

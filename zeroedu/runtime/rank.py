@@ -34,21 +34,64 @@ class Limits:
     the rank took), however many threads burn it;
     `memory_bytes`: RLIMIT_DATA, the process's writable private memory (the heap, torch's
     tensors) beyond which an allocation fails in the job, as a MemoryError or torch's "can't
-    allocate memory", instead of taking the machine's memory from everything else."""
+    allocate memory", instead of taking the machine's memory from everything else; also
+    RLIMIT_AS, the address space, at what the rank had mapped after start-up plus
+    `memory_bytes` plus room for threads' stacks, so shared mappings (which RLIMIT_DATA does
+    not count) cannot pass it either;
+    `confine`: folders the jobs may read besides the interpreter's own (`confine.confine`,
+    Landlock): the rank then writes only its log folder and cannot reach other processes.
+    None: unconfined. On a kernel without Landlock the rank runs unconfined and says so in
+    its log (`Limits.confined` is False in its jobs)."""
     cpu_seconds: int | None = None
     memory_bytes: int | None = None
+    confine: tuple[str, ...] | None = None
 
-    def apply(self) -> None:
+    STACKS = 1 << 30  # address space a rank's threads (gloo's, the log's, torch's) may still map
+
+    def apply(self, log_dir: str | None = None) -> None:
         import resource
 
         use = resource.getrusage(resource.RUSAGE_SELF)
         started = math.ceil(use.ru_utime + use.ru_stime)  # CPU seconds the start-up (torch's import) took
         cpu = None if self.cpu_seconds is None else started + self.cpu_seconds
-        for which, value in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_DATA, self.memory_bytes)):
+        space = None if self.memory_bytes is None else _mapped_bytes() + self.memory_bytes + self.STACKS
+        for which, value in ((resource.RLIMIT_CPU, cpu), (resource.RLIMIT_DATA, self.memory_bytes),
+                             (resource.RLIMIT_AS, space)):
             if value is not None:
                 hard = resource.getrlimit(which)[1]
                 value = value if hard == resource.RLIM_INFINITY else min(value, hard)
                 resource.setrlimit(which, (value, hard))
+        if self.confine is not None:
+            import tempfile
+
+            from . import confine
+
+            if log_dir:  # jobs' temporary files go under the one folder the rank may write
+                tmp = os.path.join(log_dir, f"tmp-{os.getpid()}")
+                os.makedirs(tmp, exist_ok=True)
+                os.environ["TMPDIR"] = tempfile.tempdir = tmp
+                # multiprocessing's own temporary folder (where the socket that hands result
+                # tensors to the parent is bound) may have been made under /tmp already, before
+                # the rank started: the next one is made under `tmp`.
+                import multiprocessing.process
+
+                multiprocessing.process.current_process()._config.pop("tempdir", None)
+            try:
+                confine.confine(read=self.confine, write=[log_dir] if log_dir else [])
+            except OSError as e:  # no Landlock here: limits still hold, the file system is open
+                print(f"[rank not confined] {e}", flush=True)
+
+
+def _mapped_bytes() -> int:
+    """This process's address space now (VmSize), in bytes; 0 where /proc is not there."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 class JobStopped(Exception):
@@ -180,6 +223,8 @@ def _watch_parent(ppid: int) -> None:
         time.sleep(1.0)
         try:
             os.kill(ppid, 0)
+        except PermissionError:
+            pass  # a confined rank may not signal its parent (`confine`): it is there
         except OSError:
             os._exit(3)  # parent gone: never linger as an orphan
 
@@ -287,7 +332,7 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
     # N ranks share a few cores: one intra-op thread each avoids oversubscription.
     torch.set_num_threads(1)
     if limits is not None:  # after torch's import, before any job: the limits are for the jobs
-        limits.apply()
+        limits.apply(os.path.dirname(log_path))
     device = "cpu"
     if backend == "nccl":
         torch.cuda.set_device(rank)

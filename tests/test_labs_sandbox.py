@@ -1,0 +1,176 @@
+"""What a submission does reaches nothing outside its ranks (`runtime.confine`, `runtime.strays`).
+
+Each attack below scored full marks once (a submission rewrote the installed grader, read a key
+file into its grade, wrote into another student's file, forged a line on the grader's stdout
+through /proc, left a process that rewrote the grade file after it was written, mapped memory
+past its limit as a shared mapping). Each runs here as lab 4 (one rank, the cheapest) and must
+leave the grader's files, the other files and the process table as they were.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+from zeroedu.labs import checks, generate, grading
+from zeroedu.labs.__main__ import main
+from zeroedu.labs.registry import LABS
+from zeroedu.runtime import confine, strays
+
+LAB4 = LABS[4].file
+
+
+def _key() -> str:
+    return generate.render(generate.default_source() / LAB4, "key")
+
+
+def _submit(folder, attack: str):
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / LAB4
+    p.write_text(attack + "\n" + _key())
+    return p
+
+
+def _sha(path) -> str:
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def test_this_machine_confines_ranks():
+    # Landlock (Linux 5.13+) is what the rest of this file relies on; CI's machine has it.
+    assert confine.abi() >= 1
+
+
+def test_the_installed_grader_cannot_be_rewritten_and_a_later_stub_still_scores_zero(tmp_path):
+    target = grading.__file__
+    before = _sha(target)
+    attack = (f"try:\n    open({target!r}, 'a').write('\\nLabResult.ok = property(lambda s: True)\\n')\n"
+              "except PermissionError:\n    pass\n")
+    res = checks.check(4, _submit(tmp_path / "a", attack), quiet=True)
+    assert _sha(target) == before and res.points == LABS[4].points  # the attempt changed nothing
+    stub = _submit(tmp_path / "b", "")
+    stub.write_text(generate.render(generate.default_source() / LAB4, "student"))
+    assert checks.check(4, stub, quiet=True).points == 0
+
+
+def test_a_key_outside_the_submission_folder_is_unreadable_and_never_in_the_grade(tmp_path, capsys):
+    secret = tmp_path / "key" / LAB4
+    secret.parent.mkdir()
+    secret.write_text("SECRET-ANSWER-7731\n")
+    p = _submit(tmp_path / "student", f"raise RuntimeError(open({str(secret)!r}).read())\n")
+    assert main(["check", "4", "--json", "--path", str(p)]) == 0
+    out = capsys.readouterr().out
+    g = json.loads(out)
+    assert g["points"] == 0 and "SECRET-ANSWER-7731" not in out
+    assert "PermissionError" in json.dumps(g["labs"][0]["messages"]), g["labs"][0]["messages"]
+
+
+def test_another_students_file_cannot_be_written(tmp_path):
+    alice = _submit(tmp_path / "alice", "")
+    before = _sha(alice)
+    attack = f"try:\n    open({str(alice)!r}, 'w').write('x = 1\\n')\nexcept PermissionError:\n    pass\n"
+    checks.check(4, _submit(tmp_path / "bob", attack), quiet=True)
+    assert _sha(alice) == before
+
+
+def test_nothing_reaches_the_graders_stdout_or_signals_it(tmp_path, capfd):
+    grader = os.getpid()
+    attack = (f"open('/proc/{grader}/fd/1', 'w').write('{{\"points\": 100}}\\n')\n")
+    assert main(["check", "4", "--json", "--path", str(_submit(tmp_path / "a", attack))]) == 0
+    out = capfd.readouterr().out
+    g = json.loads(out)  # nothing forged ahead of the grade: the whole output is one JSON object
+    assert g["points"] == 0 and "PermissionError" in json.dumps(g["labs"][0]["messages"])
+    if confine.abi() >= 6:  # signals are scoped from Landlock's ABI 6
+        res = checks.check(4, _submit(tmp_path / "b", f"import os\nos.kill({grader}, 0)\n"), quiet=True)
+        assert res.points == 0 and any("PermissionError" in m for m in res.messages), res.messages
+
+
+def _named(marker: str) -> list[int]:
+    """Processes whose name (/proc/<pid>/comm) is `marker`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if open(f"/proc/{pid}/comm").read().strip() == marker:
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def test_processes_a_submission_starts_end_with_its_check(tmp_path):
+    """A forked child that sleeps and a daemon (setsid, second fork) that would rewrite the grade
+    after it is written, each named so the test can find it wherever it was re-parented: both are
+    gone when `check` returns, and nothing else below the grader is left."""
+    marker = f"zz-stray-{os.getpid() % 10000}"
+    before = strays.descendants()
+    name = f"ctypes.CDLL(None).prctl(15, b{marker!r}, 0, 0, 0)"
+    attack = ("import ctypes, os, time\n"
+              f"if os.fork() == 0:\n    {name}\n    time.sleep(60)\n    os._exit(0)\n"
+              "if os.fork() == 0:\n    os.setsid()\n"
+              f"    if os.fork() == 0:\n        {name}\n        time.sleep(60)\n        os._exit(0)\n"
+              "    os._exit(0)\n"
+              "time.sleep(0.5)\n")  # both children named before the check goes on
+    res = checks.check(4, _submit(tmp_path, attack), quiet=True)
+    assert res.points == LABS[4].points  # the key's answers, graded
+    assert _named(marker) == []
+    from multiprocessing import forkserver, resource_tracker
+
+    from zeroedu.runtime import cluster
+
+    harness = {forkserver._forkserver._forkserver_pid, resource_tracker._resource_tracker._pid}
+    assert strays.descendants() - before - harness - set(cluster.rank_pids()) == set()
+
+
+def test_a_shared_mapping_cannot_pass_the_memory_limit(tmp_path):
+    """RLIMIT_DATA does not count MAP_SHARED memory; the address-space limit does."""
+    attack = "import mmap\n_m = mmap.mmap(-1, 3 << 30, flags=mmap.MAP_SHARED)\n"
+    res = checks.check(4, _submit(tmp_path, attack), quiet=True)
+    assert res.points == 0 and any("Cannot allocate memory" in m or "MemoryError" in m for m in res.messages), \
+        res.messages
+
+
+def test_a_grading_run_leaves_no_process_and_no_changed_file(tmp_path, capsys):
+    """A detached process that waits for the grade file and rewrites it with full marks (the
+    attack that once fooled the aggregation script): when `check --out` returns, it is gone, the
+    grade the grader wrote stays as written, and neither the repository nor the package changed."""
+    import sys
+    import time
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    try:
+        import tree_state
+    finally:
+        sys.path.pop(0)
+    out = tmp_path / "grades" / "g.json"
+    out.parent.mkdir()
+    marker = f"zz-forge-{os.getpid() % 10000}"
+    forge = f"open({str(out)!r}, 'w').write('{{\"points\": 100}}')"
+    attack = ("import ctypes, os, time\n"
+              "if os.fork() == 0:\n    os.setsid()\n"
+              f"    if os.fork() == 0:\n        ctypes.CDLL(None).prctl(15, b{marker!r}, 0, 0, 0)\n"
+              "        for _ in range(40):\n            time.sleep(0.1)\n"
+              f"            try:\n                {forge}\n            except OSError:\n                pass\n"
+              "        os._exit(0)\n"
+              "    os._exit(0)\n"
+              "time.sleep(0.3)\n")
+    p = _submit(tmp_path / "student", attack)
+    tree, submission = tree_state.snapshot(), _sha(p)
+    assert main(["check", "4", "--out", str(out), "--path", str(p)]) == 0
+    assert "wrote" in capsys.readouterr().out
+    written = out.read_text()
+    assert _named(marker) == []  # gone before the grade was written
+    time.sleep(1.0)  # what a surviving forger would have needed
+    assert out.read_text() == written and json.loads(written)["points"] == LABS[4].points
+    assert sorted(f.name for f in out.parent.iterdir()) == ["g.json"]  # no temporary file left
+    assert tree_state.snapshot() == tree and _sha(p) == submission
+
+
+def test_out_is_checked_before_grading(tmp_path, capsys):
+    import pytest
+
+    p = _submit(tmp_path / "student", "")
+    for bad in (tmp_path / "missing" / "g.json", tmp_path):
+        with pytest.raises(SystemExit) as e:
+            main(["check", "4", "--out", str(bad), "--path", str(p)])
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "--out" in err and "points" not in err
