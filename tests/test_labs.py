@@ -27,7 +27,7 @@ from zeroedu.labs.registry import LABS, TOTAL_POINTS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "zeroedu"
-SEED = 1  # hidden cases of this seed use N = 3 and 4 only: one extra pool of ranks
+SEED = 3896  # hidden cases of this seed: labs 1-2 on N = 5 (beyond the visible N), labs 3-6 on N = 3 and 4
 
 
 @pytest.fixture(scope="module")
@@ -185,11 +185,11 @@ def test_hard_coded_visible_answers_fail_hidden_cases(tmp_path):
     assert checks.check(4, p, quiet=True).points == 10
     res = checks.check(4, p, hidden=2, seed=SEED, quiet=True)
     assert res.points == 0 and any("hidden" in c.case.id and not c.passed for c in res.tests["optim"].cases)
-    # lab 1: a ring that runs N-1 = 3 steps whatever N is; seed 8 draws N = 3 for the hidden case
+    # lab 1: a ring that runs N-1 = 3 steps whatever N is; seed 5 draws N = 3 for the hidden case
     p = _mutant(tmp_path, 1, "for s in range(world - 1):", "for s in range(3):")
-    assert [c.n for c in checks.cases_for(1, 4, 1, 8) if c.hidden] == [3]
+    assert [c.n for c in checks.cases_for(1, 4, 1, 5) if c.hidden] == [3]
     assert checks.check(1, p, quiet=True).ok
-    res = checks.check(1, p, hidden=1, seed=8, quiet=True)
+    res = checks.check(1, p, hidden=1, seed=5, quiet=True)
     assert not res.ok and res.points < 10
     assert not res.tests["bytes"].passed  # one chunk too many on the wire at N = 3
 
@@ -200,6 +200,11 @@ def test_hidden_cases_follow_the_seed():
         a, b = checks.cases_for(lab, 4, 3, 5), checks.cases_for(lab, 4, 3, 5)
         assert a == b and a != checks.cases_for(lab, 4, 3, 6)
         assert [c.hidden for c in a].count(True) == 3
+    # Hidden world sizes beyond the visible N = 4, and input seeds no submission can search for
+    # from its own inputs (62 random bits, not a number below a million).
+    drawn = [c for seed in range(40) for lab in (1, 2, 3) for c in checks.cases_for(lab, 4, 2, seed) if c.hidden]
+    assert {c.n for c in drawn} == {2, 3, 4, 5, 6}
+    assert min(c.params["seed"] for c in drawn) > 1 << 40
 
 
 # ------------------------------------------------------------------ plausible mistakes
@@ -241,6 +246,11 @@ MISTAKES = [
     (5, "        zero2.units[k].free_grad()\n", "\n", "freed", "ZeRO-2 keeps only the shards"),
     # lab 5: counting wrong, so every reduce-scatter waits for the end of backward
     (5, "    zero2.pending[k] -= 1\n", "    return\n", "overlap", "0 of 3 unit reduce-scatters started during backward"),
+    # lab 5: every reduce-scatter launched asynchronously and waited for at once (it hides nothing;
+    # it once scored full marks, graded from how it was issued rather than from the timeline)
+    (5, "        zero2.inflight[k] = reduce_scatter_unit(zero2, zero2.units[k])\n",
+     "        zero2.inflight[k] = reduce_scatter_unit(zero2, zero2.units[k])\n        free_finished(zero2, wait=True)\n",
+     "overlap", "hides nothing"),
     # lab 6: "resharding" without freeing the storage
     (6, "    for leaf in unit.leaves:\n        leaf.untyped_storage().resize_(0)\n", "", "memory",
      "resize the leaves' storage to 0"),

@@ -35,6 +35,25 @@ REFUSED = [
     (3, "from lab3_fsdp_linear import *\n", "answer key"),
     (6, "import importlib\nkey = importlib.import_module('zeroedu.strategies.fsdp2')\n", "importlib"),
     (1, "run = __import__\n", "__import__"),
+    # Attempts that once scored full marks. Lab 1: a raw all-reduce, then N-1 dummy sends so the
+    # counted bytes matched the ring's; lab 3: dW all-reduced with raw dist behind a decoy.
+    (1, "import torch.distributed as dist\n\ndef cheat(x, rank, world, send, recv):\n"
+        "    s = x.clone()\n    dist.all_reduce(s)\n    for _ in range(world - 1):\n"
+        "        send(torch.zeros(x.numel() // world), (rank + 1) % world)\n    return s.chunk(world)[rank]\n",
+     "not raw torch.distributed"),
+    (3, "import torch\n\ndef cheat(dw):\n    torch.distributed.all_reduce(dw)\n", "not raw collectives"),
+    (3, "from torch import distributed\n", "torch.distributed"),
+    # Lab 4 through a module that re-exports the closed forms; the package's front door.
+    (4, "from zeroedu.quiz.figures import model_states\n", "lab 4 may import only zeroedu.recipes"),
+    (4, "import zeroedu\n", "lab 4 may import only zeroedu.recipes"),
+    # Lab 6: the real Unit.unshard and FSDP1._prefetch through the class behind the handed objects.
+    (6, "def cheat(unit):\n    return type(unit).__mro__[1].unshard(unit)\n", "(.__mro__)"),
+    (6, "def cheat(unit):\n    return super(LabFlatUnit, unit).unshard()\n", "uses super"),
+    (6, "def cheat(fsdp, j):\n    return fsdp._prefetch(j)\n", "private attribute (._prefetch)"),
+    (6, "def cheat(o):\n    return getattr(o, 'unsh' + 'ard')\n", "uses getattr"),
+    # The grader's bookkeeping on the objects a lab hands over.
+    (5, "def cheat(zero2):\n    zero2.violations.clear()\n", "bookkeeping (.violations)"),
+    (5, "def cheat(zero2):\n    zero2.comm.ledger.comm.clear()\n", "bookkeeping (.ledger)"),
 ]
 
 
@@ -69,8 +88,9 @@ def test_lab4_runs_apart_from_the_grader_loops_and_exits_are_reported(tmp_path, 
     out = tmp_path / "grade.json"
     assert main(["check", "4", "--out", str(out), "--path", str(tmp_path / LABS[4].file)]) == 0
     assert json.loads(out.read_text())["points"] == 10 and "10/10 points" in capsys.readouterr().out
-    # os._exit(0) ends the process that ran it: that lab's error, 0 points
-    exits = key.replace(LAB4_KEY_FN, LAB4_KEY_FN + "    import os\n    os._exit(0)\n", 1)
+    # a submission that ends the process that ran it (os._exit is refused by the guard; a
+    # signal to itself is not): that lab's error, 0 points
+    exits = key.replace(LAB4_KEY_FN, LAB4_KEY_FN + "    import os\n    os.kill(os.getpid(), 9)\n", 1)
     res = checks.check(4, _file(tmp_path, 4, exits), quiet=True)
     assert res.points == 0 and res.status == "error" and any("stopped the process" in m for m in res.messages)
     # an endless loop is cut at the time limit
@@ -134,13 +154,16 @@ def test_publish_hands_out_no_solution_and_its_labs_still_grade(tmp_path, capsys
     assert e.value.code == 2
 
 
-def test_a_submission_that_patches_the_grader_on_its_rank_is_not_graded(tmp_path):
+def test_a_submission_that_patches_the_grader_on_its_rank_is_not_graded(tmp_path, monkeypatch):
     """Lab 5's functions are handed the scaffold: replacing its violation record (so an early
-    free would go unseen) through the object is found by identity before any result is read."""
+    free would go unseen) through the object is refused by the guard and, were it written so
+    the guard missed it, found by identity on the rank before any result is read."""
     src = _key(5)
     anchor = "def free_finished(zero2, wait=False):\n"
     assert src.count(anchor) == 1
     patched = src.replace(anchor, anchor + "    type(zero2)._violate = lambda self, *a: None\n", 1)
+    assert "(._violate)" in guard.refusal(5, patched)
+    monkeypatch.setattr(guard, "refusal", lambda lab, text: None)  # the guard off: the rank's check alone
     res = checks.check(5, _file(tmp_path, 5, patched), quiet=True)
     assert res.points == 0
     assert any("replaced part of the grader" in m and "ZeRO2Lab._violate" in m for m in res.messages), str(res)
@@ -158,3 +181,46 @@ def test_a_submission_that_hogs_memory_or_cpu_is_stopped_by_its_ranks_limits(tmp
     res = checks.check(1, _file(tmp_path, 1, burn), quiet=True)
     assert res.points == 0 and any("SIGXCPU: it used more than its 2 s of CPU time" in m for m in res.messages), \
         res.messages
+
+
+# Lab 1 as it once scored 10/10: the sum from a raw all-reduce, then N-1 sends of a chunk's size
+# so the bytes counted through `send` matched the ring's. The module is reached through a path the
+# guard's list of names once missed, and the tests below also switch the guard off: the bytes
+# criterion reads the rank's sockets, so the traffic shows there whatever the source looks like.
+LAB1_RAW = '''import torch
+from torch.nn.parallel.distributed import dist
+
+
+def ring_reduce_scatter(x, rank, world, send, recv):
+    s = x.clone()
+    dist.all_reduce(s)
+    for _ in range(world - 1):
+        send(torch.zeros(x.numel() // world), (rank + 1) % world)
+        recv(torch.zeros(x.numel() // world), (rank - 1) % world)
+    return s.chunk(world)[rank].clone()
+'''
+
+
+@pytest.mark.fast
+def test_raw_collectives_through_another_module_are_refused():
+    assert "distributed" in guard.refusal(1, LAB1_RAW)
+    assert "private module" in guard.refusal(3, "import torch._C._distributed_c10d as c\n")
+
+
+def test_traffic_around_the_handed_primitives_shows_on_the_wire(tmp_path, monkeypatch):
+    monkeypatch.setattr(guard, "refusal", lambda lab, text: None)  # the guard off: the wire alone
+    res = checks.check(1, _file(tmp_path, 1, LAB1_RAW), quiet=True, hidden=1, seed=5)
+    by_test = res.tests
+    assert by_test["values"].passed and not by_test["bytes"].passed  # right sums, bytes refused
+    assert any("went another way" in m for m in res.messages), res.messages
+    # Lab 3: dW all-reduced with raw dist, a reduce-scatter of zeros as the decoy.
+    key3 = _key(3)
+    cheat = key3.replace("    comm.reduce_scatter(mine, padded, axis, tag=\"lab3/dW\")\n",
+                         "    comm.reduce_scatter(mine, torch.zeros_like(padded), axis, tag=\"lab3/dW\")\n"
+                         "    getattr(torch, 'distributed').all_reduce(padded)\n"
+                         "    mine.copy_(padded.chunk(n)[axis.rank])\n")
+    assert cheat != key3
+    res = checks.check(3, _file(tmp_path, 3, cheat), quiet=True)
+    by_test = res.tests
+    assert by_test["dw"].passed and not by_test["bytes"].passed, res.messages
+    assert any("went another way" in m for m in res.messages), res.messages

@@ -104,10 +104,10 @@ def test_processes_a_submission_starts_end_with_its_check(tmp_path):
     before = strays.descendants()
     name = f"ctypes.CDLL(None).prctl(15, b{marker!r}, 0, 0, 0)"
     attack = ("import ctypes, os, time\n"
-              f"if os.fork() == 0:\n    {name}\n    time.sleep(60)\n    os._exit(0)\n"
+              f"if os.fork() == 0:\n    {name}\n    time.sleep(60)\n    os.kill(os.getpid(), 9)\n"
               "if os.fork() == 0:\n    os.setsid()\n"
-              f"    if os.fork() == 0:\n        {name}\n        time.sleep(60)\n        os._exit(0)\n"
-              "    os._exit(0)\n"
+              f"    if os.fork() == 0:\n        {name}\n        time.sleep(60)\n        os.kill(os.getpid(), 9)\n"
+              "    os.kill(os.getpid(), 9)\n"
               "time.sleep(0.5)\n")  # both children named before the check goes on
     res = checks.check(4, _submit(tmp_path, attack), quiet=True)
     assert res.points == LABS[4].points  # the key's answers, graded
@@ -149,8 +149,8 @@ def test_a_grading_run_leaves_no_process_and_no_changed_file(tmp_path, capsys):
               f"    if os.fork() == 0:\n        ctypes.CDLL(None).prctl(15, b{marker!r}, 0, 0, 0)\n"
               "        for _ in range(40):\n            time.sleep(0.1)\n"
               f"            try:\n                {forge}\n            except OSError:\n                pass\n"
-              "        os._exit(0)\n"
-              "    os._exit(0)\n"
+              "        os.kill(os.getpid(), 9)\n"
+              "    os.kill(os.getpid(), 9)\n"
               "time.sleep(0.3)\n")
     p = _submit(tmp_path / "student", attack)
     tree, submission = tree_state.snapshot(), _sha(p)
@@ -174,3 +174,32 @@ def test_out_is_checked_before_grading(tmp_path, capsys):
         assert e.value.code == 2
         err = capsys.readouterr().err
         assert "--out" in err and "points" not in err
+
+
+def test_signed_grades_verify_and_an_edited_or_forged_one_does_not(tmp_path, capsys):
+    """The aggregation's side: a grade written with --sign verifies; the same grade with its
+    points edited, or one written without the key, does not (exit 1, named)."""
+    key = tmp_path / "private" / "labs.key"
+    key.parent.mkdir()
+    key.write_text("0123456789abcdef0123456789abcdef\n")
+    p = _submit(tmp_path / "student", "")
+    good, edited, forged = (tmp_path / f"{n}.json" for n in ("good", "edited", "forged"))
+    assert main(["check", "4", "--out", str(good), "--sign", str(key), "--path", str(p)]) == 0
+    g = json.loads(good.read_text())
+    assert g["points"] == LABS[4].points and len(g["signature"]) == 64
+    edited.write_text(good.read_text().replace(f'"points": {g["points"]}', '"points": 0', 1))
+    assert json.loads(edited.read_text())["points"] == 0
+    forged.write_text(json.dumps({**g, "signature": "0" * 64}))
+    capsys.readouterr()
+    assert main(["verify", "--key", str(key), str(good)]) == 0
+    assert "verified" in capsys.readouterr().out
+    assert main(["verify", "--key", str(key), str(good), str(edited), str(forged), "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == {str(good): LABS[4].points, str(edited): None, str(forged): None}
+    # the key may not sit where the graded submission's ranks can read it
+    inside = p.parent / "labs.key"
+    inside.write_text(key.read_text())
+    import pytest
+
+    with pytest.raises(SystemExit) as e:
+        main(["check", "4", "--out", str(good), "--sign", str(inside), "--path", str(p)])
+    assert e.value.code == 2 and "outside every submission folder" in capsys.readouterr().err

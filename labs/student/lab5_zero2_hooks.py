@@ -39,7 +39,8 @@ Graded (25 points, on the visible case and, with --hidden, on random MLPs and N)
   params 5: final parameters equal single-process training (fp32);
   bytes 5: the ledger's bytes per step equal theory.exact_comm("zero2", ...);
   freed 4: gradient bytes at each optimizer step equal GΨ/N (the shards only);
-  overlap 3: every unit's reduce-scatter starts during backward (runtime.analysis.launched_in_backward);
+  overlap 3: every unit's reduce-scatter starts during backward and, all but the last, is still in
+             flight when backward reaches the next unit (on the timeline: runtime.analysis);
   no_early_free 2: no buffer is freed before its reduce-scatter was seen finished.
 
 Check your work:  python -m zeroedu.labs check 5

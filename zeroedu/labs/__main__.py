@@ -1,4 +1,4 @@
-"""python -m zeroedu.labs list | build | check
+"""python -m zeroedu.labs list | build | publish | check | verify
 
     list [--json]                               the labs: objective, notebook, time, points, command
     build [--student DIR] [--key DIR] [--source DIR]
@@ -6,10 +6,11 @@
                                                 key only with --key, only into DIR
     publish DIR                                 what to hand a class: DIR/labs/student (the
                                                 skeletons) and DIR/labs/README.md, no source, no key
-    check LAB|all [--path FILE | --dir DIR] [--hidden [K]] [--seed S] [--n N] [--json | --out FILE]
-                                                grade on real ranks; --json prints the grade for an
+    check LAB|all [--path FILE | --dir DIR] [--hidden [K]] [--seed S] [--n N] [--json | --out FILE
+                  [--sign KEYFILE]]             grade on real ranks; --json prints the grade for an
                                                 autograder (schema in zeroedu.labs.grading), --out
-                                                writes it to FILE
+                                                writes it to FILE, signed with --sign
+    verify --key KEYFILE FILE... [--json]       the points of each signed grade file, or NOT VERIFIED
 
 Exit status: 0 when the command ran (with --json, also when tests fail: the JSON says so); without
 --json, `check` exits 1 when a lab is not fully passed; 2 on a usage error.
@@ -23,7 +24,7 @@ import os
 import sys
 import tempfile
 
-from . import checks, generate
+from . import checks, generate, signing
 from .grading import to_json
 from .registry import LABS, TOTAL_POINTS
 
@@ -54,7 +55,35 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--out", default=None, metavar="FILE",
                    help="write the JSON grade to FILE (written by this process, which never runs the "
                         "submission; nothing a submission prints can reach it), exit 0 even when tests fail")
+    c.add_argument("--sign", default=None, metavar="KEYFILE",
+                   help="with --out: sign the grade (HMAC-SHA256) with the key in KEYFILE, kept outside "
+                        "every submission folder; `verify` checks it")
+    v = sub.add_parser("verify", help="check the signatures of grade files written with --sign")
+    v.add_argument("--key", required=True, metavar="KEYFILE", help="the key the grades were signed with")
+    v.add_argument("files", nargs="+", metavar="FILE")
+    v.add_argument("--json", action="store_true", help="one JSON object: file -> points, or null if not verified")
     return p
+
+
+def _verify(key_file: str, files: list[str], as_json: bool) -> int:
+    """Each file's points when its signature holds; exit 1 if any does not."""
+    key = signing.read_key(key_file)
+    rows = {}
+    for f in files:
+        try:
+            with open(f, encoding="utf-8") as fh:
+                g = json.loads(fh.read(16 << 20))
+        except (OSError, ValueError) as e:
+            g, why = None, f"unreadable ({type(e).__name__})"
+        else:
+            why = None if signing.verified(g, key) else "NOT VERIFIED: edited, or not signed with this key"
+        rows[f] = (g, why)
+    if as_json:
+        print(json.dumps({f: (None if why else g["points"]) for f, (g, why) in rows.items()}, indent=2))
+    else:
+        for f, (g, why) in rows.items():
+            print(f"{f}: {why}" if why else f"{f}: {g['points']:g}/{g['max_points']} points, verified")
+    return 1 if any(why for _, why in rows.values()) else 0
 
 
 def _list(as_json: bool) -> int:
@@ -85,6 +114,16 @@ def _check_out(path: str) -> None:
         raise ValueError(f"--out {path}: the folder {folder} is not writable")
 
 
+def _sign_key(key_file: str, path: str | None, directory: str | None) -> bytes:
+    """The signing key, refused when it lies inside the folder being graded (its ranks may read
+    that folder)."""
+    graded = os.path.dirname(os.path.realpath(path)) if path else os.path.realpath(directory or ".")
+    if os.path.commonpath([graded, os.path.realpath(key_file)]) == graded:
+        raise ValueError(f"--sign {key_file} lies inside {graded}, the folder being graded: keep the key "
+                         "outside every submission folder")
+    return signing.read_key(key_file)
+
+
 def _write_out(path: str, text: str) -> None:
     """Written whole or not at all: a temporary file in the same folder, then renamed over
     `path`, so a reader never sees half a grade."""
@@ -105,6 +144,11 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     if args.cmd == "list":
         return _list(args.json)
+    if args.cmd == "verify":
+        try:
+            return _verify(args.key, args.files, args.json)
+        except ValueError as e:
+            p.error(str(e))
     if args.cmd == "publish":
         try:
             written = generate.publish(args.dir)
@@ -134,12 +178,15 @@ def main(argv=None) -> int:
         if args.hidden < 0:
             raise ValueError("--hidden must be >= 0")
         seed = args.seed if args.seed is not None or not args.hidden else checks.new_seed()
+        if args.sign and not args.out:
+            raise ValueError("--sign signs the grade file: give --out FILE too")
+        key = _sign_key(args.sign, args.path, args.dir) if args.sign else None
         if args.out:
             _check_out(args.out)  # before grading: a grade is never lost to its output path
         if args.json or args.out:
             grade = checks.grade(labs, path=args.path, directory=args.dir, n=args.n, hidden=args.hidden, seed=seed)
             if args.out:
-                _write_out(args.out, to_json(grade) + "\n")
+                _write_out(args.out, to_json(signing.sign(grade, key) if key else grade) + "\n")
                 print(f"wrote {args.out}: {grade['points']:g}/{grade['max_points']} points")
             else:
                 print(to_json(grade))

@@ -20,7 +20,15 @@ from .grading import Case, Diagnosis, LabResult
 from .registry import LABS
 from .student import run_cases
 
-HIDDEN_N = (2, 3, 4)
+# Hidden world sizes: more than the visible cases' N (and odd ones, where chunk arithmetic breaks).
+HIDDEN_N = (2, 3, 4, 5, 6)
+# Hidden inputs' seeds: 62 random bits each (drawn from the check's seed), so a submission cannot
+# search for the seed that made its own input and compute the other ranks' from it.
+SEED_BITS = 62
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed % (1 << 63))
 
 
 # ------------------------------------------------------------------ inputs (rank and parent)
@@ -28,19 +36,19 @@ def lab1_input(rank: int, numel: int, seed: int = 0) -> torch.Tensor:
     # small integers: sums are exact in fp32, so any difference is a real mistake
     if seed == 0:
         return (torch.arange(numel, dtype=torch.float32) % 7) * (rank + 1) + 10 * rank
-    g = torch.Generator().manual_seed(seed * 1009 + rank)
+    g = _gen(seed * 1009 + rank)
     return torch.randint(-9, 10, (numel,), generator=g).float()
 
 
 def lab2_input(rank: int, numel: int, seed: int = 0) -> torch.Tensor:
-    return torch.randn(numel, generator=torch.Generator().manual_seed(100 + rank + 1009 * seed))
+    return torch.randn(numel, generator=_gen(100 + rank + 1009 * seed))
 
 
 def lab3_inputs(rank: int, case: dict):
     seed = case.get("seed", 0)
-    g = torch.Generator().manual_seed(7 + 1009 * seed)
+    g = _gen(7 + 1009 * seed)
     w = torch.randn(case["out"], case["in"], generator=g)
-    gr = torch.Generator().manual_seed(200 + rank + 1009 * seed)
+    gr = _gen(200 + rank + 1009 * seed)
     x = torch.randn(case["batch"], case["in"], generator=gr)
     dy = torch.randn(case["batch"], case["out"], generator=gr)
     return w, x, dy
@@ -54,18 +62,18 @@ def cases(lab: int, n: int, hidden: int, rng: random.Random) -> list[Case]:
         for k in range(hidden):
             nn = rng.choice(HIDDEN_N)
             out.append(Case(f"hidden-{k + 1}", True, nn, {"numel": nn * rng.randint(1, 6),
-                                                         "seed": rng.randint(1, 10**6)}))
+                                                         "seed": rng.getrandbits(SEED_BITS)}))
     elif lab == 2:
         out.append(Case("visible-1", False, n, {"numel": 4 * n + 3, "seed": 0}))
         for k in range(hidden):
             out.append(Case(f"hidden-{k + 1}", True, rng.choice(HIDDEN_N),
-                            {"numel": rng.randint(1, 40), "seed": rng.randint(1, 10**6)}))
+                            {"numel": rng.randint(1, 40), "seed": rng.getrandbits(SEED_BITS)}))
     elif lab == 3:
         out.append(Case("visible-1", False, n, {"out": 7, "in": 5, "batch": 3, "seed": 0}))
         for k in range(hidden):
             out.append(Case(f"hidden-{k + 1}", True, rng.choice(HIDDEN_N),
                             {"out": rng.randint(1, 11), "in": rng.randint(1, 7), "batch": rng.randint(1, 4),
-                             "seed": rng.randint(1, 10**6)}))
+                             "seed": rng.getrandbits(SEED_BITS)}))
     elif lab == 4:
         for k, (psi, nn, m, recipe) in enumerate(LAB4_CASES):
             out.append(Case(f"visible-{k + 1}", False, nn, {"psi": psi, "m": m, "recipe": recipe}))
@@ -88,7 +96,27 @@ def _tensor_or_repr(x):
 
 
 def _comm(ledger) -> list[dict]:
-    return [{"op": r.op, "tag": r.tag, "payload": r.payload, "sent": r.sent} for r in ledger.comm]
+    return [{"op": r.op, "tag": r.tag, "payload": r.payload, "sent": r.sent, "messages": r.messages}
+            for r in ledger.comm]
+
+
+_METER = []  # one meter per rank process, made at its first case (after the group exists)
+
+
+@contextlib.contextmanager
+def on_the_wire(out: dict):
+    """Bytes this rank's sockets took while the body ran, read from the kernel
+    (`runtime.wire.WireMeter`), into `out["wire"]` (None where not measurable): what the
+    submission really sent, whatever it says or records."""
+    from ..runtime.wire import WireMeter
+
+    if not _METER:
+        _METER.append(WireMeter())
+    meter = _METER[0]
+    snap = meter.snapshot()
+    yield
+    d = meter.sent_since(snap)
+    out["wire"] = None if d is None or not d.complete else d.sent
 
 
 def _rank_lab1(mod, ctx, case):
@@ -114,10 +142,12 @@ def _rank_lab1(mod, ctx, case):
                              f"0..{ctx.world_size - 1}")
         comm.irecv(t, src, axis, "lab1/ring").wait()
 
-    got = mod.ring_reduce_scatter(x, ctx.rank, ctx.world_size, send, recv)
-    for h in handles:
-        h.wait()
-    return {"got": _tensor_or_repr(got), "x_modified": not torch.equal(x, before), "comm": _comm(ledger)}
+    wire: dict = {}
+    with on_the_wire(wire):
+        got = mod.ring_reduce_scatter(x, ctx.rank, ctx.world_size, send, recv)
+        for h in handles:
+            h.wait()
+    return {"got": _tensor_or_repr(got), "x_modified": not torch.equal(x, before), "comm": _comm(ledger), **wire}
 
 
 def _rank_lab2(mod, ctx, case):
@@ -127,12 +157,14 @@ def _rank_lab2(mod, ctx, case):
     ledger = Ledger(ctx.rank)
     comm, axis = Comm(ledger), ctx.world_axis()
     g = lab2_input(ctx.rank, case["numel"], case["seed"])
-    out = mod.shard_gradients(g.clone(), case["numel"], axis, comm)
+    wire: dict = {}
+    with on_the_wire(wire):
+        out = mod.shard_gradients(g.clone(), case["numel"], axis, comm)
     if not (isinstance(out, tuple) and len(out) == 2):
-        return {"bad_return": repr(out)[:200], "comm": _comm(ledger)}
+        return {"bad_return": repr(out)[:200], "comm": _comm(ledger), **wire}
     rng, got = out
     rng = (rng.start, rng.end) if isinstance(rng, shard.Range) else {"not_a_tensor": repr(rng)[:200]}
-    return {"range": rng, "got": _tensor_or_repr(got), "comm": _comm(ledger)}
+    return {"range": rng, "got": _tensor_or_repr(got), "comm": _comm(ledger), **wire}
 
 
 def _rank_lab3(mod, ctx, case):
@@ -144,10 +176,12 @@ def _rank_lab3(mod, ctx, case):
     w, x, dy = lab3_inputs(ctx.rank, case)
     rows = shard.dim0_rows(case["out"], ctx.world_size, ctx.rank)
     w_shard = w[rows.start:rows.end].clone()
-    out = mod.fsdp_linear_backward(x, dy, w_shard, case["out"], axis, comm)
+    wire: dict = {}
+    with on_the_wire(wire):
+        out = mod.fsdp_linear_backward(x, dy, w_shard, case["out"], axis, comm)
     if not (isinstance(out, tuple) and len(out) == 2):
-        return {"bad_return": repr(out)[:200], "comm": _comm(ledger)}
-    return {"dx": _tensor_or_repr(out[0]), "dw": _tensor_or_repr(out[1]), "comm": _comm(ledger)}
+        return {"bad_return": repr(out)[:200], "comm": _comm(ledger), **wire}
+    return {"dx": _tensor_or_repr(out[0]), "dw": _tensor_or_repr(out[1]), "comm": _comm(ledger), **wire}
 
 
 _RANK = {1: _rank_lab1, 2: _rank_lab2, 3: _rank_lab3}
@@ -206,13 +240,30 @@ def compare(what: str, got, exp: torch.Tensor, tol: float, alternatives=(), rank
                      **base)
 
 
-def check_sent(rank: int, records: list[dict], expected: Fraction, how: str) -> Diagnosis | None:
+def check_sent(rank: int, out: dict, expected: Fraction, how: str) -> Diagnosis | None:
+    """The bytes rank `rank` sent through the primitives it was handed (`out["comm"]`, the
+    ledger's records) against `expected`; then what its sockets really took while the
+    submission ran (`out["wire"]`, from the kernel) against those records plus gloo's framing
+    (`wire.framing`), exactly: traffic that went around the handed primitives shows there."""
+    from ..runtime.wire import framing
+
+    records = out["comm"]
     sent = sum((Fraction(r["sent"]) for r in records), Fraction(0))
-    if sent == expected:
-        return None
     ops = ", ".join(sorted({r["op"] for r in records})) or "nothing"
-    return Diagnosis(f"rank {rank} sent {float(sent):g} bytes ({ops}); {how} sends {float(expected):g}",
-                     rank=rank, expected=float(expected), got=float(sent))
+    if sent != expected:
+        return Diagnosis(f"rank {rank} sent {float(sent):g} bytes ({ops}); {how} sends {float(expected):g}",
+                         rank=rank, expected=float(expected), got=float(sent))
+    wire = out.get("wire")
+    if wire is None:  # not measurable here (not Linux TCP): the records stand
+        return None
+    counted = sent + sum(framing(r["op"], r.get("messages", 0)) for r in records)
+    if wire != counted:
+        return Diagnosis(f"rank {rank}'s sockets took {wire:g} bytes while your function ran, but what it sent "
+                         f"through the primitives it was handed ({ops}) accounts for {float(counted):g} "
+                         f"({float(sent):g} of data and gloo's framing): {wire - float(counted):g} bytes went "
+                         "another way; send only through what the lab hands you",
+                         rank=rank, expected=float(counted), got=float(wire))
+    return None
 
 
 def _grade_lab1(res: LabResult, case: Case, results: list[dict]) -> None:
@@ -237,7 +288,7 @@ def _grade_lab1(res: LabResult, case: Case, results: list[dict]) -> None:
         if out["x_modified"]:
             untouched.append(Diagnosis(f"rank {r}: modified its input x; work on copies (x.clone()) of the chunks",
                                        rank=r))
-        d = check_sent(r, out["comm"], theory.sent_bytes("reduce_scatter", numel * 4, n),
+        d = check_sent(r, out, theory.sent_bytes("reduce_scatter", numel * 4, n),
                        f"a ring reduce-scatter ((N-1)/N · S = {n - 1}/{n} · {numel * 4})")
         if d:
             sent.append(d)
@@ -291,7 +342,7 @@ def _grade_lab2(res: LabResult, case: Case, results: list[dict]) -> None:
             sent.append(Diagnosis(f"rank {r} used all_reduce: it sends 2(N-1)/N · S, twice a reduce-scatter's "
                                   "bytes, and ZeRO-2 needs only this rank's chunk: reduce-scatter instead", rank=r))
             continue
-        d = check_sent(r, out["comm"], theory.sent_bytes("reduce_scatter", padded * 4, n),
+        d = check_sent(r, out, theory.sent_bytes("reduce_scatter", padded * 4, n),
                        f"one reduce-scatter of the padded buffer ({n - 1}/{n} · {padded} × 4 bytes)")
         if d:
             sent.append(d)
@@ -336,7 +387,7 @@ def _grade_lab3(res: LabResult, case: Case, results: list[dict]) -> None:
             if d:
                 dws.append(d)
         s = rows_c * n * p["in"] * 4
-        d = check_sent(r, out["comm"], theory.sent_bytes("all_gather", s, n) + theory.sent_bytes("reduce_scatter", s, n),
+        d = check_sent(r, out, theory.sent_bytes("all_gather", s, n) + theory.sent_bytes("reduce_scatter", s, n),
                        "one all-gather of W plus one reduce-scatter of dW (padded rows)")
         if d:
             sent.append(d)

@@ -18,12 +18,20 @@ import path (`sys.path`), importing by name at run time (`__import__`, `importli
 `exec`, `eval`, `compile`), and reading the caller's frames (`sys._getframe`,
 `inspect.currentframe`, `inspect.stack`, `f_back`, `f_locals`, `f_globals`, `gc.get_referrers`).
 
-What this does not defend against: a check on the source text is not a sandbox. A determined
-submission can still reach a forbidden module through an object it was handed (a tensor's
-class, a module attribute of an allowed import) or build an attribute name at run time
-(`getattr(x, "f_" + "back")`). Those run in the ranks, whose results the grader checks against
-its own oracles; they cannot change the grader's process (labs 1-3, 5, 6 run on the ranks, lab 4
-in a process of its own).
+Of the package, a lab may import only what its skeleton does (`ALLOWED_ZEROEDU`): a module that
+re-exports the closed forms or a strategy (`zeroedu.quiz.figures`, the front door `zeroedu`) is
+refused like the module itself. Also refused in every lab: `torch.distributed` (a lab's traffic
+goes through the primitives it is handed, which the grader counts; raw collectives would move
+bytes the grade never sees), and reaching past the objects a lab hands over to the classes and
+state behind them: dunder attributes (`__mro__`, `__class__`, `__dict__`, `__globals__`), private
+ones (`._prefetch`), the builtins that do the same by name or by class (`type`, `super`,
+`getattr`, `setattr`, `delattr`, `vars`, `dir`, `globals`, `locals`), and the grader's own
+state on those objects (`ledger`, `violations`, `launched`, ...).
+
+What this does not defend against: a check on the source text is not a sandbox. A submission
+can still build a name at run time through an object it is handed. Those run in the ranks,
+which are confined (`zeroedu.runtime.confine`) and whose results the grader checks against its
+own oracles; bytes on the wire are read from the rank's sockets, not from the submission.
 """
 from __future__ import annotations
 
@@ -41,7 +49,14 @@ FORBIDDEN_MODULES = {
 }
 # What a skeleton itself imports from a forbidden package: (module, names allowed)
 ALLOWED_FROM = {6: {"zeroedu.strategies.fsdp_units": {"SHARDED", "UNSHARDED", "UNSHARDING"}}}
+# Of the package, what each lab's skeleton imports (module -> names; None: the module itself).
+ALLOWED_ZEROEDU = {1: set(), 2: {"zeroedu.shard"}, 3: {"zeroedu.shard"}, 4: {"zeroedu.recipes"}, 5: set(),
+                   6: {"zeroedu.strategies.fsdp_units"}}
 RUN_TIME_IMPORT = {"importlib", "runpy"}
+BY_NAME = {"type", "super", "getattr", "setattr", "delattr", "vars", "dir", "globals", "locals"}
+# The grader's bookkeeping on the objects a lab hands over (scaffolds, comm, handles).
+GRADER_STATE = {"ledger", "violations", "launched", "seen_done", "handle", "grad_snapshot", "student",
+                "sink", "timeline", "events", "marks"}
 CALLS = {"__import__", "exec", "eval", "compile"}
 FRAME_ATTRS = {"_getframe", "currentframe", "f_back", "f_locals", "f_globals", "get_referrers",
                "getouterframes", "getframeinfo", "getinnerframes", "tb_frame"}
@@ -57,6 +72,17 @@ def _forbidden(lab: int, module: str) -> str | None:
         if module == bad or module.startswith(bad + "."):
             what = "the grader" if bad == "zeroedu.labs" else f"zeroedu's own implementation ({bad})"
             return f"imports {module}: {what}, which this lab asks you to write yourself"
+    parts = module.split(".")
+    if any(p.startswith("_") for p in parts) and module != "__future__":
+        return f"imports {module}, a private module: the lab's objects offer what you need publicly"
+    if any("distributed" in p or "c10d" in p for p in parts):
+        return (f"imports {module}: send and reduce through what the lab hands you (the grader counts "
+                "those bytes), not raw torch.distributed")
+    if module == "zeroedu" or module.startswith("zeroedu."):
+        allowed = sorted(ALLOWED_ZEROEDU.get(lab, ()))
+        if module not in allowed:
+            return (f"imports {module}: of zeroedu, lab {lab} may import only "
+                    f"{', '.join(allowed) if allowed else 'nothing'} (other modules re-export what it asks you to write)")
     return None
 
 
@@ -78,9 +104,11 @@ def refusal(lab: int, source: str) -> str | None:
                 allowed = ALLOWED_FROM.get(lab, {}).get(module)
                 names = {a.name for a in node.names}
                 if allowed is None or not names <= allowed:
-                    why = _forbidden(lab, module)
-                    if why is None:  # `from zeroedu import theory` names the module as an attribute
+                    if module in ("zeroedu", "torch"):
+                        # `from zeroedu import theory` names the module as an attribute
                         why = next((w for n in names if (w := _forbidden(lab, f"{module}.{n}"))), None)
+                    else:
+                        why = _forbidden(lab, module)
         elif isinstance(node, ast.Attribute):
             if node.attr in FRAME_ATTRS or (node.attr == "stack" and isinstance(node.value, ast.Name)
                                             and node.value.id == "inspect"):
@@ -89,11 +117,24 @@ def refusal(lab: int, source: str) -> str | None:
                 why = "changes the import path (sys.path)"
             elif node.attr == "modules" and isinstance(node.value, ast.Name) and node.value.id == "sys":
                 why = "reaches modules through sys.modules"
+            elif node.attr == "distributed":
+                why = ("uses torch.distributed: send and reduce through what the lab hands you (the grader "
+                       "counts those bytes), not raw collectives")
+            elif node.attr.startswith("__") and node.attr.endswith("__"):
+                why = f"reaches behind an object to its class or internals (.{node.attr})"
+            elif node.attr.startswith("_"):
+                why = f"uses a private attribute (.{node.attr}): the lab's objects offer what you need publicly"
+            elif node.attr in GRADER_STATE:
+                why = f"touches the grader's own bookkeeping (.{node.attr})"
         elif isinstance(node, ast.Name) and node.id in CALLS | FRAME_ATTRS:
             why = f"uses {node.id}, which runs or imports code by name at run time"
+        elif isinstance(node, ast.Name) and node.id in BY_NAME:
+            why = f"uses {node.id}, which reaches attributes or classes by name, behind the objects you are handed"
+        elif isinstance(node, ast.Name) and node.id.startswith("__") and node.id not in ("__name__", "__doc__"):
+            why = f"uses {node.id}, the interpreter's internals"
         if why:
             return f"refused: your file {why} (line {node.lineno})"
     return None
 
 
-__all__ = ["FORBIDDEN_MODULES", "refusal"]
+__all__ = ["ALLOWED_ZEROEDU", "FORBIDDEN_MODULES", "refusal"]

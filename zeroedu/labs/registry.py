@@ -84,7 +84,7 @@ LABS: dict[int, Lab] = {lab.number: lab for lab in [
          Test("params", "final parameters equal single-process training (fp32)", 5),
          Test("bytes", "the ledger's bytes sent equal theory.exact_comm('zero2')", 5),
          Test("freed", "only the shards are alive at the optimizer step: grad bytes = GΨ/N", 4),
-         Test("overlap", "every unit's reduce-scatter is launched during backward", 3),
+         Test("overlap", "every unit's reduce-scatter is launched during backward and hides behind it", 3),
          Test("no_early_free", "no full buffer is freed before its reduce-scatter finished", 2)),
         ("pre_accumulate", "post_accumulate", "reduce_scatter_unit", "free_finished")),
     Lab(6, "lab6_fsdp_lifecycle.py", "FSDP unit lifecycle",

@@ -13,7 +13,9 @@ read from the run and compared with independent oracles:
 * memory: the ledger's timeline, gradient bytes at each optimizer step against
   `theory.exact_model_states(...).grad` (lab 5), unsharded bytes after forward and at the step
   (lab 6);
-* overlap (lab 5): `runtime.analysis.launched_in_backward`, one reduce-scatter per unit per step;
+* overlap (lab 5): `runtime.analysis.launched_in_backward`, one reduce-scatter per unit per step,
+  and `runtime.analysis.overlapped_by_backward`: each but the last still in flight when the
+  next unit's gradient arrived (on the timeline, not from how it was issued);
 * the lifecycle contract (both): the scaffolds' violations.
 """
 from __future__ import annotations
@@ -25,6 +27,7 @@ from fractions import Fraction
 import torch
 
 from .. import shard, theory
+from ..kinds import EventKind
 from ..models import MLPConfig, unit_shapes, units
 from ..recipes import get_recipe
 from ..runtime import analysis
@@ -288,6 +291,17 @@ def grade_zero2(res: LabResult, case: Case, results: list[dict]) -> None:
                     f"rank {r}, step {s}: {k} of {len(shapes)} unit reduce-scatters started during backward; "
                     "launch each unit's as soon as its last gradient is accumulated (post_accumulate), so it "
                     "overlaps the backward of earlier layers", rank=r, expected=len(shapes), got=k))
+                break
+            # On the timeline: backward went on (the next unit's gradient arrived) while each
+            # reduce-scatter but the last was in flight, i.e. it was not waited for at once.
+            hid = analysis.overlapped_by_backward(out["timeline"], s, (EventKind.GRAD_ALLOC,))
+            if hid < len(shapes) - 1:
+                overlap.append(Diagnosis(
+                    f"rank {r}, step {s}: only {hid} of {len(shapes)} unit reduce-scatters were still in flight "
+                    f"when backward reached the next unit (expected {len(shapes) - 1}: all but the last); a "
+                    "reduce-scatter waited for right after its launch hides nothing: wait only in "
+                    "free_finished(wait=True), or for the ones already done", rank=r,
+                    expected=len(shapes) - 1, got=hid))
                 break
         if freed or overlap:
             break  # the first rank that shows it is enough to read

@@ -49,6 +49,23 @@ def _inside(a: float, b: float, windows) -> float:
     return sum(max(0.0, min(b, e) - max(a, s)) for s, e in windows)
 
 
+def overlapped_by_backward(timeline: Timeline, step: int, progress_kinds, ops=GRAD_OPS) -> int:
+    """How many of the step's gradient reductions had backward computation run while they were
+    in flight: a `progress_kinds` event (a later unit's gradient arriving) between the
+    reduction's launch (`t_start`) and the moment the caller first stopped for it (`waited`).
+    Read from the timeline, not from how the reduction was issued: one launched asynchronously
+    and waited for at once hid nothing. The reduction launched last in a backward pass has no
+    backward left to hide behind, so a fully overlapped step scores one less than it has units."""
+    kinds = {getattr(k, "value", k) for k in progress_kinds}
+    marks = sorted(e["t"] for e in timeline.events if e["step"] == step and e["kind"] in kinds)
+    n = 0
+    for c in grad_comm(timeline, step, ops):
+        end = c.get("waited") if c.get("waited") is not None else c["t_end"]
+        if any(c["t_start"] < t < end for t in marks):
+            n += 1
+    return n
+
+
 def overlap_fraction(timeline: Timeline, step: int | None = None, ops=GRAD_OPS) -> float | None:
     """Fraction of gradient-reduction time hidden behind backward (asynchronous collectives
     inside a backward window); None if no such time was spent

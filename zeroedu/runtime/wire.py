@@ -105,6 +105,17 @@ if sys.platform.startswith("linux"):
 FRAMING_PER_MESSAGE = 144
 
 
+def framing(op: str, messages: int) -> int:
+    """gloo's framing bytes one rank writes for one of its records of `messages` messages
+    (`messages` below): 96 per message it sends, 48 per message it receives, so a send writes
+    96 per message, a recv 48, and a ring collective, which sends and receives as many, 144."""
+    if op == "send":
+        return 96 * messages
+    if op == "recv":
+        return 48 * messages
+    return FRAMING_PER_MESSAGE * messages
+
+
 @functools.lru_cache(maxsize=4096)  # asked at every collective's launch, with a few shapes a run
 def messages(op: str, numel: int, elem_size: int, group: int, implementation: str) -> int:
     """Point-to-point messages one rank sends (and receives) in one collective on gloo.
