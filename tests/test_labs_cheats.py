@@ -51,6 +51,12 @@ REFUSED = [
     (6, "def cheat(unit):\n    return super(LabFlatUnit, unit).unshard()\n", "uses super"),
     (6, "def cheat(fsdp, j):\n    return fsdp._prefetch(j)\n", "private attribute (._prefetch)"),
     (6, "def cheat(o):\n    return getattr(o, 'unsh' + 'ard')\n", "uses getattr"),
+    # Modules that reach the process and the objects in it, by name at run time.
+    (6, "import operator\nprefetch_of = operator.attrgetter('_pre' + 'fetch')\n", "imports operator"),
+    (5, "from sys import modules\n", "imports sys"),
+    (5, "import gc\nobjs = gc.get_objects()\n", "imports gc"),
+    (1, "import ctypes\n", "imports ctypes"),
+    (1, "import torch\nar = torch.ops.c10d.allreduce_\n", "uses .c10d"),
     # The grader's bookkeeping on the objects a lab hands over.
     (5, "def cheat(zero2):\n    zero2.violations.clear()\n", "bookkeeping (.violations)"),
     (5, "def cheat(zero2):\n    zero2.comm.ledger.comm.clear()\n", "bookkeeping (.ledger)"),
@@ -88,8 +94,9 @@ def test_lab4_runs_apart_from_the_grader_loops_and_exits_are_reported(tmp_path, 
     out = tmp_path / "grade.json"
     assert main(["check", "4", "--out", str(out), "--path", str(tmp_path / LABS[4].file)]) == 0
     assert json.loads(out.read_text())["points"] == 10 and "10/10 points" in capsys.readouterr().out
-    # a submission that ends the process that ran it (os._exit is refused by the guard; a
-    # signal to itself is not): that lab's error, 0 points
+    # a submission that ends the process that ran it: that lab's error, 0 points (the guard,
+    # which refuses `os`, switched off: this is the rank's own defence)
+    monkeypatch.setattr(guard, "refusal", lambda lab, text: None)
     exits = key.replace(LAB4_KEY_FN, LAB4_KEY_FN + "    import os\n    os.kill(os.getpid(), 9)\n", 1)
     res = checks.check(4, _file(tmp_path, 4, exits), quiet=True)
     assert res.points == 0 and res.status == "error" and any("stopped the process" in m for m in res.messages)

@@ -18,6 +18,9 @@ import path (`sys.path`), importing by name at run time (`__import__`, `importli
 `exec`, `eval`, `compile`), and reading the caller's frames (`sys._getframe`,
 `inspect.currentframe`, `inspect.stack`, `f_back`, `f_locals`, `f_globals`, `gc.get_referrers`).
 
+Outside the package, a lab may import torch (not its distributed, private or code-loading parts),
+numpy and the standard library's computing modules (`ALLOWED_MODULES`): not `sys`, `os`, `gc`,
+`ctypes`, `inspect`, `operator`, `threading`, which reach the process and the objects in it.
 Of the package, a lab may import only what its skeleton does (`ALLOWED_ZEROEDU`): a module that
 re-exports the closed forms or a strategy (`zeroedu.quiz.figures`, the front door `zeroedu`) is
 refused like the module itself. Also refused in every lab: `torch.distributed` (a lab's traffic
@@ -53,6 +56,14 @@ ALLOWED_FROM = {6: {"zeroedu.strategies.fsdp_units": {"SHARDED", "UNSHARDED", "U
 ALLOWED_ZEROEDU = {1: set(), 2: {"zeroedu.shard"}, 3: {"zeroedu.shard"}, 4: {"zeroedu.recipes"}, 5: set(),
                    6: {"zeroedu.strategies.fsdp_units"}}
 RUN_TIME_IMPORT = {"importlib", "runpy"}
+# Outside zeroedu, what a lab may import (top-level names): computing, not reaching the process
+# (sys, os, gc, ctypes, inspect, operator's attrgetter, threading, subprocess are not here).
+ALLOWED_MODULES = {"torch", "numpy", "__future__", "math", "cmath", "numbers", "fractions", "decimal",
+                   "statistics", "random", "itertools", "functools", "collections", "dataclasses", "typing",
+                   "enum", "abc", "copy", "heapq", "bisect", "string", "re", "textwrap", "time", "warnings"}
+# Of torch, what runs or fetches code, or starts processes.
+TORCH_REFUSED = ("torch.utils.cpp_extension", "torch.hub", "torch.package", "torch.multiprocessing",
+                 "torch.testing")
 BY_NAME = {"type", "super", "getattr", "setattr", "delattr", "vars", "dir", "globals", "locals"}
 # The grader's bookkeeping on the objects a lab hands over (scaffolds, comm, handles).
 GRADER_STATE = {"ledger", "violations", "launched", "seen_done", "handle", "grad_snapshot", "student",
@@ -83,15 +94,21 @@ def _forbidden(lab: int, module: str) -> str | None:
         if module not in allowed:
             return (f"imports {module}: of zeroedu, lab {lab} may import only "
                     f"{', '.join(allowed) if allowed else 'nothing'} (other modules re-export what it asks you to write)")
+        return None
+    if parts[0] not in ALLOWED_MODULES or any(module == m or module.startswith(m + ".") for m in TORCH_REFUSED):
+        return (f"imports {module}: besides zeroedu a lab may import torch, numpy and the standard library's "
+                "computing modules (math, itertools, collections, ...: zeroedu.labs.guard.ALLOWED_MODULES), "
+                "nothing that reaches the process or the objects in it")
     return None
 
 
 def refusal(lab: int, source: str) -> str | None:
-    """Why the submission's `source` is refused (one sentence naming the line), or None."""
+    """Why the submission's `source` is refused (each reason naming its line, up to three), or None."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return None  # reported as a syntax error by the grader
+    found: dict[str, int] = {}  # reason -> first line, in the order of the lines
     for node in ast.walk(tree):
         why = None
         if isinstance(node, ast.Import):
@@ -117,8 +134,8 @@ def refusal(lab: int, source: str) -> str | None:
                 why = "changes the import path (sys.path)"
             elif node.attr == "modules" and isinstance(node.value, ast.Name) and node.value.id == "sys":
                 why = "reaches modules through sys.modules"
-            elif node.attr == "distributed":
-                why = ("uses torch.distributed: send and reduce through what the lab hands you (the grader "
+            elif "distributed" in node.attr or "c10d" in node.attr:
+                why = (f"uses .{node.attr}: send and reduce through what the lab hands you (the grader "
                        "counts those bytes), not raw collectives")
             elif node.attr.startswith("__") and node.attr.endswith("__"):
                 why = f"reaches behind an object to its class or internals (.{node.attr})"
@@ -132,9 +149,13 @@ def refusal(lab: int, source: str) -> str | None:
             why = f"uses {node.id}, which reaches attributes or classes by name, behind the objects you are handed"
         elif isinstance(node, ast.Name) and node.id.startswith("__") and node.id not in ("__name__", "__doc__"):
             why = f"uses {node.id}, the interpreter's internals"
-        if why:
-            return f"refused: your file {why} (line {node.lineno})"
-    return None
+        if why and why not in found:
+            found[why] = node.lineno
+    if not found:
+        return None
+    # Every reason at once (the first three by line), so a student fixes them in one go.
+    reasons = sorted(found.items(), key=lambda kv: kv[1])[:3]
+    return "refused: your file " + "; ".join(f"{w} (line {ln})" for w, ln in reasons)
 
 
-__all__ = ["ALLOWED_ZEROEDU", "FORBIDDEN_MODULES", "refusal"]
+__all__ = ["ALLOWED_MODULES", "ALLOWED_ZEROEDU", "FORBIDDEN_MODULES", "refusal"]
