@@ -192,3 +192,18 @@ def paced(ctx, op: str, nbytes: int, alpha: float, beta: float) -> dict:
     comm.close()
     return {"t0": t0, "t1": t1, "cpu": c1 - c0, "out": out, "sent": sent,
             "held": comm.pacer.held if paced else 0.0}
+
+
+def stop_self(ctx, rank: int) -> int:
+    """Rank `rank` stops itself (SIGSTOP, as Ctrl-Z or a debugger would); the others wait for it
+    in a collective."""
+    import os
+    import signal
+
+    import torch
+    import torch.distributed as dist
+
+    if ctx.rank == rank:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    dist.all_reduce(torch.ones(1))
+    return ctx.rank

@@ -280,7 +280,9 @@ def test_no_log_folder_outlives_a_run_that_worked_and_a_failed_run_names_its_own
     assert len(kept) == 1, kept  # the failed run's logs, for the reader to look into
     folder = kept.pop()
     assert f"every rank's log is kept in {folder}" in str(ei.value)
-    assert sorted(os.listdir(folder)) == ["links.board", "rank0.log", "rank1.log"]
+    names = os.listdir(folder)
+    assert sorted(n for n in names if not n.startswith((".", "tmp-"))) == ["links.board", "rank0.log", "rank1.log"]
+    assert {".owner", ".kept"} <= set(names)  # named in the error: a later start never sweeps it
     shutil.rmtree(folder)
 
 
@@ -411,3 +413,66 @@ def test_a_running_job_listens_on_loopback_only():
         assert not off, f"listening off loopback: {off}"
     finally:
         pool.close()
+
+
+# ------------------------------------------------------------------ a torchrun rank's rendezvous
+def _torchrun_rank(rank: int, world: int, port: int, *argv: str):
+    """`zeroedu run` as torchrun would start rank `rank` of `world` (its environment, no agent)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+               TORCHELASTIC_RUN_ID="test", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    env.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    return subprocess.Popen([sys.executable, "-m", "zeroedu", "run", "--strategy", "ddp", "--model", "mlp",
+                             "--steps", "1", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _listeners(port: int) -> list[str]:
+    """Local addresses (hex, as /proc/net/tcp{,6} write them) listening on `port`."""
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+                    out.append(local.rsplit(":", 1)[0])
+    return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_torchrun_rank_whose_peers_never_come_stops_at_timeout_in_one_line_listening_on_master_addr_only():
+    import time
+
+    port = _free_port()
+    t0 = time.monotonic()
+    p = _torchrun_rank(0, 2, port, "--timeout", "4")
+    seen = []
+    while p.poll() is None and time.monotonic() - t0 < 60 and not seen:
+        seen = _listeners(port)
+        time.sleep(0.2)
+    out, err = p.communicate(timeout=120)
+    # The store rank 0 hosts listens on MASTER_ADDR (127.0.0.1 = 0100007F), not on every interface.
+    assert seen == ["0100007F"], seen
+    assert p.returncode == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("zeroedu: error: rank 0 could not meet its peers"), err
+    assert "1/2 clients joined" in err and time.monotonic() - t0 < 40  # --timeout, not torch's 30 minutes
+
+
+def test_a_taken_master_port_is_one_line():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        p = _torchrun_rank(0, 2, s.getsockname()[1], "--timeout", "4")
+        out, err = p.communicate(timeout=120)
+    assert p.returncode == 2 and "is taken by another process" in err and "Traceback" not in err, err

@@ -201,3 +201,131 @@ def test_the_report_is_printed_even_when_the_trace_cannot_be_written(tmp_path, m
     p = zeroedu("run", "--strategy", "ddp", "--world-size", "2", "--model", "mlp", "--steps", "1",
                 "--trace", str(tmp_path / "t.json"))
     assert p.returncode == 2 and "match" in p.stdout and "the report above is complete" in p.stderr, p.stderr
+
+
+# ------------------------------------------------------------------ rank failures in one line
+@pytest.mark.parametrize("env,says", [
+    ({"ZEROEDU_BACKEND": "nccl"}, "NCCL needs one CUDA GPU per rank"),
+    ({"GLOO_SOCKET_IFNAME": "bogus0"}, "this machine has no interface 'bogus0'"),
+])
+def test_a_backend_this_machine_cannot_run_is_refused_before_any_rank_starts(monkeypatch, env, says):
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if "ZEROEDU_BACKEND" in env:
+        import torch
+
+        if torch.cuda.is_available():
+            monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)  # fewer GPUs than the 2 ranks asked
+    out = _cli("--strategy", "ddp", "--world-size", "2", "--model", "mlp", "--steps", "1")
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) <= 3  # the progress line, usage, the error
+
+
+def test_a_run_past_its_timeout_is_one_line_naming_the_logs():
+    out = _cli("--strategy", "ddp", "--world-size", "2", "--model", "mlp", "--steps", "200", "--timeout", "0.5")
+    err = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    assert err[-1].startswith("zeroedu: error: ranks did not finish within 0.5 s") and "(logs: " in err[-1], err
+
+
+def test_a_stopped_rank_is_named():
+    from zeroedu.runtime import cluster
+
+    with pytest.raises(RankError) as e:
+        cluster.run("tests.rank_jobs:stop_self", 3, {"rank": 1}, warm=False, timeout=4)
+    assert e.value.rank == 1 and "is stopped (SIGSTOP" in e.value.summary(), e.value.summary()
+
+
+# ------------------------------------------------------------------ bounds, before allocating
+@pytest.mark.parametrize("argv,says", [
+    (["--model", "mlp", "--hidden", "1000000"], "this machine has"),
+    (["--model", "mlp", "--depth", "100000000"], "at most 1,024 Linear layers"),
+    (["--global-batch", "200000"], "of activations for a local batch of 50000"),
+])
+def test_a_run_too_big_for_this_machine_is_refused_before_anything_is_built(argv, says):
+    import time
+
+    t0 = time.perf_counter()
+    out = _cli("--strategy", "ddp", *argv)
+    assert out.returncode == 2 and says in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert time.perf_counter() - t0 < 10  # refused from the closed forms, not after building
+
+
+def test_quiz_and_labs_counts_are_bounded(capsys):
+    out = zeroedu("quiz", "--drills", "1000000000")
+    assert out.returncode == 2 and "at most 1000" in out.stderr and "Traceback" not in out.stderr
+    from zeroedu.labs.__main__ import main as labs_main
+
+    with pytest.raises(SystemExit) as e:
+        labs_main(["check", "1", "--hidden", "100000"])
+    assert e.value.code == 2 and "at most 50 hidden cases" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ nothing left behind
+_POOL_THEN_WAIT = """
+import sys, time
+from zeroedu.runtime import cluster
+if __name__ == "__main__":
+    pool = cluster.Pool(2)
+    print(pool.log_dir, flush=True)
+    time.sleep(120)
+"""
+
+_SAVE = """
+from zeroedu.checkpoint import train_and_save
+from zeroedu.train import RunConfig
+if __name__ == "__main__":
+    train_and_save(RunConfig(strategy="zero2", world_size=2, model="mlp", steps=2), sys.argv[1], [2])
+"""
+
+
+def test_a_killed_parent_leaves_log_folders_the_next_start_sweeps(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from zeroedu.runtime import cluster
+
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    script = tmp_path / "pool.py"
+    script.write_text(_POOL_THEN_WAIT)
+    p = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE, text=True)
+    log_dir = p.stdout.readline().strip()
+    assert log_dir.startswith(str(tmp_path)) and os.path.isdir(log_dir)
+    kept = tmp_path / "zeroedu-ranks-kept"  # a failed run's logs, named in its error
+    kept.mkdir()
+    (kept / ".owner").write_text("999999999 ?")
+    (kept / ".kept").write_text("")
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    time.sleep(3)  # its ranks see the parent gone (they look every second) and exit
+    assert os.path.isdir(log_dir)  # SIGKILL: nothing of the parent ran
+    mine = cluster.Pool(1, log_dir=None)  # a pool of this (live) process: its folder is not swept
+    try:
+        assert cluster.sweep_stale_log_dirs(str(tmp_path)) == [log_dir]
+        assert not os.path.exists(log_dir) and kept.is_dir()
+    finally:
+        mine.close()
+
+
+def test_saving_a_checkpoint_leaves_no_temporary_folder_or_socket(tmp_path):
+    import subprocess
+    import sys
+
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    # a short folder: a Unix socket's path (multiprocessing's, inside it) has at most 107 bytes
+    tmp = Path(tempfile.mkdtemp(prefix="zs-", dir="/tmp"))
+    script = tmp_path / "save.py"
+    script.write_text("import sys\n" + _SAVE)
+    env = dict(os.environ, TMPDIR=str(tmp))
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "ckpt")], env=env, capture_output=True,
+                       text=True, timeout=300)
+    try:
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert sorted(os.listdir(tmp)) == [], os.listdir(tmp)  # no pymp-* (and its listener), no rank logs
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -17,7 +17,7 @@ import importlib
 import os
 import sys
 
-from ..runtime.cluster import RunStopped
+from ..runtime.cluster import RankError, RunStopped
 
 SUBCOMMANDS = ["memory", "run", "tour", "quiz"]
 
@@ -50,6 +50,11 @@ def main(argv=None) -> int:
     except RunStopped as e:
         # The run ended itself (a non-finite loss): one line that names rank and step, status 1.
         print(f"zeroedu: error: rank {e.rank} stopped the run: {e.reason}", file=sys.stderr)
+        return 1
+    except RankError as e:
+        # A rank failed: one line naming it, the cause and where its log is (the whole
+        # traceback is in that log and in `RankError.detail` for the API), status 1.
+        print(f"zeroedu: error: {e.summary()}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         # Ctrl-C: the pool has killed its ranks already (`Pool.run`); one line, and the shell's

@@ -146,7 +146,7 @@ def _run_torchrun(args) -> int:
     if cfg.links is not None:
         raise ValueError("--link emulates links between the local ranks of one machine; under torchrun "
                          "the links are real: run without --link")
-    ranks = cluster.run_torchrun(train_job, {"cfg": config_to_dict(cfg)})
+    ranks = cluster.run_torchrun(train_job, {"cfg": config_to_dict(cfg)}, timeout=args.timeout)
     if ranks is not None:  # rank 0 prints for everyone
         _emit(assemble(cfg, ranks), args)
     return 0

@@ -177,6 +177,9 @@ def main(argv=None) -> int:
             raise ValueError("--path names one lab's file; use --dir for a folder of labs")
         if args.hidden < 0:
             raise ValueError("--hidden must be >= 0")
+        if args.hidden > checks.MAX_HIDDEN:
+            raise ValueError(f"--hidden {args.hidden}: at most {checks.MAX_HIDDEN} hidden cases per lab (each is a "
+                             "run on real ranks, seconds apiece; a criterion must hold on every one)")
         seed = args.seed if args.seed is not None or not args.hidden else checks.new_seed()
         if args.sign and not args.out:
             raise ValueError("--sign signs the grade file: give --out FILE too")

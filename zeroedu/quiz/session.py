@@ -169,6 +169,9 @@ def scripted_answers(s: Session, ticks: str = "all") -> str:
     return "\n".join(lines) + "\n"
 
 
+MAX_DRILLS = 1000  # drills in one session: a person answers them one by one
+
+
 def build(topic: str | None = None, seed: int = 0, n_drills: int = 3, n_cards: int | None = 3,
           card_ids: list[str] | None = None, learner: str | None = None) -> Session:
     """Pick `n_cards` cards of `topic` (all when None) and `n_drills` drills, both by `seed`;
@@ -176,6 +179,9 @@ def build(topic: str | None = None, seed: int = 0, n_drills: int = 3, n_cards: i
     `learner` (`deck.for_learner`; default: ZEROEDU_LEARNER, else the login name)."""
     if n_drills < 0 or (n_cards is not None and n_cards < 0):
         raise ValueError("--drills and --cards must be >= 0")
+    if n_drills > MAX_DRILLS:
+        raise ValueError(f"--drills {n_drills}: at most {MAX_DRILLS} in one session (each is a question you "
+                         "answer; run the quiz again for more)")
     if card_ids:
         chosen = [deck_mod.get_card(c) for c in card_ids]
     else:

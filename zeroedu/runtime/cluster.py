@@ -29,6 +29,7 @@ closes with its process) and kept, named in the error, when a rank failed.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import math
 import multiprocessing as mp
@@ -45,7 +46,8 @@ from typing import Any, Callable
 # Re-exported: callers start ranks here and may need the rank side's names.
 from .links import create_board
 from .rank import (LOG_CAP, JobStopped, Limits, RankContext, choose_backend, loopback_interface,  # noqa: F401
-                   run_torchrun, stale_torchrun_variables, under_torchrun, worker_main)
+                   RendezvousFailed, stale_torchrun_variables, under_torchrun, worker_main)
+from .rank import run_torchrun as _run_torchrun
 
 MAX_LOCAL_RANKS = 16
 DEFAULT_TIMEOUT = 60.0
@@ -62,6 +64,64 @@ def _start_hint(pool) -> str:
             "main module again)")
 
 
+LOG_PREFIX = "zeroedu-ranks-"
+OWNER_FILE, KEPT_FILE = ".owner", ".kept"
+
+
+def _identity(pid: int) -> str:
+    """A process's pid and start time (clock ticks since boot, /proc/<pid>/stat field 22): a
+    pid reused by another process after a reboot or wrap-around does not match."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f"{pid} {f.read().rsplit(')', 1)[1].split()[19]}"
+    except (OSError, IndexError):
+        return f"{pid} ?"
+
+
+_swept = False
+
+
+def sweep_stale_log_dirs(root: str | None = None) -> list[str]:
+    """Remove the rank-log folders (`zeroedu-ranks-*` in the temporary folder) whose pool's
+    process is gone without closing it (SIGTERM, SIGKILL, a crash): nothing names them. A folder
+    a failed run kept (named in its error) stays, and so does one whose owner is unknown. Runs
+    once per process, at the first pool's start (or on request with `root`); returns what went."""
+    global _swept
+    if root is None:
+        if _swept:
+            return []
+        _swept = True
+    root = root or tempfile.gettempdir()
+    gone = []
+    try:
+        names = [n for n in os.listdir(root) if n.startswith(LOG_PREFIX)]
+    except OSError:
+        return gone
+    for name in names:
+        d = os.path.join(root, name)
+        try:
+            if os.path.exists(os.path.join(d, KEPT_FILE)):
+                continue
+            with open(os.path.join(d, OWNER_FILE)) as f:
+                owner = f.read().strip()
+            pid = int(owner.split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+        if pid != os.getpid() and _identity(pid) != owner:
+            shutil.rmtree(d, ignore_errors=True)
+            gone.append(d)
+    return gone
+
+
+def _state(pid: int | None) -> str:
+    """A process's state letter from /proc (R, S, D, T stopped, t traced, Z); "" if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError, TypeError):
+        return ""
+
+
 class RankError(RuntimeError):
     """One rank failed; `rank` names it and `detail` carries its traceback or exit reason;
     `type` is the class of the exception it raised ("module.Class"; None if it raised none)."""
@@ -73,6 +133,19 @@ class RankError(RuntimeError):
         if log_tail.strip():
             msg += f"\n--- log of {who} (tail) ---\n{log_tail.rstrip()}"
         super().__init__(msg)
+        self.log_dir: str | None = None  # where every rank's log is kept, when the pool kept them
+
+    def summary(self) -> str:
+        """One line: who, what happened, the cause (the exception's own line from the end of
+        the traceback, or the first line of the reason) and where the logs are."""
+        lines = [ln.strip() for ln in self.detail.strip().splitlines() if ln.strip()]
+        tb = [ln for ln in self.detail.splitlines() if ln and not ln[0].isspace() and not ln.startswith("Traceback")]
+        cause = (tb[-1] if self.type and tb else lines[0] if lines else "no detail").strip()
+        if len(cause) > 400:
+            cause = cause[:400] + " ..."
+        who = f"rank {self.rank}" if self.rank is not None else "ranks"
+        where = f" (logs: {self.log_dir})" if self.log_dir else ""
+        return f"{who} {self.kind}: {cause}{where}"
 
 
 class RunStopped(RankError):
@@ -186,7 +259,12 @@ class Pool:
         # The pool owns a log folder it made: removed when it closes after jobs that worked,
         # kept (and named in the error) when a rank failed, for the reader to look into.
         self._own_logs, self._failed = log_dir is None, False
-        self.log_dir = log_dir or tempfile.mkdtemp(prefix="zeroedu-ranks-")
+        if log_dir is None:
+            sweep_stale_log_dirs()
+        self.log_dir = log_dir or tempfile.mkdtemp(prefix=LOG_PREFIX)
+        if self._own_logs:  # who made it, so a later start can tell a folder whose parent died
+            with open(os.path.join(self.log_dir, OWNER_FILE), "w") as f:
+                f.write(_identity(os.getpid()))
         self.log_paths = [os.path.join(self.log_dir, f"rank{r}.log") for r in range(n)]
         self.log_cap = log_cap  # bytes each rank's log keeps (`rank.LOG_CAP`); later output is dropped
         self.limits = limits  # CPU and memory limits every rank sets on itself (`rank.Limits`)
@@ -260,10 +338,18 @@ class Pool:
                 self._diagnose({}, waiting_for)
             if time.monotonic() > deadline:
                 hung = sorted(waiting_for)
+                stopped = [r for r in hung if _state(self.procs[r].pid) in ("T", "t")]
+                if stopped:  # stopped by a signal or a debugger: its peers only wait for it
+                    r = stopped[0]
+                    self._fail(RankError(r, f"did not finish within {self._limit:g} s",
+                                         f"rank {r} (pid {self.procs[r].pid}) is stopped (SIGSTOP, Ctrl-Z or a "
+                                         "debugger) and never resumed; the other ranks waited for it",
+                                         self._tail(r)))
                 first = hung[0] if len(hung) == 1 else None
                 self._fail(RankError(first, f"did not finish within {self._limit:g} s",
                                      f"no result from rank(s) {hung}: hung (e.g. waiting in a "
-                                     "collective for a peer that never arrived)",
+                                     "collective for a peer that never arrived); raise --timeout "
+                                     "(timeout=) if the job needs longer",
                                      self._tail(hung[0]) if hung else ""))
 
     # When one rank fails, its peers soon fail too (a collective whose peer is gone). Collect for
@@ -309,6 +395,9 @@ class Pool:
         self._failed = True
         if self._own_logs:
             err.args = (f"{err.args[0]}\n(every rank's log is kept in {self.log_dir})",)
+            err.log_dir = self.log_dir
+            with contextlib.suppress(OSError):  # named in the error: never swept
+                open(os.path.join(self.log_dir, KEPT_FILE), "w").close()
         self.close(force=True)
         raise err
 
@@ -416,6 +505,15 @@ def _close_pools_at_exit() -> None:
     # The warm pools end with the process that kept them (a kernel, a script), logs with them.
     for p in list(_POOLS.values()):
         p.close(force=True)
+
+
+def run_torchrun(fn: Callable | str, kwargs: dict | None = None, timeout: float | None = None) -> list[Any] | None:
+    """`rank.run_torchrun`, with a rendezvous that failed (peers that never came within
+    `timeout`) raised as a `RankError` naming this rank, like a local rank's failure."""
+    try:
+        return _run_torchrun(fn, kwargs, timeout=check_timeout(timeout))
+    except RendezvousFailed as e:
+        raise RankError(e.rank, "could not meet its peers", str(e), type_=e.type) from None
 
 
 def run(fn: Callable | str, n: int, kwargs: dict | None = None, *, warm: bool = True,

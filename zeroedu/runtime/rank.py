@@ -9,6 +9,7 @@ torchrun started, on GPUs and across nodes.
 from __future__ import annotations
 
 import datetime
+import errno
 import importlib
 import io
 import math
@@ -62,24 +63,33 @@ class Limits:
                 value = value if hard == resource.RLIM_INFINITY else min(value, hard)
                 resource.setrlimit(which, (value, hard))
         if self.confine is not None:
-            import tempfile
-
             from . import confine
 
             if log_dir:  # jobs' temporary files go under the one folder the rank may write
-                tmp = os.path.join(log_dir, f"tmp-{os.getpid()}")
-                os.makedirs(tmp, exist_ok=True)
-                os.environ["TMPDIR"] = tempfile.tempdir = tmp
-                # multiprocessing's own temporary folder (where the socket that hands result
-                # tensors to the parent is bound) may have been made under /tmp already, before
-                # the rank started: the next one is made under `tmp`.
-                import multiprocessing.process
-
-                multiprocessing.process.current_process()._config.pop("tempdir", None)
+                _private_temp_dir(log_dir)
             try:
                 confine.confine(read=self.confine, write=[log_dir] if log_dir else [])
             except OSError as e:  # no Landlock here: limits still hold, the file system is open
                 print(f"[rank not confined] {e}", flush=True)
+
+
+def _private_temp_dir(log_dir: str) -> str:
+    """This rank's temporary files (multiprocessing's folder, where the socket that hands result
+    tensors to the parent is bound; `tempfile`'s) go into its pool's log folder, which the pool
+    removes when it closes: a rank ends with os._exit or is killed, and a folder in /tmp would
+    outlive it with its socket. A folder made under /tmp before the rank started (the
+    forkserver's) is not reused."""
+    import multiprocessing.process
+    import tempfile
+
+    tmp = os.path.join(log_dir, f"tmp-{os.getpid()}")
+    os.makedirs(tmp, exist_ok=True)
+    os.environ["TMPDIR"] = tempfile.tempdir = tmp
+    # multiprocessing binds its sockets there as "listener-xxxxxxxx"; a Unix socket's path has
+    # at most 107 bytes, so a log folder too deep for that keeps multiprocessing's default.
+    if len(os.fsencode(log_dir)) + len("/listener-xxxxxxxx") < 107:
+        multiprocessing.process.current_process()._config["tempdir"] = log_dir
+    return tmp
 
 
 def _mapped_bytes() -> int:
@@ -128,10 +138,19 @@ def check_backend(name: str) -> str:
 
 
 def choose_backend(n: int) -> str:
+    import torch
+
     forced = os.environ.get("ZEROEDU_BACKEND")
     if forced:
-        return check_backend(forced)
-    import torch
+        check_backend(forced)
+        if forced == "nccl":
+            gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            if gpus < n:
+                why = ("this torch has no CUDA" if torch.version.cuda is None else
+                       f"this machine shows {gpus} CUDA GPU(s)")
+                raise ValueError(f"ZEROEDU_BACKEND=nccl: NCCL needs one CUDA GPU per rank, {n} here, and {why}; "
+                                 "unset ZEROEDU_BACKEND (gloo runs the ranks on the CPU)")
+        return forced
 
     return "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= n else "gloo"
 
@@ -232,9 +251,15 @@ def _watch_parent(ppid: int) -> None:
 def loopback_interface() -> str:
     """The network interface gloo's local ranks talk over: GLOO_SOCKET_IFNAME when set, else
     this machine's loopback, found by name (Linux calls it `lo`, macOS and the BSDs `lo0`)."""
-    if os.environ.get("GLOO_SOCKET_IFNAME"):
-        return os.environ["GLOO_SOCKET_IFNAME"]
     names = [name for _, name in socket.if_nameindex()]
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        given = os.environ["GLOO_SOCKET_IFNAME"]
+        # gloo takes a comma-separated list; every name must be an interface of this machine
+        missing = [g for g in given.split(",") if g not in names]
+        if missing:
+            raise ValueError(f"GLOO_SOCKET_IFNAME={given!r}: this machine has no interface {missing[0]!r} "
+                             f"(it has {', '.join(names)}); unset it for local ranks, or name one of those")
+        return given
     for name in ("lo", "lo0", *sorted(n for n in names if n.startswith("lo"))):
         if name in names:
             return name
@@ -326,6 +351,7 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
     sys.stdout, sys.stderr = _CappedStream(sys.stdout, cap), _CappedStream(sys.stderr, cap)
     threading.Thread(target=cap.watch, daemon=True).start()
     os.environ["GLOO_SOCKET_IFNAME"] = loopback_interface()
+    _private_temp_dir(os.path.dirname(log_path))
     import torch
     import torch.distributed as dist
 
@@ -378,6 +404,36 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
 
 
+def _store_bound_to(addr: str, port: int, world: int, timeout):
+    """The rendezvous store's server, listening on `addr` only (its socket bound here and handed
+    to torch's TCPStore)."""
+    import torch.distributed as dist
+
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(sockaddr)
+        sock.listen(max(16, 2 * world))
+    except OSError:
+        sock.close()
+        raise
+    return dist.TCPStore(addr, port, world, is_master=True, timeout=timeout, master_listen_fd=sock.detach(),
+                         multi_tenant=True)
+
+
+class RendezvousFailed(RuntimeError):
+    """A torchrun rank could not meet its peers (`run_torchrun`); `rank` and `where` (the
+    rendezvous address) name it. `cluster.run_torchrun` turns it into a `RankError`."""
+
+    def __init__(self, rank: int, where: str, e: Exception):
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        self.rank, self.where, self.type = rank, where, type(e).__name__
+        super().__init__(f"{type(e).__name__}: {first} (rendezvous at {where}, WORLD_SIZE="
+                         f"{os.environ.get('WORLD_SIZE')}; a peer that never started, a wrong MASTER_ADDR, "
+                         "or a firewall between the nodes)")
+
+
 def under_torchrun() -> bool:
     """A process torchrun started: its rank variables, and the run id its elastic agent sets for
     every worker it starts (torch/distributed/elastic/agent/server/local_elastic_agent.py,
@@ -393,8 +449,12 @@ def stale_torchrun_variables() -> list[str]:
     return [k for k in (*TORCHRUN_VARS, "MASTER_ADDR", "MASTER_PORT") if k in os.environ]
 
 
-def run_torchrun(fn: Callable | str, kwargs: dict | None = None) -> list[Any] | None:
-    """Run a job in a process torchrun started; rank 0 gets every rank's result, others None."""
+def run_torchrun(fn: Callable | str, kwargs: dict | None = None, timeout: float | None = None) -> list[Any] | None:
+    """Run a job in a process torchrun started; rank 0 gets every rank's result, others None.
+
+    `timeout` (seconds) bounds the rendezvous (peers that never arrive) and every collective,
+    as it bounds a local run. A MASTER_PORT another process holds is a ValueError naming it;
+    peers that never arrived, a RankError naming this rank and how many came."""
     import torch
     import torch.distributed as dist
 
@@ -405,7 +465,35 @@ def run_torchrun(fn: Callable | str, kwargs: dict | None = None) -> list[Any] | 
     if backend == "nccl":
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
-    dist.init_process_group(backend)
+    addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ.get("MASTER_PORT", "29500")
+    where = f"{addr}:{port}"
+    limit = {} if timeout is None else {"timeout": datetime.timedelta(seconds=timeout)}
+    rank = int(os.environ["RANK"])
+    try:
+        if rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != str(True):
+            # This rank hosts the rendezvous store. torch's own TCPStore would listen on every
+            # interface (*:port, seen with `ss -ltn`); bound here, it listens where MASTER_ADDR
+            # says (127.0.0.1: this machine only). Under torchrun's agent store the agent hosts
+            # it (docs/multinode.md).
+            store = _store_bound_to(addr, int(port), world, limit.get("timeout", datetime.timedelta(minutes=30)))
+            # The prefix the other ranks' env:// rendezvous puts on their keys (torch's
+            # init_process_group does so for a store it makes itself, not for one handed to it).
+            store = dist.PrefixStore("default_pg", store)
+            dist.init_process_group(backend, store=store, rank=0, world_size=world, **limit)
+        else:
+            dist.init_process_group(backend, **limit)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            raise ValueError(f"MASTER_PORT: {where} is taken by another process; give torchrun another "
+                             "--master-port (or --rdzv-endpoint)") from None
+        raise
+    except dist.DistNetworkError as e:
+        if "EADDRINUSE" in str(e) or "address already in use" in str(e).lower():
+            raise ValueError(f"MASTER_PORT: {where} is taken by another process; give torchrun another "
+                             "--master-port (or --rdzv-endpoint)") from None
+        raise RendezvousFailed(int(os.environ["RANK"]), where, e) from None
+    except dist.DistStoreError as e:
+        raise RendezvousFailed(int(os.environ["RANK"]), where, e) from None
     try:
         ctx = RankContext(dist.get_rank(), world, backend, device)
         out = _resolve(fn)(ctx, **(kwargs or {}))

@@ -18,6 +18,7 @@ resolves first, so only resolved values cross; `config_from_dict` on the rank re
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import asdict, dataclass, field, fields
 
 from ..catalog import get_spec
@@ -153,6 +154,7 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
     dp = cfg.world_size // tp
     batch = cfg.global_batch if cfg.global_batch is not None else model.default_global_batch
     local_slice(batch, dp, 0)  # validates divisibility
+    _check_fits(model, cfg.world_size, batch // dp)
     k = cfg.micro_batches
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"micro-batches must be an integer >= 1, got {k!r}")
@@ -211,6 +213,52 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         clip_grad_norm=cfg.clip_grad_norm, collectives=cfg.collectives, links=links, timeline=cfg.timeline,
         strategy_class=cfg.strategy_class, stream=cfg.stream, return_params=cfg.return_params,
         tp=tp, sequence_parallel=bool(cfg.sequence_parallel))
+
+
+MAX_MLP_DEPTH = 1024  # Linear layers: each is a unit with its own hooks and collectives
+
+
+def machine_memory() -> int | None:
+    """Bytes of memory this process may use: the machine's RAM, or its cgroup's limit when lower
+    (a container); None where neither can be read."""
+    total = None
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit.isdigit():
+            total = min(total or int(limit), int(limit))
+    except OSError:
+        pass
+    return total
+
+
+def _check_fits(model, world_size: int, local_batch: int) -> None:
+    """A run that cannot fit this machine is refused here, before anything is built: each rank
+    builds the whole model before sharding it and the parent builds the reference, so the
+    floor is (ranks + 1) x 16 bytes per parameter (fp32 weights, gradients, Adam's two moments)
+    plus each rank's activations for its batch (the closed forms; a custom model is the user's)."""
+    if isinstance(model, CustomModel):
+        return
+    if isinstance(model, MLPConfig) and model.depth > MAX_MLP_DEPTH:
+        raise ValueError(f"--depth {model.depth}: an mlp has at most {MAX_MLP_DEPTH:,} Linear layers here (each "
+                         "is a unit with its own hooks and collectives; deeper builds for minutes and teaches "
+                         "nothing more)")
+    memory = machine_memory()
+    if memory is None:
+        return
+    psi = model.param_count()
+    states = (world_size + 1) * 16 * psi
+    acts = world_size * model.activation_bytes(local_batch, 4)
+    if states + acts > memory:
+        gb = lambda b: f"{b / 1e9:,.1f} GB"  # noqa: E731
+        raise ValueError(f"this run needs at least {gb(states + acts)} and this machine has {gb(memory)}: "
+                         f"Ψ = {psi:,} parameters x 16 bytes of model states on each of the {world_size} ranks "
+                         f"and the reference ({gb(states)}), plus {gb(acts)} of activations for a local batch "
+                         f"of {local_batch}; use a smaller model (--hidden, --depth), batch or world size")
 
 
 def _check_tp(cfg: RunConfig, spec, model) -> int:
