@@ -28,6 +28,24 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # over a few steps the losses drift by ~1e-3 (measured ~5e-4 for bf16 DDP,
 # tests/test_ddp_bucketed.py): 1e-2 leaves room.
 TOLERANCE = {"fp32": 1e-6, "megatron-bf16": 1e-2, "mixed-bf16": 1e-2, "fp16": 1e-2}
+# Over longer runs a low-precision trajectory separates from the fp32 one: the rounding of each
+# step changes the next step's weights, and the difference compounds (the strategies stay
+# together: ddp, hsdp and fsdp2 in bf16 peak at the same step). Measured against the fp32
+# reference, DDP on 2 ranks: gpt-tiny 0.2 % by step 20, 3.5 % at step 41, 5.5 % at step 116
+# (mixed-bf16) and 4.6 % at step 92 (fp16); gpt-small 0.24 % over 60 steps; the MLP 0.05 %.
+# So the flat tolerance holds for the first TOLERANCE_STEPS steps and then widens by
+# TOLERANCE_PER_STEP a step (`loss_tolerance`): 10.6 % at step 116, 8.2 % at step 92.
+TOLERANCE_STEPS = 20
+TOLERANCE_PER_STEP = 1e-3
+
+
+def loss_tolerance(recipe: str, step: int) -> float:
+    """Relative tolerance of the loss at 0-based `step` against single-process fp32 training:
+    `TOLERANCE[recipe]`, widened after `TOLERANCE_STEPS` steps for low-precision recipes."""
+    base = TOLERANCE[recipe]
+    if recipe == "fp32" or step < TOLERANCE_STEPS:
+        return base
+    return base + TOLERANCE_PER_STEP * (step + 1 - TOLERANCE_STEPS)
 
 
 @dataclass(frozen=True)

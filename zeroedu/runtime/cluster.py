@@ -79,6 +79,28 @@ def _identity(pid: int) -> str:
 
 
 _swept = False
+MIN_FREE_BYTES = 64 << 20  # rank logs (up to LOG_CAP each, usually KBs), the board, sockets
+
+
+def check_temp_dir() -> str:
+    """The temporary folder the ranks' logs go to, checked before any rank starts: a TMPDIR
+    that cannot take a file is not swapped for /tmp behind the user's back (Python's `tempfile`
+    does that), and a folder with under 64 MiB free is refused, instead of a rank that dies
+    writing its log ("exited with code 1", an empty log)."""
+    given = os.environ.get("TMPDIR")
+    if given and not (os.path.isdir(given) and os.access(given, os.W_OK | os.X_OK)):
+        raise ValueError(f"TMPDIR={given} is not a folder this process can write (rank logs go there); "
+                         "point TMPDIR at one, or unset it")
+    root = given or tempfile.gettempdir()
+    try:
+        st = os.statvfs(root)
+    except OSError:
+        return root
+    free = st.f_bavail * st.f_frsize
+    if free < MIN_FREE_BYTES:
+        raise ValueError(f"the temporary folder {root} has {free / 2**20:.1f} MiB free; the ranks' logs need at "
+                         f"least {MIN_FREE_BYTES >> 20} MiB there: free some space or set TMPDIR to another folder")
+    return root
 
 
 def sweep_stale_log_dirs(root: str | None = None) -> list[str]:
@@ -260,6 +282,7 @@ class Pool:
         # kept (and named in the error) when a rank failed, for the reader to look into.
         self._own_logs, self._failed = log_dir is None, False
         if log_dir is None:
+            check_temp_dir()
             sweep_stale_log_dirs()
         self.log_dir = log_dir or tempfile.mkdtemp(prefix=LOG_PREFIX)
         if self._own_logs:  # who made it, so a later start can tell a folder whose parent died
