@@ -94,6 +94,9 @@ CASES = [
     (M.forward_flops_only(0.7875, 7e9, 400e12), 0.7875 * 400e12 / (2 * 7e9), "6Ψ"),
     # equal terms (e = 1/2) with one α per collective: α = 2(N-1)/N · S/β, S = N·α·β / (2(N-1))
     (M.one_latency_per_collective(8, 50e9, 5e-6, 0.5), 8 * 5e-6 * 50e9 / 14, "2(N-1) steps"),
+    # mixed-bf16 without its fp32 master: 2 + 2 + 8; ZeRO-3 over DDP with gathers as all-reduces
+    (M.master_forgotten("mixed-bf16"), 2 + 2 + 8, "fp32 master"),
+    (M.gathers_counted_as_allreduces(7e9, 8), 2.0, "double"),
 ]
 
 

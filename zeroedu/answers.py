@@ -7,6 +7,7 @@ Numbers (`read_number`, `parse_quantity`). An answer is one quantity, written as
     26.25          26.25 GB        36.75 GB per rank     ~26.25gb      2.625e10 bytes
     14e9 B         3/2             1.5×                  1.5x DDP's bytes
     787.5 ms       7,500 tokens    25 MiB                50 %
+    1.5 times      50 % more       35.86 GiB             38,500,000,000 (bytes, for a size in GB)
 
 that is, an optional "about", a number (decimal, with thousands commas, an exponent, or a
 fraction a/b), an optional unit, and optional words after it that hold no digit ("per rank",
@@ -17,8 +18,11 @@ ms" for a size in GB) and a bare number is read in the question's unit. Text wit
 ("14 26.25 38.5") is unreadable: a list of guesses earns nothing.
 
 Choices (`read_choice`): one option's key (a letter, or a name), keys separated by commas,
-spaces, "and" or "+", a collection of keys, or one option's full text. Terms (`normalize_term`): case, width, spaces, hyphens, underscores,
-punctuation and a leading article dropped.
+spaces, "and" or "+", a collection of keys, one option's full text, or the option said in words
+(`match_option`: most of the answer's content words in one option and no other named whole;
+"optimizer state and gradients" picks two). Terms (`normalize_term`, `term_forms`): case, width,
+spaces, hyphens, underscores, punctuation and a leading article dropped, small numbers and
+ordinals in words as digits ("ZeRO stage one"), and code unwrapped (`device="meta"` reads "meta").
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ UNIT_FAMILIES: dict[str, dict[str, float]] = {
               "kib": 2.0 ** 10, "mib": 2.0 ** 20, "gib": 2.0 ** 30, "tib": 2.0 ** 40},
     "rate": {"b/s": 1, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12},
     "time": {"s": 1, "sec": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9},
-    "ratio": {"x": 1, "×": 1},
+    "ratio": {"x": 1, "×": 1, "times": 1, "fold": 1, "-fold": 1},
     "percent": {"%": 1e-2},
     "count": {"k": 1e3, "m": 1e6, "tokens": 1, "token": 1, "ktokens": 1e3},
     "flops": {"flop/s": 1, "tflop/s": 1e12, "pflop/s": 1e15},
@@ -62,6 +66,16 @@ _ANY_UNIT = {u: s for units in UNIT_FAMILIES.values() for u, s in units.items()}
 def read_quantity(text: str) -> tuple[float, str] | None:
     """The number an answer gives and the unit it names ("" for none), before any conversion;
     None when the text is not one quantity (module docstring)."""
+    read = _read(text)
+    return None if read is None else read[:2]
+
+
+MORE = {"more", "larger", "bigger", "higher", "extra"}
+LESS = {"less", "fewer", "smaller", "lower"}
+
+
+def _read(text: str) -> tuple[float, str, str] | None:
+    """`read_quantity`, with the words after the unit ("more", "per rank")."""
     t = unicodedata.normalize("NFKC", str(text)).strip().lower().rstrip(".")
     t = t.replace(",", "").replace("_", "").replace("\u2009", "").replace("\u00a0", " ")
     t = _APPROX.sub("", t).strip()
@@ -77,23 +91,45 @@ def read_quantity(text: str) -> tuple[float, str] | None:
     u, rest = m.group("unit"), m.group("rest").strip()
     if u.endswith("'s") or (rest and not u):  # "1.5 DDP's bytes": words, not a unit
         return None
-    return value, u
+    return value, u, rest
 
 
 def parse_quantity(text: str, unit: str | None = None, scale: float = 1.0) -> float | None:
     """One quantity in base units (module docstring), or None when `text` is not one. `unit`:
     the question's unit, whose family the answer must use (a bare number is in it, so times
     `scale`); None accepts any known unit and reads a bare number as it is."""
-    read = read_quantity(text)
+    read = _read(text)
     if read is None:
         return None
-    value, u = read
+    value, u, rest = read
     if u == "":
         return value * (scale if unit is not None else 1.0)
-    units = _ANY_UNIT if unit is None else UNIT_FAMILIES[unit_family(unit)]
+    family = None if unit is None else unit_family(unit)
+    if u == "%" and family == "ratio":  # "50 % more" is 1.5 times, "25 % less" 0.75
+        words = set(rest.split())
+        if words & MORE:
+            return 1 + value / 100
+        if words & LESS:
+            return 1 - value / 100
+        return None
+    units = _ANY_UNIT if unit is None else UNIT_FAMILIES[family]
     if u not in units:
         return None
     return value * units[u]
+
+
+def readings(text: str, unit: str | None = None, scale: float = 1.0) -> list[float]:
+    """Every value `text` may mean for a question in `unit`: `parse_quantity`'s, and, for a
+    bare number asked in a unit of bytes, the number as bytes ("38,500,000,000" for 38.5 GB:
+    a person who writes every digit means bytes). Empty when `text` is not one quantity."""
+    first = parse_quantity(text, unit, scale)
+    if first is None:
+        return []
+    out = [first]
+    read = _read(text)
+    if unit is not None and read[1] == "" and unit_family(unit) == "bytes" and scale != 1:
+        out.append(read[0])
+    return out
 
 
 def is_number(x) -> bool:
@@ -114,12 +150,65 @@ def close(got: float, want: float, rel: float) -> bool:
     return abs(got - want) <= rel * abs(want) if want else abs(got) <= rel
 
 
+_NUMBER_WORDS = {"one": "1", "two": "2", "three": "3", "four": "4", "first": "1", "second": "2", "third": "3",
+                 "fourth": "4", "1st": "1", "2nd": "2", "3rd": "3", "4th": "4"}
+
+
 def normalize_term(text: str) -> str:
     """Case, width, spaces, hyphens, underscores and punctuation dropped; a leading article
-    too. "Reduce-Scatter", "reduce_scatter" and "the reduce scatter" all give "reducescatter"."""
+    too; small numbers and ordinals in words as digits ("stage one", "the third stage").
+    "Reduce-Scatter", "reduce_scatter" and "the reduce scatter" all give "reducescatter"."""
     t = unicodedata.normalize("NFKC", str(text)).strip().lower()
     t = re.sub(r"^(?:the|a|an)\s+", "", t)
+    t = re.sub(r"\b(" + "|".join(_NUMBER_WORDS) + r")\b", lambda m: _NUMBER_WORDS[m.group(1)], t)
     return "".join(ch for ch in t if ch.isalnum())
+
+
+_KEYWORD = re.compile(r"^[a-z_][\w.]*\s*=\s*(.+)$", re.I)      # device="meta"
+_CALL = re.compile(r"^[a-z_][\w.]*\((.*)\)$", re.I)              # torch.device("meta")
+_QUOTED = re.compile(r"""^(["'`])(.*)\1$""")                     # "meta"
+
+
+def term_forms(text: str) -> list[str]:
+    """The answer, and what it says when written as code: the value of a keyword argument,
+    the argument of a call, the inside of quotes (`device="meta"` also reads "meta"). Only a
+    whole answer in one of those forms is unwrapped, never a term inside a sentence."""
+    t = unicodedata.normalize("NFKC", str(text)).strip().rstrip(".")
+    out = [t]
+    for _ in range(4):
+        m = _KEYWORD.match(t) or _CALL.match(t) or _QUOTED.match(t)
+        if not m:
+            break
+        t = m.group(m.lastindex).strip()
+        out.append(t)
+    return out
+
+
+_STOP = {"a", "an", "the", "of", "in", "on", "at", "to", "as", "is", "are", "its", "it", "and", "or", "for",
+         "each", "every", "be", "by", "with", "while", "when", "then", "that", "this", "their", "so"}
+
+
+def _content_words(text: str) -> set[str]:
+    words = re.findall(r"[a-z0-9]+", unicodedata.normalize("NFKC", str(text)).lower())
+    return {w[:-1] if w.endswith("s") and len(w) > 3 else w for w in words if w not in _STOP}
+
+
+def match_option(text: str, options) -> int | None:
+    """The option an answer written in words means: the one holding most of the answer's
+    content words (at least 60 % of them, plural or singular), and strictly more than any
+    other; None when no option stands out (an answer naming two options means neither)."""
+    words = _content_words(text)
+    if not words:
+        return None
+    scores = sorted(((len(words & _content_words(o)) / len(words), i) for i, o in enumerate(options)), reverse=True)
+    best, i = scores[0]
+    if best < 0.6 or (len(scores) > 1 and scores[1][0] >= best):
+        return None
+    # Another option named whole besides it ("reduce-scatter all-gather"): two answers, none.
+    mine = _content_words(options[i])
+    if any(j != i and (w := _content_words(o)) and w <= words and not w <= mine for j, o in enumerate(options)):
+        return None
+    return i
 
 
 def read_choice(answer, options, keys=None) -> frozenset[int] | None:
@@ -146,9 +235,21 @@ def read_choice(answer, options, keys=None) -> frozenset[int] | None:
     for tok in tokens:
         k = normalize_term(tok.strip("()[]."))
         if k not in by_key:
-            return None
+            return _in_words(t, options) if isinstance(answer, str) else None
         picked.add(by_key[k])
     return frozenset(picked)
+
+
+def _in_words(text: str, options) -> frozenset[int] | None:
+    """Options named in words: the whole answer matched to one option, else each part of a
+    list ("optimizer state and gradients") matched to its own."""
+    parts = [p for p in re.split(r"\s*[,;]\s*|\s+and\s+|\s*\+\s*", text) if p.strip()]
+    if len(parts) >= 2:
+        picked = [match_option(p, options) for p in parts]
+        if None not in picked and len(set(picked)) == len(picked):
+            return frozenset(picked)
+    one = match_option(text, options)
+    return None if one is None else frozenset({one})
 
 
 def learner_seed(learner: str | None = None) -> int:
@@ -164,5 +265,5 @@ def learner_seed(learner: str | None = None) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
 
 
-__all__ = ["LETTERS", "learner_seed", "UNIT_FAMILIES", "unit_family", "read_quantity", "parse_quantity", "is_number", "read_number", "close",
-           "normalize_term", "read_choice"]
+__all__ = ["LETTERS", "learner_seed", "UNIT_FAMILIES", "unit_family", "read_quantity", "parse_quantity", "readings",
+           "is_number", "read_number", "close", "normalize_term", "term_forms", "match_option", "read_choice"]

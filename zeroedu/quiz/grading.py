@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ..answers import LETTERS, close, normalize_term, parse_quantity, read_choice
+from ..answers import LETTERS, close, normalize_term, read_choice, readings, term_forms
 
 TOLERANCE = 0.01  # relative, for Number checks
 
@@ -79,12 +79,14 @@ class Number:
         return fig.text()
 
     def grade(self, answer: str, fig) -> Result:
-        got = parse_quantity(answer, fig.unit, fig.scale)
+        values = readings(answer, fig.unit, fig.scale)
         exp = float(fig.value())
-        if got is None:
+        if not values:
             return Result(False, answer, fig.text(),
                           f"give one number{' in ' + fig.unit if fig.unit else ''}")
-        ok = close(got, exp, self.tolerance) if exp else got == 0
+        right = [v for v in values if (close(v, exp, self.tolerance) if exp else v == 0)]
+        got = right[0] if right else values[0]
+        ok = bool(right)
         note = "" if ok else self.diagnose(got) or (f"off by {100 * (got - exp) / exp:+.0f} %" if exp else "")
         return Result(ok, answer, fig.text(), note)
 
@@ -185,7 +187,8 @@ class Term:
         return self.accepted[0]
 
     def grade(self, answer: str, fig=None) -> Result:
-        ok = bool(answer.strip()) and normalize_term(answer) in {normalize_term(a) for a in self.accepted}
+        accepted = {normalize_term(a) for a in self.accepted}
+        ok = bool(answer.strip()) and any(normalize_term(f) in accepted for f in term_forms(answer))
         return Result(ok, answer, self.accepted[0], self.why)
 
 

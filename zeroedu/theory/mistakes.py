@@ -432,6 +432,29 @@ def other_recipe_bytes(asked: str, confused: str) -> Mistake:
                    f"that is the {confused} recipe's bytes per parameter, not {asked}'s")
 
 
+def master_forgotten(recipe: str) -> Mistake:
+    """Bytes per parameter of a mixed-precision recipe without its fp32 master copy: the
+    optimizer updates an fp32 copy of every 16-bit weight (4 bytes), which is easy to leave out
+    of "2 + 2 + 8"."""
+    from ..recipes import get_recipe
+
+    r = get_recipe(recipe)
+    if r.master is None:
+        raise ValueError(f"{recipe} keeps no separate master copy")
+    return Mistake("master_forgotten", float(r.total_bytes - 4),
+                   "that leaves out the fp32 master copy of the weights (4 bytes): Adam updates an fp32 copy, "
+                   "not the 16-bit weight, so the optimizer state is master + m + v = 12 bytes")
+
+
+def gathers_counted_as_allreduces(psi, n) -> Mistake:
+    """ZeRO-3's traffic over DDP's with the two parameter all-gathers and the gradient
+    reduce-scatter counted as two all-reduces: the "double" some notes quote."""
+    ddp = Fraction(comm_per_rank("ddp", psi, n).total())  # one all-reduce of the gradients
+    return Mistake("gathers_counted_as_allreduces", float(2 * ddp / ddp),
+                   "the \"double\" myth: an all-gather or a reduce-scatter moves half an all-reduce's bytes, "
+                   "so two gathers and one reduce-scatter are 3Ψ against DDP's 2Ψ, 1.5 times, not 2")
+
+
 def forward_flops_only(seconds, psi, flops) -> Mistake:
     """Tokens whose compute lasts `seconds` at `flops`, counted with 2Ψ FLOPs per token (the
     forward alone) instead of 6Ψ (forward 2Ψ + backward 4Ψ)."""
@@ -459,6 +482,7 @@ MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_fo
             ring_model_share, bytes_time_kept, latency_alone, bytes_time_ignored, off_by_one, power_of_two_habit,
             optimizer_over_m_only, elements_ratio, kept_for_saved, nothing_kept, other_mode,
             transient_forgotten, heads_alone, all_sharded, large_n_limit, baseline_forgotten,
-            whole_for_shard, other_recipe_bytes, forward_flops_only, one_latency_per_collective)
+            whole_for_shard, other_recipe_bytes, forward_flops_only, one_latency_per_collective, master_forgotten,
+            gathers_counted_as_allreduces)
 
 __all__ = ["Mistake", "MISTAKES", *[f.__name__ for f in MISTAKES]]
