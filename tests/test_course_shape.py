@@ -50,6 +50,24 @@ def main_path_words(text: str) -> int:
     return len(" ".join(kept).split())
 
 
+READING_RATE = 200  # words a minute: the README's "read" column
+
+
+def test_the_readme_states_each_notebooks_reading_time():
+    """Each notebook's main path (learner edition, markdown outside `<details>`) fits the reading
+    time the README's table states for it, at 200 words a minute, and the table has a row for
+    every notebook of the course."""
+    readme = (ROOT / "README.md").read_text()
+    stated = {m.group(1): int(m.group(2)) for m in re.finditer(
+        r"^\| \[(\d\d_\w+)\]\(notebooks/\1\.ipynb\) \|.*?\| (\d+) min \| [^|]+\|$", readme, re.M)}
+    learner = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert sorted(stated) == learner
+    for name, minutes in stated.items():
+        cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+        words = sum(main_path_words("".join(c["source"])) for c in cells if c["cell_type"] == "markdown")
+        assert words <= minutes * READING_RATE, (name, words, minutes)
+
+
 def test_main_path_words():
     assert main_path_words("a b <details><summary>s</summary> c <details>d</details> e </details> f") == 3
     counts = {}
