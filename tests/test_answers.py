@@ -107,3 +107,30 @@ WRONG = [
 def test_wrong_answers_are_rejected_and_named(card_id, i, answer, named):
     r = _grade(card_id, i, answer)
     assert not r.ok and named in r.note, (answer, r.line())
+
+
+MISCONCEPTION_FOLLOW_UPS = {"zero_stages", "zero3_comm", "megatron_level", "ring_allreduce", "grad_accumulation"}
+
+
+def test_each_follow_up_about_a_misconception_is_a_named_mistake_of_its_checks():
+    """A follow-up that asks about a misconception (the "double", the 12 bytes, ...) names the
+    mistake; answering a check of the card with that mistake's figure gets its diagnosis."""
+    from zeroedu.quiz import deck
+    from zeroedu.quiz.grading import Number
+
+    annotated = {c.id for c in deck.cards() if c.follow_up_mistakes}
+    assert MISCONCEPTION_FOLLOW_UPS <= annotated
+    for card in deck.cards():
+        for q, name in card.follow_up_mistakes.items():
+            hits = []
+            for check in card.checks:
+                if not isinstance(check, Number):
+                    continue
+                fig = card.figure(check.figure)
+                for made in check.mistakes:
+                    m = made()
+                    if m.name == name:
+                        answer = f"{m.value / fig.scale:.10g} {fig.unit}".strip()
+                        r = check.grade(answer, fig)
+                        hits.append(not r.ok and m.why in r.note)
+            assert hits and all(hits), (card.id, q, name)

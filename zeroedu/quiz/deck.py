@@ -107,6 +107,19 @@ class Card:
     evidence: tuple[Evidence, ...] = ()
     figures: dict = field(default_factory=dict)
     sources: tuple[str, ...] = ()
+    # follow-up question -> the `theory.mistakes` function a check of this card names for the
+    # misconception the follow-up is about (``mistake:`` in the YAML), checked when loaded
+    follow_up_mistakes: dict = field(default_factory=dict)
+
+    def named_mistakes(self) -> dict[str, "mistakes.Mistake"]:
+        """Every mistake this card's number checks name, by function name."""
+        out = {}
+        for c in self.checks:
+            if isinstance(c, Number):
+                for made in c.mistakes:
+                    m = made()
+                    out.setdefault(m.name, m)
+        return out
 
     # ------------------------------------------------------------ figures and templates
     def figure(self, name: str) -> Fig:
@@ -293,11 +306,19 @@ def _card(d: dict, topic: str, where: str) -> Card:
     if set(d) - known:
         raise ValueError(f"{where}: card {d.get('id')!r} has unknown keys {sorted(set(d) - known)}")
     figures = {k: _fig(v) for k, v in d.get("figures", {}).items()}
-    return Card(id=d["id"], topic=topic, question=d["question"], question_zh=d["question_zh"], answer=d["answer"],
+    card = Card(id=d["id"], topic=topic, question=d["question"], question_zh=d["question_zh"], answer=d["answer"],
                 checks=tuple(_check(c, figures) for c in d["checks"]), must_hit=tuple(Point(t) for t in d["must_hit"]),
                 follow_ups=tuple((f["q"], f["a"]) for f in d.get("follow_ups", ())),
                 evidence=tuple(_evidence(e) for e in d.get("evidence", ())),
-                figures=figures, sources=tuple(d.get("sources", ())))
+                figures=figures, sources=tuple(d.get("sources", ())),
+                follow_up_mistakes={f["q"]: f["mistake"] for f in d.get("follow_ups", ()) if "mistake" in f})
+    if card.follow_up_mistakes:
+        named = card.named_mistakes()
+        for q, name in card.follow_up_mistakes.items():
+            if name not in named:
+                raise ValueError(f"{where}: card {card.id!r}: the follow-up {q!r} is about the mistake {name!r}, "
+                                 f"which none of its number checks names ({sorted(named)})")
+    return card
 
 
 def load_cards(directory: Path = CARDS_DIR) -> list[Card]:
