@@ -54,7 +54,8 @@ READING_RATE = 200  # words a minute: the README's "read" column
 
 
 def test_the_readme_states_each_notebooks_reading_time():
-    """Each notebook's main path (learner edition, markdown outside `<details>`) fits the reading
+    """Each notebook's main path (learner edition, markdown outside `<details>`, before its
+    appendix) fits the reading
     time the README's table states for it, at 200 words a minute, and the table has a row for
     every notebook of the course."""
     readme = (ROOT / "README.md").read_text()
@@ -63,15 +64,52 @@ def test_the_readme_states_each_notebooks_reading_time():
     learner = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     assert sorted(stated) == learner
     for name, minutes in stated.items():
-        cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
-        words = sum(main_path_words("".join(c["source"])) for c in cells if c["cell_type"] == "markdown")
+        words = notebook_words(ROOT / "notebooks" / f"{name}.ipynb")
         assert words <= minutes * READING_RATE, (name, words, minutes)
+
+
+def main_path_cells(cells: list[dict]) -> list[dict]:
+    """A notebook's markdown cells on its main path: those before its first "## Appendix"
+    heading (the substrate's details, read by whoever wants them)."""
+    out = []
+    for c in cells:
+        if c["cell_type"] == "markdown" and "".join(c["source"]).lstrip().startswith("## Appendix"):
+            break
+        if c["cell_type"] == "markdown":
+            out.append(c)
+    return out
+
+
+def notebook_words(path) -> int:
+    cells = json.loads(path.read_text())["cells"]
+    return sum(main_path_words("".join(c["source"])) for c in main_path_cells(cells))
 
 
 def test_main_path_words():
     assert main_path_words("a b <details><summary>s</summary> c <details>d</details> e </details> f") == 3
     counts = {}
     for p in sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")):
-        cells = json.loads(p.read_text())["cells"]
-        counts[p.stem] = sum(main_path_words("".join(c["source"])) for c in cells if c["cell_type"] == "markdown")
+        counts[p.stem] = notebook_words(p)
     assert sum(counts.values()) <= WORD_BUDGET, counts
+
+
+def _exercise_ids(cell) -> list[str]:
+    return re.findall(r"""(?:check|show_options)\(\s*["'](\d+\.\d+)["']""", "".join(cell["source"]))
+
+
+def test_the_course_opens_on_the_idea_and_the_framing_exercise_is_an_appendix():
+    """The first prediction of the course is about the ring, not about the CPU substrate (gloo's
+    reduce-scatter); the exercise on gloo's framing bytes sits in notebook 06's appendix, after
+    its takeaway, in both editions."""
+    from zeroedu.notebook.exercises import get
+
+    for folder in (ROOT / "notebooks" / "solutions", ROOT / "notebooks"):
+        cells = json.loads((folder / "01_collectives.ipynb").read_text())["cells"]
+        first = next(i for c in cells for i in _exercise_ids(c))
+        ex = get(first)
+        assert "gloo" not in (ex.prompt + " ".join(ex.options.values() if ex.options else [])).lower(), first
+        cells = json.loads((folder / "06_fsdp_linear.ipynb").read_text())["cells"]
+        heads = ["".join(c["source"]).lstrip().split("\n")[0] for c in cells]
+        appendix = heads.index("## Appendix: gloo's framing")
+        assert heads.index("## Takeaway") < appendix
+        assert next(k for k, c in enumerate(cells) if "06.5" in _exercise_ids(c)) > appendix

@@ -69,17 +69,19 @@ register(
     Exercise(
         id="01.4", kind="choice", style="predict",
         prompt="Before the run: on N = 4 ranks with S = 3 MiB, how many payload bytes will each rank "
-               "put on the wire for torch's own reduce_scatter_single on gloo?",
-        options={"a": "(N-1)/N · S, the ring bound, like zeroedu's ring",
+               "put on the wire for a ring reduce-scatter (zeroedu's, built from send/recv like the "
+               "all-gather above)?",
+        options={"a": "(N-1)/N · S: N-1 steps, one chunk of S/N each",
                  "b": "2(N-1)/N · S, as much as an all-reduce",
                  "c": "S/N, one chunk",
                  "d": "(N-1) · S, like the root of a naive scheme"},
-        expected=lambda **_: "b",
-        hint="the run measures both implementations; gloo's source is quoted right after it",
-        wrong=(Wrong("a", "that is what a ring reduce-scatter needs, and what zeroedu's ring sends; "
-                          "gloo's reduce_scatter_single is not a ring reduce-scatter"),
-               Wrong("c", "even a ring reduce-scatter passes on N-1 partial sums, not one chunk"),
-               Wrong("d", "no rank acts as a root in gloo's collectives"))),
+        expected=lambda **_: "a",
+        hint="count what one rank sends in each of the N-1 steps of the ring above",
+        wrong=(Wrong("b", "that is an all-reduce: a reduce-scatter is its first pass round the ring, the "
+                          "all-gather its second"),
+               Wrong("c", "a ring reduce-scatter passes on a partial sum in each of its N-1 steps, not one "
+                          "chunk in all"),
+               Wrong("d", "no rank acts as a root: each sends one chunk a step to its right neighbour"))),
     Exercise(
         id="01.5", kind="number", style="measure",
         prompt="From the wire table, N = 4, zeroedu's ring: rank 0's bytes on the wire for the all-reduce divided "
