@@ -36,17 +36,21 @@ def sharding_diagram(strategy: str, n: int = 4, m: int = 1, recipe: str | None =
     ax = fig.add_subplot()
     segs = n * m if spec.hybrid else n
     per_cat = {"param": rec.param_bytes, "grad": rec.grad_bytes, "optim": rec.optim_bytes}
+    # Drawn to scale: each bar's height is its bytes per parameter (2 + 2 + 12 in mixed
+    # precision), so the optimizer state is seen to be most of the memory, and what sharding it saves.
+    tallest = max(per_cat.values())
     for g in range(shown):
         domain, r = divmod(g, n)  # inner ranks are contiguous (catalog / cluster.mesh)
         for j, cat in enumerate(STATE_CATS):
             x0 = g * 1.15 + j * 0.33
+            h = per_cat[cat] / tallest
             on_inner, on_outer = inner[cat], spec.hybrid and outer[cat]
             for s in range(segs):
                 # segment s of the flat buffer: inner shard s // m, and within it outer piece s % m
                 s_inner, s_outer = divmod(s, m) if spec.hybrid else (s, 0)
                 mine = (not on_inner or s_inner == r) and (not on_outer or s_outer == domain)
-                y0 = s / segs
-                ax.add_patch(Rectangle((x0, y0), 0.28, 1 / segs, facecolor=COLORS[cat] if mine else "white",
+                y0 = s / segs * h
+                ax.add_patch(Rectangle((x0, y0), 0.28, h / segs, facecolor=COLORS[cat] if mine else "white",
                                        edgecolor=COLORS[cat], linewidth=0.6,
                                        gid=f"gpu{g}/{cat}/{'held' if mine else 'elsewhere'}"))
         ax.text(g * 1.15 + 0.47, -0.08, f"GPU {g}", ha="center", va="top", fontsize=8)
