@@ -94,3 +94,17 @@ def test_a_quick_run_is_drawn_at_its_configurations_places():
     fig = tl.figure(committed, live)
     mine = next(l for l in fig.axes[0].lines if l.get_label() == "measured (this run)")
     assert list(mine.get_xdata()) == [1] and list(mine.get_ydata()) == [pytest.approx(700.0)]
+
+
+@pytest.mark.parametrize("lesson", sorted(tl.LESSONS))
+def test_the_step_time_figures_labels_do_not_overlap(lesson):
+    """Every lesson's figure, drawn: no two x tick labels overlap (10's five hybrid layouts once did)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    committed = tl.results(lesson)
+    fig = tl.figure(committed, title=lesson)
+    FigureCanvasAgg(fig).draw()  # the layout as a notebook renders it
+    boxes = [t.get_window_extent() for t in fig.axes[0].get_xticklabels() if t.get_text()]
+    assert len(boxes) == len(committed)
+    for a, b in zip(boxes, boxes[1:]):
+        assert b.x0 - a.x1 >= 4, (lesson, a, b)  # at least a few pixels apart

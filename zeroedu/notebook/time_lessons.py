@@ -216,7 +216,10 @@ def figure(committed: list[TimedRun], live: list[TimedRun] | None = None, title:
         ax.set_xscale("log", base=2)
     else:
         ax.set_xlim(-0.5, len(xs) - 0.5)
-    ax.set_xticks(xs, [r.label.replace(" buckets", "").replace(" tokens", "") for r in committed], fontsize=8)
+    labels = [r.label.replace(" buckets", "").replace(" tokens", "") for r in committed]
+    if not numeric:  # side by side: "flat, slow outer" on two lines, so neighbours do not overlap
+        labels = [lab.replace(", ", ",\n") for lab in labels]
+    ax.set_xticks(xs, labels, fontsize=8)
     if numeric and all(r.label.startswith("N = ") for r in committed):
         ax.set_xlabel("ranks")
     if numeric and all(r.label.endswith(" tokens") for r in committed):
