@@ -19,7 +19,7 @@ from zeroedu.models import get_model, unit_shapes
 from zeroedu.notebook import nbtools, viz
 from zeroedu.recipes import get_recipe
 from zeroedu.train import RunConfig, run
-from zeroedu.kinds import EventKind
+from zeroedu.kinds import EventKind, MODEL_STATE
 
 from .shared_runs import RUNS
 
@@ -239,6 +239,11 @@ def test_memory_timeline_by_event_index_marks_every_unshard_and_the_step():
     dotted = [ln for ln in stacked.get_lines() if ln.get_linestyle() == ":"]
     assert [ln.get_xdata()[0] for ln in dotted] == step_x
     assert any(p.get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb("#EDEDED")) for p in stacked.patches)
+    # the saw-tooth rides on top: gathered parameters and full gradients are stacked above the
+    # activations, not hidden under them
+    order = [c.get_label() for c in stacked.collections if c.get_label() in (*MODEL_STATE, "activation",
+                                                                               "gathered", "comm_buffer")]
+    assert order[-3:] == ["activation", "gathered", "comm_buffer"], order
     # the legend sits right of the data
     fig.canvas.draw()
     for ax in (top, stacked):

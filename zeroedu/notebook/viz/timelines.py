@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from ...kinds import EventKind
+from ...kinds import MODEL_STATE, EventKind
 from ...runtime import analysis
 from .common import COLORS, TIMELINE_CATS, byte_scale, mesh, new_figure, outside_legend, rank_color
 from .runs import _rank
@@ -71,9 +71,15 @@ def _select(items: list[dict], steps) -> list[dict]:
     return list(items) if keep is None else [e for e in items if e.get("step") in keep]
 
 
+# Stacked from the bottom: the model states, then activations, then what a ZeRO-3 unit holds for
+# a moment (its gathered parameters, its full gradient waiting for the reduce-scatter) on top, so
+# the saw-tooth rides on the outline instead of hiding under the activations' hill.
+STACK_ORDER = MODEL_STATE + ("activation", "backward_temp", "gathered", "comm_buffer")
+
+
 def _categories(events: list[dict]) -> list[str]:
-    """The timeline categories in `TIMELINE_CATS` order, then any others a newer ledger sends."""
-    seen = [c for c in TIMELINE_CATS]
+    """The timeline categories in `STACK_ORDER`, then any others a newer ledger sends."""
+    seen = [c for c in STACK_ORDER] + [c for c in TIMELINE_CATS if c not in STACK_ORDER]
     for e in events:
         for c in e["bytes"]:
             if c not in seen:
