@@ -108,3 +108,20 @@ def test_the_step_time_figures_labels_do_not_overlap(lesson):
     assert len(boxes) == len(committed)
     for a, b in zip(boxes, boxes[1:]):
         assert b.x0 - a.x1 >= 4, (lesson, a, b)  # at least a few pixels apart
+
+
+def test_the_knee_is_drawn_where_compute_alone_meets_communication_alone():
+    """07's T*: the compute line (6Ψ per token at F) and the communication line cross at T*, and
+    the figure marks that point."""
+    rows = tl.results("fsdp_tokens")
+    psi, flops, comm = 3.2e6, 1.26e11, 0.122
+    t_star = comm * flops / (6 * psi)  # where 6Ψ·T/F = comm
+    fig = tl.mark_knee(tl.figure(rows), psi, flops, comm, t_star)
+    lines = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    compute, flat = lines["compute alone: 6Ψ·tokens / F"], lines["communication alone"]
+    assert flat.get_ydata()[0] == pytest.approx(1e3 * comm)
+    xs, ys = compute.get_xdata(), compute.get_ydata()
+    assert ys[0] < 1e3 * comm < ys[-1]  # the crossing is inside the figure
+    knee = next(ln for label, ln in lines.items() if label.startswith("T* = "))
+    assert knee.get_xdata()[0] == pytest.approx(t_star) and knee.get_ydata()[0] == pytest.approx(1e3 * comm)
+    assert 1e3 * 6 * psi * t_star / flops == pytest.approx(1e3 * comm)

@@ -233,6 +233,27 @@ def figure(committed: list[TimedRun], live: list[TimedRun] | None = None, title:
     return fig
 
 
+def mark_knee(fig, psi: float, flops: float, comm_seconds: float, t_star: float):
+    """The two regimes of a step-time-against-tokens figure drawn as lines: the compute alone,
+    6Ψ FLOPs per token at `flops` per second (a line through 0), and the communication alone
+    (`comm_seconds`, flat). The step can be no faster than either; they cross at T* (`t_star`),
+    where the knee is, marked. Returns the figure."""
+    from .viz.common import outside_legend
+
+    ax = fig.axes[0]
+    lo, hi = ax.get_xlim()
+    xs = [lo * (hi / lo) ** (k / 64) for k in range(65)] if ax.get_xscale() == "log" else \
+        [lo + (hi - lo) * k / 64 for k in range(65)]
+    ax.plot(xs, [1e3 * 6 * psi * x / flops for x in xs], color="#2CA02C", lw=1,
+            label="compute alone: 6Ψ·tokens / F")
+    ax.axhline(1e3 * comm_seconds, color="#8172B3", lw=1, label="communication alone")
+    ax.axvline(t_star, color="k", lw=0.8, ls="--")
+    ax.plot([t_star], [1e3 * comm_seconds], "D", color="k", ms=5, label=f"T* = {t_star:.0f} tokens: they cross")
+    ax.set_xlim(lo, hi)
+    outside_legend(ax)
+    return fig
+
+
 def gaps(lesson: str, label: str, *, steps: int = 4, model: str = "gpt-small", pool=None):
     """Why one configuration of `lesson` misses its bound: a calibration run (links that cost
     nothing), the slowest rank's median step after the first replayed on the lesson's link
