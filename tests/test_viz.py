@@ -315,3 +315,27 @@ def test_accumulation_and_activation_figures_show_the_reports():
     _png(fig)
     with pytest.raises(ValueError):
         accumulation_figure({})
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 5])
+def test_the_ring_picture_follows_the_ring(n):
+    """01's step-by-step ring: each rank sends one chunk a step; after the reduce-scatter's N-1
+    steps rank r holds the full sum of chunk r only (lab 1's and torch's convention), after the
+    all-gather's N-1 every rank holds every chunk's; the figure draws exactly that."""
+    sched = viz.ring_schedule(n)
+    assert len(sched) == 1 + 2 * (n - 1)
+    assert all(len(st["sent"]) == n for st in sched[1:])  # one chunk per rank per step: 2(N-1) chunks of S/N
+    after_rs = sched[n - 1]["holds"]
+    for r in range(n):
+        assert [len(after_rs[r][c]) == n for c in range(n)] == [c == r for c in range(n)]
+    assert all(len(cell) == n for row in sched[-1]["holds"] for cell in row)
+    fig = viz.ring_steps(n)
+    cells = [p for ax in fig.axes for p in ax.patches if p.get_gid()]
+    assert len(cells) == len(sched) * n * n
+    for k, st in enumerate(sched):
+        for r in range(n):
+            for c in range(n):
+                assert any(p.get_gid() == f"step{k}/r{r}/c{c}/{len(st['holds'][r][c])}" for p in cells)
+    _png(fig)
+    with pytest.raises(ValueError):
+        viz.ring_steps(1)

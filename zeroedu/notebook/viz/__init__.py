@@ -39,12 +39,13 @@ from .common import (COLORS, RANK_COLORS, STATE_CATS, TIMELINE_CATS, byte_scale,
 from .layouts import dim0_ownership, flat_ownership, ownership_figure
 from .runs import accumulation_figure, activation_bars, comm_bars, learning_curves, loss_curves, memory_bars
 from .timelines import (lifecycle_kind, memory_timeline, overlap_timeline, timeline_axes, trace_figure)
-from .theory import (axis_bytes_bars, cross_domain_figure, fsdp_lifecycle, ring_scaling, scaling_figure,
+from .theory import (axis_bytes_bars, cross_domain_figure, fsdp_lifecycle, ring_scaling, ring_schedule, ring_steps,
+                     scaling_figure,
                      scaling_results, sharding_diagram, step_times, theory_comm,
                      theory_comm_bars, theory_memory, theory_memory_bars)
 
 __all__ = ["accumulation_figure", "activation_bars", "lifecycle_kind", "axis_bytes_bars", "scaling_figure", "scaling_results", "step_times", "COLORS", "RANK_COLORS", "STATE_CATS", "TIMELINE_CATS", "byte_scale", "human_bytes", "mesh", "new_figure", "rank_color",
            "dim0_ownership", "flat_ownership", "ownership_figure", "comm_bars", "learning_curves", "loss_curves",
            "memory_bars", "memory_timeline", "overlap_timeline", "timeline_axes", "trace_figure", "cross_domain_figure",
-           "fsdp_lifecycle", "ring_scaling", "sharding_diagram", "theory_comm", "theory_comm_bars",
+           "fsdp_lifecycle", "ring_scaling", "ring_schedule", "ring_steps", "sharding_diagram", "theory_comm", "theory_comm_bars",
            "theory_memory", "theory_memory_bars"]

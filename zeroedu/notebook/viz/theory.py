@@ -70,6 +70,66 @@ def sharding_diagram(strategy: str, n: int = 4, m: int = 1, recipe: str | None =
     return fig
 
 
+def ring_schedule(n: int) -> list[dict]:
+    """zeroedu's ring all-reduce (`runtime.ring`: each rank sends left, receives from the right),
+    step by step: the reduce-scatter's N-1 steps, then the all-gather's N-1. Each entry holds
+    `phase`, `step` (1-based), `holds` (rank -> chunk -> the ranks whose contributions it holds)
+    after the step, and `sent` (rank -> the chunk it sent in the step). Entry 0 is the start."""
+    holds = [[{r} for _ in range(n)] for r in range(n)]
+    out = [{"phase": "start", "step": 0, "holds": [[set(c) for c in row] for row in holds], "sent": {}}]
+    for phase in ("reduce-scatter", "all-gather"):
+        for s in range(n - 1):
+            # reduce-scatter: rank r passes on its partial sum of chunk r+1+s, which its left
+            # neighbour adds its own part to; all-gather: rank r passes on the full chunk r+s
+            sent = {r: (r + 1 + s) % n if phase == "reduce-scatter" else (r + s) % n for r in range(n)}
+            new = [[set(c) for c in row] for row in holds]
+            for r, c in sent.items():
+                left = (r - 1) % n
+                new[left][c] = new[left][c] | holds[r][c] if phase == "reduce-scatter" else set(holds[r][c])
+            holds = new
+            out.append({"phase": phase, "step": s + 1, "holds": [[set(c) for c in row] for row in holds],
+                        "sent": sent})
+    return out
+
+
+def ring_steps(n: int = 4) -> Figure:
+    """The ring all-reduce drawn step by step (`ring_schedule`): one panel per step, a grid of
+    ranks (rows) by chunks (columns), each cell shaded by how many ranks' contributions it holds
+    (dark: the full sum); a cell outlined in red is the chunk its rank received in that step.
+    After the reduce-scatter's N-1 steps each rank holds one chunk's full sum; after the
+    all-gather's N-1 steps every rank holds all of them. Every rank sends one chunk, S/N, a step:
+    2(N-1)/N · S in all."""
+    if not isinstance(n, int) or not 2 <= n <= 8:
+        raise ValueError(f"n must be an integer in [2, 8], got {n!r}")
+    sched = ring_schedule(n)
+    fig = new_figure(1.25 * len(sched) + 0.4, 2.2)
+    axes = fig.subplots(1, len(sched))
+    # 1 .. N-1 contributions: light to mid blue; the full sum (N): dark
+    shade = [(k - 1) / max(n - 2, 1) for k in range(1, n)]
+    cmap = [f"#{int(238 - 110 * t):02X}{int(242 - 82 * t):02X}FF" for t in shade]
+    for ax, st in zip(axes, sched):
+        got = {(r - 1) % n: c for r, c in st["sent"].items()}  # the receiver's new chunk
+        for r in range(n):
+            for c in range(n):
+                k = len(st["holds"][r][c])
+                full = k == n
+                ax.add_patch(Rectangle((c, n - 1 - r), 1, 1, facecolor="#1F3F8F" if full else cmap[k - 1],
+                                       edgecolor="#C44E52" if got.get(r) == c else "#BBBBBB",
+                                       linewidth=1.8 if got.get(r) == c else 0.5,
+                                       gid=f"step{sched.index(st)}/r{r}/c{c}/{k}"))
+        ax.set_xlim(0, n)
+        ax.set_ylim(0, n)
+        ax.set_aspect("equal")
+        ax.set_xticks([c + 0.5 for c in range(n)], [str(c) for c in range(n)], fontsize=6)
+        ax.set_yticks([n - 0.5 - r for r in range(n)], [f"r{r}" for r in range(n)], fontsize=6)
+        ax.tick_params(length=0)
+        title = "start" if st["phase"] == "start" else f"{st['phase']}\nstep {st['step']}"
+        ax.set_title(title, fontsize=7)
+    axes[0].set_ylabel("rank", fontsize=7)
+    fig.supxlabel("chunk (each S/N); dark: the full sum; red outline: received this step", fontsize=7)
+    return fig
+
+
 def _strategy_list(strategies: Sequence[str] | None) -> list[str]:
     return list(strategies) if strategies else list(catalog.STRATEGIES)
 
