@@ -17,9 +17,9 @@ def _on_the_wire(strategy: str, implementation: str, model="gpt-small", n=4):
     return theory.comm.on_the_wire(theory.exact_comm(strategy, shapes, n, recipe="mixed-bf16"), implementation)
 
 
-def _backend_prediction() -> str:
-    """2Ψ vs 3Ψ with gloo's own collectives, from the closed forms of what goes on the wire."""
-    a, b = _on_the_wire("zero1", "backend"), _on_the_wire("zero1_allreduce", "backend")
+def _ring_prediction() -> str:
+    """2Ψ vs 3Ψ with zeroedu's ring collectives, from the closed forms of what goes on the wire."""
+    a, b = _on_the_wire("zero1", "ring"), _on_the_wire("zero1_allreduce", "ring")
     return "b" if a == b else ("a" if 3 * a == 2 * b else "c")
 
 
@@ -44,15 +44,16 @@ register(
     Exercise(
         id="03.1", kind="choice", style="predict",
         prompt="Before the runs: zero1 (reduce-scatter, then all-gather) and zero1_allreduce (all-reduce, then "
-               "all-gather) with gloo's own collectives (collectives=\"backend\"). What will the wire show?",
+               "all-gather) with zeroedu's ring collectives. What will the wire show?",
         options={"a": "zero1 sends 2/3 of zero1_allreduce's bytes (2Ψ against 3Ψ)",
                  "b": "both send the same bytes",
                  "c": "zero1 sends half of zero1_allreduce's bytes"},
-        expected=lambda **_: _backend_prediction(),
-        hint="notebook 01 measured what gloo's reduce_scatter_single sends",
-        wrong=(Wrong("a", "that is the ring model, and what zeroedu's ring collectives send; gloo's own "
-                          "reduce-scatter is an all-reduce with one chunk kept (notebook 01)"),
-               Wrong("c", "the parameter all-gather is the same in both; at most the gradient half differs"))),
+        expected=lambda **_: _ring_prediction(),
+        hint="a ring reduce-scatter is the first half of a ring all-reduce (notebook 01)",
+        wrong=(Wrong("b", "a reduce-scatter sends half an all-reduce's bytes on a ring: ΨG against 2ΨG for the "
+                          "gradients, then the same all-gather of the parameters (gloo's own reduce-scatter, an "
+                          "all-reduce underneath, would show this: the table's backend rows)"),
+               Wrong("c", "the parameter all-gather is the same in both; only the gradient half differs"))),
     Exercise(
         id="03.2", kind="number", style="measure",
         prompt="With zeroedu's ring collectives: how many bytes per step does rank 0 put on the wire for the "
