@@ -73,13 +73,13 @@ def _grade(card_id: str, i: int, answer: str):
 
 # Right answers as a person says them (the ten an interview rehearsal tried; four passed before).
 NATURAL = [
-    ("zero3_comm", 0, "1.5 times"), ("zero3_comm", 0, "1.5x"), ("zero3_comm", 0, "50 % more"),
-    ("zero3_comm", 0, "3/2"),
+    ("zero3_comm", 1, "1.5 times"), ("zero3_comm", 1, "1.5x"), ("zero3_comm", 1, "50 % more"),
+    ("zero3_comm", 1, "3/2"),
     ("megatron_level", 0, "ZeRO stage one"), ("megatron_level", 0, "stage 1"),
     ("meta_init", 0, 'device="meta"'), ("meta_init", 0, "torch.device('meta')"),
-    ("zero_stages", 2, "38,500,000,000"), ("zero_stages", 2, "35.86 GiB"),
-    ("ddp_overlap", 1, "as soon as its gradients are ready"),
-    ("zero_stages", 0, "optimizer state and gradients"),
+    ("zero_stages", 3, "38,500,000,000"), ("zero_stages", 3, "35.86 GiB"),
+    ("ddp_overlap", 2, "as soon as its gradients are ready"),
+    ("zero_stages", 1, "optimizer state and gradients"),
 ]
 
 
@@ -91,15 +91,15 @@ def test_right_answers_in_natural_form_are_accepted(card_id, i, answer):
 
 # Wrong answers: rejected, and named where a misconception produces them.
 WRONG = [
-    ("zero3_comm", 0, "2", "double"),                  # the "2x" myth the card's follow-up is about
-    ("zero_stages", 1, "12", "fp32 master"),           # mixed-precision Adam without its master copy
-    ("zero_stages", 2, "38", "off by"),                # 38 GB, not 38.5: within no tolerance
-    ("zero_stages", 2, "385,000,000", "off by"),       # bytes, a factor 100 off
+    ("zero3_comm", 1, "2", "double"),                  # the "2x" myth the card's follow-up is about
+    ("zero_stages", 2, "12", "fp32 master"),           # mixed-precision Adam without its master copy
+    ("zero_stages", 3, "38", "off by"),                # 38 GB, not 38.5: within no tolerance
+    ("zero_stages", 3, "385,000,000", "off by"),       # bytes, a factor 100 off
     ("megatron_level", 0, "ZeRO stage two", ""),
     ("meta_init", 0, 'device="cuda"', ""),
-    ("ddp_overlap", 1, "after the whole backward pass", ""),
-    ("zero_stages", 0, "optimizer state", ""),          # pick-all: one of the two
-    ("zero_stages", 0, "optimizer state, gradients and weights", ""),
+    ("ddp_overlap", 2, "after the whole backward pass", ""),
+    ("zero_stages", 1, "optimizer state", ""),          # pick-all: one of the two
+    ("zero_stages", 1, "optimizer state, gradients and weights", ""),
 ]
 
 

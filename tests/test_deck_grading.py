@@ -28,14 +28,14 @@ STUFFED = [
 # old keyword grader gave them most of the marks.
 WRONG_ACCOUNTS = {
     # "stage 2 shards the weights too", the DDP figure for ZeRO-1, ZeRO-3's for ZeRO-2
-    "zero_stages": ["a,b,c", "12 bytes", "112 GB", "14 GB", "gradients"],
+    "zero_stages": ["gradients", "a,b,c", "12 bytes", "112 GB", "14 GB"],
     # the optimizer-ownership card: the old keyword grader gave "if ddp shard" 3/3
     "own_optimizer": ["if ddp shard"],
-    "zero3_comm": ["2x", "c", "24.5 GB", "1.5", "all-reduce"],
+    "zero3_comm": ["all-reduce", "2x", "c", "24.5 GB", "1.5"],
     "megatron_level": ["ZeRO-2", "38.5 GB", "12.25 GB", "a,b,c"],
     "zero1_vs_zero2_comm": ["36.75 GB", "24.5 GB", "a", "a"],
-    "ddp_overlap": ["reduce-scatter", "a", "12.25 GB", "reduce-scatter"],
-    "fsdp_how": ["b", "all-reduce", "a,b", "112 GB", "all-reduce"],
+    "ddp_overlap": ["reduce-scatter", "reduce-scatter", "a", "12.25 GB"],
+    "fsdp_how": ["all-reduce", "b", "all-reduce", "a,b", "112 GB"],
     "hybrid_sharding": ["7 GB", "14 GB", "b", "a"],
     "zero_pp": ["d", "a", "2"],
     "grad_accumulation": ["a,b,c", "24.5 GB", "36.75 GB"],
