@@ -131,3 +131,14 @@ def test_no_exercise_about_gloo_on_the_main_path_of_the_teaching_notebooks():
                 break
             for ex_id in _exercise_ids(c):
                 assert "gloo" not in get(ex_id).prompt.lower(), (p.name, ex_id)
+
+
+def test_notebook_04_is_optional_no_later_notebook_builds_on_it():
+    """04 (Megatron's distributed optimizer) says it is optional on a first pass; that stays true
+    only while no later notebook sends the reader back to it."""
+    first = json.loads((ROOT / "notebooks" / "04_megatron_distopt.ipynb").read_text())["cells"][0]
+    assert "Optional on a first pass" in "".join(first["source"])
+    for p in sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")):
+        if p.name[:2] > "04":
+            text = "".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "markdown")
+            assert not re.search(r"[Nn]otebook 04|04_megatron", text), p.name
