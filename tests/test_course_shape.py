@@ -115,16 +115,12 @@ def test_the_course_opens_on_the_idea_and_the_framing_exercise_is_an_appendix():
         assert next(k for k, c in enumerate(cells) if "06.5" in _exercise_ids(c)) > appendix
 
 
-def test_no_exercise_about_gloo_on_the_main_path_of_the_teaching_notebooks():
-    """Notebooks 01-12 teach the idea: an exercise whose question is about gloo (the CPU
-    substrate: its reduce-scatter, its framing) sits in an appendix. (13, the fact-check, settles
-    a claim whose subject is what an all-reduce-based reduce-scatter sends, gloo's and
-    DeepSpeed's default alike, and keeps it on its path.)"""
+def test_no_exercise_about_gloo_on_the_main_path_of_any_notebook():
+    """The notebooks teach the idea: an exercise whose question is about gloo (the CPU substrate:
+    its reduce-scatter, its framing) sits in an appendix, after the takeaway."""
     from zeroedu.notebook.exercises import get
 
     for p in sorted((ROOT / "notebooks" / "solutions").glob("[01][0-9]_*.ipynb")):
-        if p.name.startswith("13_"):
-            continue
         cells = json.loads(p.read_text())["cells"]
         for c in cells:
             if c["cell_type"] == "markdown" and "".join(c["source"]).lstrip().startswith("## Appendix"):

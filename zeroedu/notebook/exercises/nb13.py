@@ -1,4 +1,4 @@
-"""Notebook 13 (fact-check): ZeRO-1 on gloo's wire, a share read off the wire, ZeRO-2's factor
+"""Notebook 13 (fact-check): ZeRO-1 on a ring against DDP, on gloo's wire (its appendix), a share read off the wire, ZeRO-2's factor
 at N = 64, and a ZeRO-2 built from a wrong description."""
 from __future__ import annotations
 
@@ -20,16 +20,17 @@ def _example_claim8() -> dict:
 register(
     Exercise(
         id="13.1", kind="choice", style="predict",
-        prompt="Before the runs: with gloo's own reduce-scatter (collectives='backend'), how many bytes does "
-               "a ZeRO-1 rank write to the wire per step, compared with a DDP rank's all-reduce?",
+        prompt="Before the runs: with a ring reduce-scatter (zeroedu's, or NCCL's Ring algorithm), how many bytes "
+               "does a ZeRO-1 rank write to the wire per step, compared with a DDP rank's all-reduce?",
         options={"a": "the same, 2Ψ: a reduce-scatter plus an all-gather is an all-reduce",
-                 "b": "about 1.5x: gloo's reduce-scatter sends as much as an all-reduce, then the all-gather",
+                 "b": "about 1.5x: the reduce-scatter sends as much as an all-reduce, then the all-gather",
                  "c": "about half: ZeRO-1 only reduces its own 1/N",
                  "d": "about twice: two collectives instead of one, each sending as much as the all-reduce it replaces"},
-        expected=lambda: "b",
-        hint="on gloo, reduce_scatter_single is an all-reduce of which each rank keeps one chunk.",
-        wrong=(Wrong("a", "true for a reduce-scatter on the ring bound (zeroedu's ring, NCCL); gloo's own "
-                          "reduce-scatter sends 2(N-1)/N of its input, like an all-reduce"),
+        expected=lambda: "a",
+        hint="an all-reduce on a ring is a reduce-scatter followed by an all-gather.",
+        wrong=(Wrong("b", "that is a reduce-scatter built as an all-reduce that keeps one chunk (gloo's own, and "
+                          "DeepSpeed's default gradient path: the runs show it); a ring reduce-scatter sends "
+                          "(N-1)/N of its input, half an all-reduce"),
                Wrong("c", "every rank still sends (N-1)/N of the gradient in the reduction, whichever chunk it keeps"),
                Wrong("d", "the all-gather sends (N-1)/N of the parameters: half an all-reduce, not a whole one")),
     ),
