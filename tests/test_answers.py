@@ -109,7 +109,8 @@ def test_wrong_answers_are_rejected_and_named(card_id, i, answer, named):
     assert not r.ok and named in r.note, (answer, r.line())
 
 
-MISCONCEPTION_FOLLOW_UPS = {"zero_stages", "zero3_comm", "megatron_level", "ring_allreduce", "grad_accumulation"}
+MISCONCEPTION_FOLLOW_UPS = {"zero_stages", "zero3_comm", "megatron_level", "ring_allreduce", "grad_accumulation",
+                            "zero_equivalence", "fsdp_linear"}
 
 
 def test_each_follow_up_about_a_misconception_is_a_named_mistake_of_its_checks():
@@ -120,8 +121,17 @@ def test_each_follow_up_about_a_misconception_is_a_named_mistake_of_its_checks()
 
     annotated = {c.id for c in deck.cards() if c.follow_up_mistakes}
     assert MISCONCEPTION_FOLLOW_UPS <= annotated
+    from zeroedu.answers import LETTERS
+
     for card in deck.cards():
         for q, name in card.follow_up_mistakes.items():
+            if name.startswith("choice "):  # a choice's option that the misconception picks
+                _, i, letter = name.split()
+                check = card.checks[int(i)]
+                why = dict(check.misconceptions)[LETTERS.index(letter)]
+                r = check.grade(letter)
+                assert not r.ok and why in r.note, (card.id, q, r.line())
+                continue
             hits = []
             for check in card.checks:
                 if not isinstance(check, Number):

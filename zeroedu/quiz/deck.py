@@ -315,6 +315,13 @@ def _card(d: dict, topic: str, where: str) -> Card:
     if card.follow_up_mistakes:
         named = card.named_mistakes()
         for q, name in card.follow_up_mistakes.items():
+            if name.startswith("choice "):  # "choice 0 b": option b of check 0 names the misconception
+                _, i, letter = name.split()
+                check = card.checks[int(i)] if int(i) < len(card.checks) else None
+                if not (isinstance(check, Choice) and LETTERS.index(letter) in dict(check.misconceptions)):
+                    raise ValueError(f"{where}: card {card.id!r}: the follow-up {q!r} is about {name!r}, which is "
+                                     "not a misconception that choice names")
+                continue
             if name not in named:
                 raise ValueError(f"{where}: card {card.id!r}: the follow-up {q!r} is about the mistake {name!r}, "
                                  f"which none of its number checks names ({sorted(named)})")
