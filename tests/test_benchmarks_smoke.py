@@ -133,3 +133,27 @@ def test_loss_curves(bench):
     data = json.load(open(out / "loss_curves.json"))
     assert data["steps"] == 3 and all(len(r["losses"]) == len(r["reference"]) == 3 for r in data["rows"])
     assert all(r["worst_relative"] < 1e-4 for r in rows)  # fp32: the single-process curve
+
+
+@pytest.mark.fast
+def test_gpu_memory_check_says_it_needs_a_gpu_and_fails_loudly_on_an_unread_term(bench, monkeypatch, capsys):
+    """Without CUDA the script says so and exits 2; a report whose cuBLAS workspace was not read
+    has no named total; a torch without the workspace-freeing function is named in the error."""
+    import torch
+
+    from zeroedu.references import torch_private
+    from zeroedu.reports import CudaMemory
+
+    load, _ = bench
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert load("gpu_memory_check").main([]) == 2
+    assert "needs a GPU" in capsys.readouterr().out
+    seen = CudaMemory(max_allocated=1000, max_reserved=2048, device_used=5000, outside_allocator=2952)
+    assert CudaMemory.from_plain(seen.plain()) == seen
+    with pytest.raises(ValueError, match="cuBLAS workspace was not read"):
+        seen.named(900)
+    seen.cublas_workspace = 96
+    assert seen.named(900) == 996
+    monkeypatch.delattr(torch._C, "_cuda_clearCublasWorkspaces", raising=False)
+    with pytest.raises(RuntimeError, match="cannot be read"):
+        torch_private.cublas_workspace_bytes("cuda:0")

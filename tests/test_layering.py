@@ -263,7 +263,8 @@ def test_no_reader_indexes_a_report_by_key():
 # torch internals that are private (a leading underscore) and version-dependent: read only in
 # zeroedu/references/torch_private.py, which says which torch they were read against (README,
 # "torch: CPU and GPU installs")
-TORCH_PRIVATE = {"_tools", "_WINFO", "_curr_mem_snap", "_update_peak_stats", "_get_zeros_like_grad_buckets"}
+TORCH_PRIVATE = {"_tools", "_WINFO", "_curr_mem_snap", "_update_peak_stats", "_get_zeros_like_grad_buckets",
+                 "_cuda_clearCublasWorkspaces"}
 
 
 def test_torch_private_internals_live_in_one_module():

@@ -25,14 +25,15 @@ from __future__ import annotations
 import pytest
 
 from zeroedu import catalog
-from zeroedu.models import get_model, unit_shapes
+from zeroedu.models import MLPConfig, get_model, unit_shapes
+from zeroedu.optim import ADAM_CHUNK
 from zeroedu.recipes import get_recipe
 from zeroedu.references.torch_fsdp2 import fully_shard_job
 from zeroedu.references.torch_memory import memtracker_job, peak_job
 from zeroedu.runtime import cluster
 from zeroedu.runtime.ledger import MODEL_STATE
 from zeroedu.theory.activations import gpt_activation_terms
-from zeroedu.theory.memory import fsdp_peak
+from zeroedu.theory.memory import fsdp_peak, update_bytes
 from zeroedu.train import RunConfig, config_to_dict
 
 N = 4
@@ -64,6 +65,77 @@ def test_ledger_peak_against_memtracker(recipe):
             assert 0 <= gap <= allowed, (strategy, r["rank"], r["tracker_peak"], r["ledger_peak"],
                                          r["at_tracker_peak"]["untracked"])
             assert gap <= 0.05 * r["tracker_peak"]
+
+
+# An MLP whose largest tensor (a 512 x 512 weight) dwarfs its activations at one sample per rank:
+# DDP's peak is its optimizer update (Adam's scratch beside the model states), where written whole
+# the update made 2-4 temporaries of 1 MiB each that no ledger category held.
+UPDATE_MLP = MLPConfig(d_in=512, hidden=512, depth=4, d_out=512)
+
+
+def _update_cfg(strategy, recipe, steps=1, model=UPDATE_MLP, batch=N):
+    spec = catalog.get_spec(strategy)
+    if strategy == "megatron_distopt" and recipe == "mixed-bf16":
+        recipe = "megatron-bf16"
+    return RunConfig(strategy, N, steps=steps, recipe=recipe, model=model, global_batch=batch,
+                     m=2 if spec.hybrid else 1).resolved()
+
+
+@pytest.mark.parametrize("recipe", ["fp32", "mixed-bf16"])
+@pytest.mark.parametrize("model", ["mlp-update", "gpt-small"])
+def test_memtracker_sees_no_more_than_one_percent_beyond_the_ledger(model, recipe):
+    """Build + one step inside torch's MemTracker, every strategy: the ledger's peak is at least
+    99 % of the tracker's, on a model whose optimizer update sets DDP's peak and on gpt-small."""
+    pool = cluster.get_pool(N)
+    update_peaks = 0
+    for strategy in catalog.STRATEGIES:
+        cfg = _update_cfg(strategy, recipe) if model == "mlp-update" else _cfg(strategy, recipe, model=SMALL)
+        for r in pool.run(memtracker_job, {"cfg": config_to_dict(cfg)}, timeout=300):
+            assert r["ledger_peak"] <= r["tracker_peak"], (strategy, r["rank"])
+            assert r["ledger_peak"] >= 0.99 * r["tracker_peak"], (strategy, r["rank"], r["tracker_peak"],
+                                                                  r["ledger_peak"], r["at_tracker_peak"])
+            update_peaks += r["ledger_peak_label"] == "update"
+    if model == "mlp-update":
+        assert update_peaks >= N  # DDP's ranks at least: the check covers a peak the update sets
+
+
+@pytest.mark.parametrize("recipe", ["fp32", "mixed-bf16"])
+def test_the_update_holds_the_model_states_and_adams_scratch_byte_for_byte(recipe):
+    """At the update event of every strategy, the ledger holds exactly
+    `theory.memory.update_bytes`: the model states and Adam's scratch (one or two chunks of at
+    most ADAM_CHUNK fp32 elements), nothing else; where the update sets the peak, the peak is
+    that closed form."""
+    shapes = unit_shapes(UPDATE_MLP.build())
+    pool = cluster.get_pool(N)
+    seen_peak = set()
+    for strategy, spec in catalog.STRATEGIES.items():
+        cfg = _update_cfg(strategy, recipe, steps=2)
+        m = 2 if spec.hybrid else 1
+        for tl in ("full", "minimal"):
+            for r in pool.run(peak_job, {"cfg": config_to_dict(cfg), "timeline": tl}):
+                want = update_bytes(strategy, shapes, N // m, m, rank=r["rank"], recipe=cfg.recipe)
+                if tl == "full":
+                    at = r["at_update"]
+                    assert at["optimizer_temp"] == want["optimizer_temp"] > 0, (strategy, at)
+                    assert sum(at[c] for c in MODEL_STATE) == want["model_states"], strategy
+                    assert at["comm_buffer"] == want["comm_buffer"], strategy
+                    assert sum(at.values()) == want["total"], (strategy, at)
+                if r["peak_label"] == "update":
+                    assert r["peak"] == want["total"], (strategy, tl)
+                    seen_peak.add(strategy)
+    assert {"ddp", "ddp_bucketed"} <= seen_peak if recipe == "mixed-bf16" else "ddp" in seen_peak
+
+
+def test_update_bytes_counts_the_gradient_chunk_only_when_it_is_read_through_scratch():
+    shapes = unit_shapes(UPDATE_MLP.build())
+    chunk = min(512 * 512, ADAM_CHUNK) * 4
+    assert update_bytes("ddp", shapes, 4, recipe="fp32")["optimizer_temp"] == 2 * chunk  # scaled by 1/N
+    assert update_bytes("ddp", shapes, 1, recipe="fp32")["optimizer_temp"] == chunk  # N = 1: no scale
+    assert update_bytes("ddp_bucketed", shapes, 4, recipe="fp32")["optimizer_temp"] == chunk  # in place
+    assert update_bytes("ddp_bucketed", shapes, 4, recipe="mixed-bf16")["optimizer_temp"] == 2 * chunk  # bf16
+    assert update_bytes("ddp", shapes, 4, recipe="fp16")["optimizer_temp"] == chunk  # the fp32 main grad
+    big = [[(4096, 4096)]]  # 16 Mi elements: the scratch stops at one chunk whatever the shard
+    assert update_bytes("ddp", big, 4, recipe="fp32")["optimizer_temp"] == 2 * 4 * ADAM_CHUNK
 
 
 def _unit_activations(batch, a, model=MODEL):

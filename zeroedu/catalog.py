@@ -42,6 +42,9 @@ class StrategySpec:
     grad_sync: str = "reduce_scatter"  # how gradients are reduced: all_reduce | reduce_scatter
     summary: str = ""
     impl: str = ""  # the implementing class, "module:Class" inside zeroedu.strategies
+    # The strategy discards its fp32 gradients after the update, so Adam scales them in place
+    # (1/(N·K)) instead of reading them through its scratch buffer (`optim.scratch_elements`).
+    scales_grads_in_place: bool = False
 
 
 STRATEGIES: dict[str, StrategySpec] = {
@@ -51,7 +54,7 @@ STRATEGIES: dict[str, StrategySpec] = {
                      summary="naive DDP: all-reduce every gradient after backward", impl="ddp:DDP"),
         StrategySpec("ddp_bucketed", "no_shard", layout="replicated", grad_sync="all_reduce",
                      summary="DDP: bucketed async all-reduce overlapped with backward",
-                     impl="ddp_bucketed:DDPBucketed"),
+                     impl="ddp_bucketed:DDPBucketed", scales_grads_in_place=True),
         StrategySpec("zero1", "optim", summary="ZeRO-1: optimizer state sharded, reduce-scatter grads",
                      impl="zero1:ZeRO1"),
         StrategySpec("zero1_allreduce", "optim", grad_sync="all_reduce",

@@ -34,6 +34,7 @@ class Category(str, Enum):
     COMM_BUFFER = "comm_buffer"
     ACTIVATION = "activation"
     BACKWARD_TEMP = "backward_temp"
+    OPTIMIZER_TEMP = "optimizer_temp"  # the optimizer update's scratch, while it runs
 
     def __str__(self) -> str:
         return self.value
@@ -86,6 +87,7 @@ class EventKind(str, Enum):
     RECOMPUTE = "recompute"               # a block's forward re-run in backward (with `block`)
     GRADS_SYNCED = "grads synced"
     OPTIMIZER_STEP = "optimizer step"     # model states alive: what the closed forms predict
+    UPDATE = "update"                     # Adam's update running: its scratch buffer alive
     STEP_END = "step end"
     # a sharded unit's lifecycle (with `unit`)
     UNSHARD = "unshard"

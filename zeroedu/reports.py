@@ -218,6 +218,39 @@ class Timeline:
 
 
 @dataclass
+class CudaMemory:
+    """What the CUDA caching allocator and the device say on one rank (GPU runs), to set beside
+    the ledger's peak; every field read from torch or the driver, none assumed.
+
+    ``max_allocated``: `torch.cuda.max_memory_allocated`, the allocator's peak of live blocks.
+    ``max_reserved``: `torch.cuda.max_memory_reserved`, the segments it held from the driver at
+    most; ``max_reserved - max_allocated`` is the caching allocator's own share (freed blocks kept
+    for reuse, fragmentation). ``cublas_workspace``: bytes the cuBLAS / cuBLASLt workspaces held in
+    the allocator at the end of the run, read by freeing them (one per handle and stream that ran
+    a matmul); None where not read. ``device_used``: total − free from `torch.cuda.mem_get_info`
+    (what nvidia-smi shows for the process, near enough) and ``outside_allocator``: device_used −
+    memory_reserved now: the CUDA context, the kernels' modules, NCCL's buffers."""
+    max_allocated: int
+    max_reserved: int
+    device_used: int
+    outside_allocator: int
+    cublas_workspace: int | None = None
+
+    def named(self, ledger_peak: int) -> int:
+        """The ledger's peak plus the named terms that live inside the allocator."""
+        if self.cublas_workspace is None:
+            raise ValueError("the cuBLAS workspace was not read on this run (benchmarks/gpu_memory_check.py reads it)")
+        return ledger_peak + self.cublas_workspace
+
+    def plain(self) -> dict[str, Any]:
+        return _plain_fields(self)
+
+    @classmethod
+    def from_plain(cls, d: "dict | CudaMemory") -> "CudaMemory":
+        return d if isinstance(d, CudaMemory) else cls(**_known(cls, d))
+
+
+@dataclass
 class RankReport:
     """One rank's results."""
     rank: int
@@ -230,12 +263,12 @@ class RankReport:
     timeline: Timeline = field(default_factory=Timeline)
     overlap: float | None = None  # share of gradient communication hidden behind backward
     time: TimeReport = field(default_factory=TimeReport)  # per step: compute, exposed comm, comm by axis
-    cuda_max_memory_allocated: int | None = None  # the CUDA allocator's own peak (GPU runs)
+    cuda: CudaMemory | None = None  # what the CUDA allocator and the device say (GPU runs)
     extra: Any = None  # what the strategy adds (`Strategy.report_extra`)
     params: list | None = None  # the full parameters (asked with return_params)
 
     def plain(self, timeline: bool = False) -> dict[str, Any]:
-        out = _plain_fields(self, drop_none=("cuda_max_memory_allocated", "extra"))
+        out = _plain_fields(self, drop_none=("cuda", "extra"))
         out.pop("params")
         if not timeline:
             out.pop("timeline")
@@ -251,6 +284,8 @@ class RankReport:
             d["timeline"] = Timeline.from_plain(d["timeline"])
         if "time" in d:
             d["time"] = TimeReport.from_plain(d["time"])
+        if d.get("cuda") is not None:
+            d["cuda"] = CudaMemory.from_plain(d["cuda"])
         return cls(**d)
 
 

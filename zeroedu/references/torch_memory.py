@@ -11,8 +11,13 @@ tracks, and the ones it does not, grouped by the operation that made them (the t
 threads (a dispatch mode is thread-local; zeroedu's ring collectives run on a comm thread, their
 two k-element scratch chunks) and gloo's own buffers (not torch tensors).
 
+`adam_temporaries` measures what one optimizer step allocates beyond the state it keeps, for
+torch's three Adam implementations (`torch.optim.Adam` for-loop, foreach, fused) and zeroedu's,
+on fp32 CPU parameters, with the same tracker: the figures `theory.memory.adam_step_temporaries`
+predicts.
+
 `peak_job` trains cfg.steps without a tracker and returns the ledger's peak with its bytes by
-category, to set beside `FSDPMemTracker`'s peak of torch's `fully_shard`
+category (and, full timeline, the bytes while the last step's Adam update ran), to set beside `FSDPMemTracker`'s peak of torch's `fully_shard`
 (`torch_fsdp2.fully_shard_job`).
 """
 from __future__ import annotations
@@ -20,9 +25,50 @@ from __future__ import annotations
 import collections
 from dataclasses import replace
 
+from ..kinds import EventKind
+from ..runtime.cuda import cuda_memory
 from ..train.config import config_from_dict
 from ..train.runner import build_run, train_step, train_steps
-from .torch_private import itemizing_mem_tracker
+from .torch_private import cublas_workspace_bytes, itemizing_mem_tracker, mem_tracker
+
+ADAM_IMPLEMENTATIONS = ("zeroedu", "for-loop", "foreach", "fused")  # `theory.memory.ADAM_IMPLEMENTATIONS`
+
+
+def adam_temporaries(shapes, implementation: str, scale: float = 1.0) -> int:
+    """Bytes the second Adam step of fp32 CPU parameters of `shapes` holds at its peak beyond
+    what was alive when it started, measured by torch's MemTracker (the first step allocates
+    torch's lazy state, so the second is the steady one). "zeroedu": `AdamState.step` with the
+    gradients scaled by `scale` (1: read in place; else through the scratch buffer)."""
+    import torch
+
+    from ..optim import AdamConfig
+    from ..recipes import get_recipe
+    from ..runtime.ledger import Ledger
+    from ..strategies.base import AdamState
+
+    if implementation not in ADAM_IMPLEMENTATIONS:
+        raise ValueError(f"implementation must be one of {ADAM_IMPLEMENTATIONS}, got {implementation!r}")
+    g = torch.Generator().manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, generator=g)) for s in shapes]
+    grads = [torch.randn(s, generator=g) for s in shapes]
+    if implementation == "zeroedu":
+        state = AdamState([p.data for p in params], get_recipe("fp32"), AdamConfig(), Ledger(0))
+        step, external = (lambda: state.step(grads, scale=scale)), [*state.m, *state.v]
+    else:
+        for p, gr in zip(params, grads):
+            p.grad = gr
+        flag = {"for-loop": {"foreach": False}, "foreach": {"foreach": True}, "fused": {"fused": True}}[implementation]
+        opt = torch.optim.Adam(params, lr=1e-3, **flag)
+        step, external = opt.step, [opt]
+    step()
+    tracker = mem_tracker()()
+    tracker.track_external(*params, *grads, *external)
+    with tracker:
+        before = tracker.get_tracker_snapshot("current")
+        step()
+        peak = tracker.get_tracker_snapshot("peak")
+    cpu = torch.device("cpu")
+    return peak[cpu]["Total"] - before[cpu]["Total"]
 
 
 def memtracker_job(ctx, cfg: dict, timeline: str = "full") -> dict:
@@ -51,5 +97,19 @@ def peak_job(ctx, cfg: dict, timeline: str = "full") -> dict:
     run = build_run(ctx, replace(config_from_dict(cfg), timeline=timeline))
     train_steps(run, progress=False)
     led = run.ledger
+    updates = [e.bytes for e in led.events if e.kind is EventKind.UPDATE]  # full timeline: every step's
     return {"rank": ctx.rank, "peak": led.peak, "peak_label": led.peak_label, "peak_bytes": dict(led.peak_bytes),
-            "model_states": dict(led.model_state_bytes)}
+            "model_states": dict(led.model_state_bytes), "at_update": dict(updates[-1]) if updates else None}
+
+
+def cuda_memory_job(ctx, cfg: dict) -> dict:
+    """On a GPU rank: cfg.steps of training, then the ledger's peak (its label, its bytes by
+    category) beside what the CUDA allocator and the device say (`reports.CudaMemory`), the
+    cuBLAS workspaces read by freeing them (after the allocator's peak is read)."""
+    run = build_run(ctx, config_from_dict(cfg))
+    train_steps(run, progress=False)
+    led = run.ledger
+    seen = cuda_memory(ctx.device)
+    seen.cublas_workspace = cublas_workspace_bytes(ctx.device)
+    return {"rank": ctx.rank, "peak": led.peak, "peak_label": led.peak_label, "peak_bytes": dict(led.peak_bytes),
+            "model_states": dict(led.model_state_bytes), "cuda": seen.plain()}

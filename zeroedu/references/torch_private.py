@@ -7,6 +7,10 @@ underscore (tests/test_layering.py holds it to that).
   overriding its private `_track` and `_update_peak_stats` and reading `_WINFO` (storage ->
   its accounting) and `_curr_mem_snap` (per device totals): the independent check of the
   ledger's peak (`torch_memory`).
+* The same `MemTracker` unchanged (`mem_tracker`), its public `track_external` and
+  `get_tracker_snapshot`: the temporaries of torch's own Adam steps (`torch_memory`).
+* `torch._C._cuda_clearCublasWorkspaces` (`cublas_workspace_bytes`): frees the cuBLAS workspaces,
+  so what they held is read from the allocator (`benchmarks/gpu_memory_check.py`).
 * `torch.distributed._tools.fsdp2_mem_tracker.FSDPMemTracker` (`fsdp2_mem_tracker`): the peak of
   torch's `fully_shard` by its own categories (`torch_fsdp2`).
 * `DistributedDataParallel.reducer._get_zeros_like_grad_buckets()` (`ddp_grad_buckets`): the
@@ -29,6 +33,32 @@ def fsdp2_mem_tracker():
 def ddp_grad_buckets(ddp) -> list:
     """torch DDP's gradient buckets as they are now (the reducer's bucket-shaped tensors)."""
     return list(ddp.reducer._get_zeros_like_grad_buckets())
+
+
+def cublas_workspace_bytes(device) -> int:
+    """Bytes the cuBLAS and cuBLASLt workspaces hold in the caching allocator now, read by freeing
+    them (`torch._C._cuda_clearCublasWorkspaces`, which torch's own tests call between tests): the
+    allocator's allocated bytes before less after. The next matmul allocates them again. Raises
+    where this torch has no such function: the term is then unread, and says so."""
+    import torch
+
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is None:
+        raise RuntimeError(f"torch {torch.__version__} has no torch._C._cuda_clearCublasWorkspaces: the cuBLAS "
+                           "workspace cannot be read (zeroedu.references.torch_private, read against "
+                           f"torch {TORCH_READ_AGAINST})")
+    torch.cuda.synchronize(device)
+    before = torch.cuda.memory_allocated(device)
+    clear()
+    torch.cuda.synchronize(device)
+    return before - torch.cuda.memory_allocated(device)
+
+
+def mem_tracker():
+    """torch's MemTracker class (`torch.distributed._tools.mem_tracker`), as torch ships it."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    return MemTracker
 
 
 def itemizing_mem_tracker():

@@ -42,7 +42,8 @@ from torch import nn
 
 from ..models import buffers_changed, check_trainable, check_units, persistent_buffers
 from ..models import units as model_units
-from ..optim import AdamConfig, adam_update
+from ..kinds import EventKind
+from ..optim import AdamConfig, adam_update, grad_goes_through_scratch, scratch_elements
 from ..recipes import Recipe, get_recipe, torch_dtype
 from ..runtime import ledger as L
 from ..runtime.comm import Axis, Comm, tag
@@ -86,7 +87,7 @@ class AdamState:
     """
 
     def __init__(self, targets: list[torch.Tensor], recipe: Recipe, cfg: AdamConfig, ledger: Ledger):
-        self.targets, self.recipe, self.cfg, self.t = targets, recipe, cfg, 0
+        self.targets, self.recipe, self.cfg, self.t, self.ledger = targets, recipe, cfg, 0, ledger
         self.masters, self.main_grads, self.m, self.v = [], [], [], []
         for x in targets:
             if recipe.master:
@@ -102,20 +103,35 @@ class AdamState:
     def step(self, grads: list[torch.Tensor], scale: float = 1.0, scratch: bool = False) -> None:
         """Update every target from its gradient times `scale` (e.g. 1/N after a SUM).
         `scratch`: the caller discards `grads` after the step, so an fp32 gradient is scaled in
-        place (as torch's DDP divides its bucket in place) instead of into a new tensor."""
+        place (as torch's DDP divides its bucket in place) instead of through the scratch buffer.
+
+        The update's temporaries are one fp32 buffer, allocated here and charged to
+        "optimizer_temp" while it lives (`optim.scratch_elements`: a chunk for the denominator,
+        a second for gradients read as fp32), marked with an `UPDATE` event so the peak sees it."""
         self.t += 1
+        plan = []
         for i, (x, g) in enumerate(zip(self.targets, grads)):
             if self.main_grads:
-                g32 = self.main_grads[i].copy_(g)
+                g, s = self.main_grads[i].copy_(g), scale
+                if s != 1.0:
+                    g.mul_(s)  # fp32 main grad: scaled in place
+                s = 1.0
+            elif scratch and g.dtype == torch.float32 and scale != 1.0:
+                g, s = g.mul_(scale), 1.0
             else:
-                g32 = g if g.dtype == torch.float32 else g.float()
-            if scale != 1.0:
-                # Scale in fp32, after the SUM: dividing low-precision grads first rounds twice.
-                g32 = g32 * scale if g32 is g and not scratch else g32.mul_(scale)
+                s = scale
+            plan.append((x, g, s))
+        copied = any(grad_goes_through_scratch(g, s) for _, g, s in plan)
+        buf = torch.empty(scratch_elements([x.numel() for x in self.targets], copied), dtype=torch.float32,
+                          device=self.targets[0].device if self.targets else "cpu")
+        self.ledger.track(buf, "optimizer_temp")
+        self.ledger.event(EventKind.UPDATE)
+        for i, (x, g, s) in enumerate(plan):
             p = self.masters[i] if self.masters else x
-            adam_update(p, g32, self.m[i], self.v[i], self.t, self.cfg)
+            adam_update(p, g, self.m[i], self.v[i], self.t, self.cfg, scale=s, scratch=buf)
             if self.masters:
                 x.copy_(p)  # cast the updated master back into the model's precision
+        del buf  # the ledger drops it through its weak reference
 
 
 class Strategy:

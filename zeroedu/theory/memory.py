@@ -45,6 +45,7 @@ from fractions import Fraction
 from numbers import Number
 
 from .. import shard
+from ..optim import scratch_elements
 from ..kinds import OPTIM_PARTS as LEDGER_OPTIM_PARTS
 from ..catalog import shards
 from .inputs import check_count, check_counts, check_psi, check_units, resolve
@@ -179,6 +180,89 @@ def exact_model_states(strategy, units, n, m=1, rank=0, recipe=None, trainable=N
                 raise ValueError(f"unknown layout {spec.layout!r}")
             out[name] += elems * nbytes
     return ModelStates(**out)
+
+
+def optimizer_target_elements(strategy, units, n, m=1, rank=0, trainable=None) -> list[int]:
+    """Elements of each tensor Adam updates on rank `rank`: every trainable parameter
+    (``replicated``), each unit's optimizer shard (``flat``: padded/N, /(N·M) when the outer
+    axis shards the optimizer too), each trainable parameter's dim-0 rows (``dim0``)."""
+    spec, _ = resolve(strategy, None)
+    n, m = check_counts(spec, n, m)
+    units = check_units(units)
+    mask = _check_trainable(units, trainable, spec.layout)
+    on_inner, on_outer = _sharded(spec, "optim")
+    out = []
+    for unit, flags in zip(units, mask):
+        if spec.layout == "flat":
+            out.append(flat_unit_elements(sum(shard.numel(s) for s in unit), n, m, on_inner, on_outer))
+        else:
+            out += [shard.dim0_shard_numel(s, n, rank % n) if spec.layout == "dim0" and on_inner else shard.numel(s)
+                    for s, t in zip(unit, flags) if t]
+    return out
+
+
+def update_bytes(strategy, units, n, m=1, rank=0, recipe=None, trainable=None, micro_batches=1) -> dict:
+    """What rank `rank` holds while Adam's update runs (the ledger's "update" event): the model
+    states and the update's one scratch buffer, exact for a concrete model::
+
+        optimizer_temp = 4 · min(max target elements, ADAM_CHUNK) · (1 + copied)
+
+    one fp32 chunk for the denominator sqrt(v̂) + ε, and a second when the gradient is read as
+    fp32 through it (copied: the gradient is not fp32, or it must be scaled by 1/(N·M·K) ≠ 1 and
+    the strategy does not scale it in place; a recipe with an fp32 main grad scales that copy).
+    Written whole, as torch's single-tensor Adam writes it, the update would hold 2 to 4 more
+    tensors the size of the largest target instead (`optim`). Nothing else lives then, except
+    where the optimizer is sharded on an outer axis that the gradients are not (hfsdp): Adam reads
+    the outer reduce-scatter's output, G·Ψ/(N·M) ("comm_buffer"). Every other communication
+    buffer is freed before the update and allocated after it.
+
+    Returns {"model_states", "optimizer_temp", "comm_buffer", "total"} in bytes."""
+    spec, rec = resolve(strategy, recipe)
+    n, m = check_counts(spec, n, m)
+    targets = optimizer_target_elements(spec.name, units, n, m, rank, trainable)
+    scaled = n * (m if spec.hybrid else 1) * micro_batches != 1
+    copied = rec.main_grad is None and (rec.grad != "fp32" or (scaled and not spec.scales_grads_in_place))
+    temp = 4 * scratch_elements(targets, copied)
+    states = exact_model_states(spec.name, units, n, m, rank, rec.name, trainable).total
+    inner, outer = _sharded(spec, "grad")
+    reduced = 0
+    if _sharded(spec, "optim")[1] and not outer:  # hfsdp: the gradient's outer reduce-scatter output
+        reduced = sum(flat_unit_elements(sum(shard.numel(s) for s in u), n, m, inner, True) for u in units)
+        reduced *= rec.grad_bytes
+    return {"model_states": states, "optimizer_temp": temp, "comm_buffer": reduced,
+            "total": states + temp + reduced}
+
+
+ADAM_IMPLEMENTATIONS = ("zeroedu", "for-loop", "foreach", "fused")
+
+
+def adam_step_temporaries(implementation: str, numels, copied: bool = False) -> int:
+    """Bytes one Adam step over fp32 tensors of these sizes (in the optimizer's order) allocates
+    beyond its state, at its peak, with torch 2.13's `torch/optim/adam.py` (default options: no weight decay, amsgrad,
+    maximize or capturable):
+
+        for-loop  (`_single_tensor_adam`)  max over i of 8 n_i + 4 n_{i-1}
+                  ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)``, one parameter
+                  at a time: its root and the quotient, while the previous parameter's `denom`
+                  is still bound to the loop's variable until the assignment replaces it
+        foreach   (`_multi_tensor_adam`)   4 · Σ n      ``torch._foreach_sqrt(device_exp_avg_sqs)``: one
+                                                        root per parameter of the group, all alive at once
+        fused     (`_fused_adam`)          0            one kernel, elementwise in registers
+        zeroedu   (`optim.adam_update`)    4 · min(max n, ADAM_CHUNK) · (1 + copied)
+
+    So foreach, torch's default on GPUs, holds 4 bytes per parameter for a moment: a quarter of
+    what a ZeRO-1 rank's fp32 optimizer state is worth. `references.torch_memory.adam_temporaries`
+    measures all four with torch's MemTracker."""
+    numels = [int(x) for x in numels]
+    if implementation == "for-loop":
+        return max((8 * n + 4 * prev for n, prev in zip(numels, [0] + numels)), default=0)
+    if implementation == "foreach":
+        return 4 * sum(numels)
+    if implementation == "fused":
+        return 0
+    if implementation == "zeroedu":
+        return 4 * scratch_elements(numels, copied)
+    raise ValueError(f"implementation must be one of {ADAM_IMPLEMENTATIONS}, got {implementation!r}")
 
 
 def _unit_elements(spec, unit, n: int) -> int:

@@ -18,6 +18,7 @@ from ..recipes import get_recipe, loss_tolerance
 from ..reports import Match, Predicted, RankReport, RunReport, vouch
 from ..runtime import analysis, cluster
 from ..runtime.comm import resolve_implementation
+from ..runtime.cuda import cuda_memory
 from ..runtime.links import Links
 from ..runtime.wire import FRAMING_PER_MESSAGE
 from ..strategies.tensor_parallel import unsplit
@@ -104,11 +105,8 @@ def train_job(ctx, cfg: dict) -> dict:
         "time": ledger.time_report().plain(),
     }
     if ctx.device.startswith("cuda"):
-        import torch
-
-        # The allocator's own count, to set beside the ledger's peak (its peak adds CUDA
-        # workspace, the caching allocator's 512-byte rounding and kernel temporaries).
-        out["cuda_max_memory_allocated"] = torch.cuda.max_memory_allocated(ctx.device)
+        # The allocator's and the device's own counts, beside the ledger's peak (`CudaMemory`).
+        out["cuda"] = cuda_memory(ctx.device)
     extra = strategy.report_extra()
     if extra is not None:
         out["extra"] = extra

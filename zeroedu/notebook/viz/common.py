@@ -10,6 +10,7 @@ COLORS = {
     "param": "#4C72B0", "grad": "#DD8452", "optim": "#55A868",
     "master": "#55A868", "main_grad": "#8C8C8C", "m": "#64B5CD", "v": "#8172B3",
     "gathered": "#C44E52", "comm_buffer": "#937860", "activation": "#DA8BC3", "backward_temp": "#F0C05A",
+    "optimizer_temp": "#2CA02C",
     "all_reduce": "#4C72B0", "reduce_scatter": "#DD8452", "all_gather": "#55A868",
     "send": "#8172B3", "recv": "#937860", "broadcast": "#8C8C8C",
 }

@@ -74,7 +74,7 @@ def _select(items: list[dict], steps) -> list[dict]:
 # Stacked from the bottom: the model states, then activations, then what a ZeRO-3 unit holds for
 # a moment (its gathered parameters, its full gradient waiting for the reduce-scatter) on top, so
 # the saw-tooth rides on the outline instead of hiding under the activations' hill.
-STACK_ORDER = MODEL_STATE + ("activation", "backward_temp", "gathered", "comm_buffer")
+STACK_ORDER = MODEL_STATE + ("activation", "backward_temp", "optimizer_temp", "gathered", "comm_buffer")
 
 
 def _categories(events: list[dict]) -> list[str]:
