@@ -10,7 +10,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from .common import COLORS, RANK_COLORS, byte_scale, mesh, new_figure, outside_legend, rank_color
+from .common import COLORS, RANK_COLORS, byte_scale, human_bytes, mesh, new_figure, outside_legend, rank_color
+from ...kinds import MODEL_STATE as STATE_ORDER
 from ...reports import RankReport, RunReport
 
 
@@ -194,5 +195,33 @@ def activation_bars(reports: Sequence[RunReport], rank: int = 0) -> Figure:
     ax.set_xticks(list(xs), names, fontsize=8)
     ax.set_ylabel(f"{unit} saved for backward")
     ax.set_title(f"{reports[0].strategy} rank {rank}: activations of one micro-batch", fontsize=9)
+    outside_legend(ax)
+    return fig
+
+
+def update_decomposition(at_update: dict[str, int], temporaries: dict[str, int], title: str = "") -> Figure:
+    """What one rank holds while its optimizer update runs, once per Adam implementation: the
+    model states by category (measured at the ledger's "update" event) with each implementation's
+    temporaries on top (`temporaries`: name -> bytes, e.g. zeroedu's scratch from the same event
+    and torch's for-loop / foreach / fused measured by MemTracker on the same tensors)."""
+    if not temporaries:
+        raise ValueError("no implementations to draw")
+    cats = [c for c in STATE_ORDER if at_update.get(c)]
+    div, unit = byte_scale([sum(at_update.get(c, 0) for c in cats) + max(temporaries.values())])
+    fig = new_figure(6.5, 3.0)
+    ax = fig.add_subplot()
+    names = list(temporaries)
+    for x, name in enumerate(names):
+        bottom = 0.0
+        for c in cats:
+            ax.bar(x, at_update[c] / div, 0.6, bottom=bottom, color=COLORS[c], label=c if x == 0 else None)
+            bottom += at_update[c] / div
+        ax.bar(x, temporaries[name] / div, 0.6, bottom=bottom, color=COLORS["optimizer_temp"], hatch="//",
+               edgecolor="black", label="the update's temporaries" if x == 0 else None)
+        ax.annotate(human_bytes(temporaries[name]), (x, bottom + temporaries[name] / div), ha="center",
+                    va="bottom", fontsize=7)
+    ax.set_xticks(range(len(names)), names, fontsize=8)
+    ax.set_ylabel(f"{unit} held during the update")
+    ax.set_title(title or "model states + what the optimizer step allocates", fontsize=9)
     outside_legend(ax)
     return fig
