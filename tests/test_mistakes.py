@@ -36,6 +36,8 @@ CASES = [
     (M.other_recompute("none", "selective", 2048, 1, 12288, 96), 34 * 2048 * 12288, "selective"),
     (M.other_recompute("selective", "full", 4096, 1, 4096, 32, layers=32), 32 * 2 * 4096 * 4096, "full"),
     (M.one_layer_only(4096, 1, 4096, 32, "selective", 32), 34 * 4096 * 4096, "32"),
+    (M.root_of_every_parameter(7e9, 8), 4 * 7e9, "Ψ/8"),  # foreach's roots for the whole model
+    (M.for_loop_temporaries(7e9, 8), 2 * 4 * 7e9 / 8, "foreach makes one root"),
     (M.even_split(10, 4), 2.5, "whole rows"),  # 10 rows on 4 ranks: chunks of 3, 3, 3, 1
     (M.full_chunk_everywhere(10, 4), 3, "last rank"),
     (M.floor_rows(10, 4), 2, "no owner"),

@@ -99,6 +99,10 @@ EXPECTED = {
     "fit_stage": {"ddp": 16 * P13, "z1": 4 * P13 + 12 * P13 / 8, "z2": 2 * P13 + 14 * P13 / 8,
                   "z3": 16 * P13 / 8, "gpu": 80e9, "reserve": 20e9},
     "precision_bytes": {"k": 12, "mixed": 16, "meg": 18, "fp16": 20, "fp32": 16},
+    # one flat fp32 shard of Ψ/N: foreach one root per element, for-loop the root and the quotient,
+    # chunked two 2^20-element fp32 chunks (`theory.memory.adam_step_temporaries`)
+    "optimizer_step_memory": {"foreach": 4 * P7 / 8, "forloop": 8 * P7 / 8, "chunked": 2 * 4 * 2**20,
+                              "z1": 4 * P7 + 12 * P7 / 8},
     "grad_accumulation": {"z1k": 2 * RS8, "z2k": 4 * RS8 + RS8, "z3k": 4 * 3 * RS8, "z3": 3 * RS8},
     "grad_clipping": {},
     "loss_scaling": {"rs_fp32": 7 / 8 * 4 * P7, "rs_bf16": RS8},

@@ -171,8 +171,15 @@ def composed_states(strategy: str, psi, n: int, tp: int):
     return theory.compose(strategy, psi, n, tp=tp).total
 
 
+def adam_step_temporaries(implementation: str, psi, n: int):
+    """Bytes one Adam step allocates for an instant beyond its state, on a rank that updates one
+    flat fp32 shard of Ψ/N elements (ZeRO-1 / ZeRO-2 / FSDP1): `theory.memory.adam_step_temporaries`
+    for "foreach" (4Ψ/N), "for-loop" (8Ψ/N), "fused" (0) or "zeroedu" (two 4 MiB chunks)."""
+    return theory.memory.adam_step_temporaries(implementation, [int(psi) // n], copied=implementation == "zeroedu")
+
+
 FIGURES = {f.__name__: f for f in (
     given, recipe_bytes, model_states, comm_total, comm_collective, comm_ratio, zeropp_ratio, sent_bytes,
     recipe_sent, bandwidth, bandwidth_ratio, alpha, all_gather_time, ring_allreduce_time, min_bucket_bytes,
     comm_time, tokens_to_hide, cross_domain_bytes, cross_domain_ratio, step_comm_time, layer_activations,
-    layer_activations_fused, offloaded, offload_pcie, composed_states)}
+    layer_activations_fused, offloaded, offload_pcie, composed_states, adam_step_temporaries)}

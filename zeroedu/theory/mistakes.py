@@ -242,6 +242,20 @@ def not_per_parameter(total_bytes) -> Mistake:
     return Mistake("not_per_parameter", float(total_bytes), "that is the total in bytes; divide by Ψ")
 
 
+def root_of_every_parameter(psi, n, bytes_per_element: int = 4) -> Mistake:
+    """The foreach optimizer's temporaries counted for the whole model on a rank that updates
+    only its shard: Ψ elements where it is Ψ/N."""
+    return Mistake("root_of_every_parameter", float(Fraction(int(psi)) * bytes_per_element),
+                   f"that is a root for every parameter of the model; this rank updates only its shard, Ψ/{n} of them")
+
+
+def for_loop_temporaries(psi, n) -> Mistake:
+    """The for-loop Adam's two shard-sized tensors given for foreach, which makes one."""
+    return Mistake("for_loop_temporaries", float(Fraction(8 * (int(psi) // n))),
+                   "that is the for-loop Adam's two tensors (the root and the quotient); foreach makes one root per "
+                   "parameter, 4 bytes each, all at once")
+
+
 # ----------------------------------------------------------------- counting per step
 def once_per_micro_batch(per_step, k: int) -> Mistake:
     """What happens once per optimizer step counted once per micro-batch (K times)."""
@@ -483,6 +497,6 @@ MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_fo
             optimizer_over_m_only, elements_ratio, kept_for_saved, nothing_kept, other_mode,
             transient_forgotten, heads_alone, all_sharded, large_n_limit, baseline_forgotten,
             whole_for_shard, other_recipe_bytes, forward_flops_only, one_latency_per_collective, master_forgotten,
-            gathers_counted_as_allreduces)
+            gathers_counted_as_allreduces, root_of_every_parameter, for_loop_temporaries)
 
 __all__ = ["Mistake", "MISTAKES", *[f.__name__ for f in MISTAKES]]
