@@ -43,7 +43,7 @@ from torch import nn
 from ..models import buffers_changed, check_trainable, check_units, persistent_buffers
 from ..models import units as model_units
 from ..kinds import EventKind
-from ..optim import AdamConfig, adam_update, grad_goes_through_scratch, scratch_elements
+from ..optim import ADAM_CHUNK, AdamConfig, adam_update, grad_goes_through_scratch, scratch_elements
 from ..recipes import Recipe, get_recipe, torch_dtype
 from ..runtime import ledger as L
 from ..runtime.comm import Axis, Comm, tag
@@ -267,8 +267,17 @@ class Strategy:
         """min(1, C / (‖mean gradient‖ + 1e-6)) from this rank's shards: squares summed here,
         then one all-reduce of one fp32 number over `norm_axes()`."""
         sq = torch.zeros(1, dtype=torch.float32, device=self.dist.device)
+        # Chunk by chunk through one fp32 buffer, charged like the update's scratch and never
+        # larger (`optim.scratch_elements`), instead of three temporaries the size of each shard.
+        largest = max((g.numel() for g in grads), default=0)
+        buf = self.ledger.track(torch.empty(min(largest, ADAM_CHUNK), dtype=torch.float32, device=self.dist.device),
+                                "optimizer_temp")
         for g in grads:
-            sq += g.float().mul(scale).pow(2).sum()
+            flat = g.reshape(-1)
+            for start in range(0, flat.numel(), ADAM_CHUNK):
+                c = buf[:min(ADAM_CHUNK, flat.numel() - start)].copy_(flat[start:start + ADAM_CHUNK]).mul_(scale)
+                sq += torch.dot(c, c)
+        del buf
         for axis in self.norm_axes():
             self.comm.all_reduce(sq, axis, self.tag("norm", "grads"))
         norm = float(sq.sqrt())
