@@ -21,9 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-SCHEMA = 4  # the JSON's shape (README, "JSON report"); a change of shape changes it
+SCHEMA = 5  # the JSON's shape (README, "JSON report"); a change of shape changes it
 # 2: each rank's "time" (compute, exposed communication, communication by axis, per step) and
 #    the run's "links" (the emulated links it ran on, or null)
+# 5: GPU runs: each rank's "cuda" (`CudaMemory`: the allocator's peaks, the cuBLAS workspace, what lies
+#    outside the allocator), in place of "cuda_max_memory_allocated"
 
 
 def _plain_fields(obj, drop_none: tuple[str, ...] = ()) -> dict[str, Any]:
