@@ -29,7 +29,7 @@ from zeroedu.models import MLPConfig, unit_shapes
 from zeroedu.references.torch_memory import cuda_memory_job
 from zeroedu.reports import CudaMemory
 from zeroedu.runtime import cluster
-from zeroedu.runtime.ledger import MODEL_STATE
+from zeroedu.kinds import MODEL_STATE
 from zeroedu.theory.memory import exact_model_states
 from zeroedu.train import RunConfig, config_to_dict
 

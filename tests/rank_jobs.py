@@ -207,3 +207,14 @@ def stop_self(ctx, rank: int) -> int:
         os.kill(os.getpid(), signal.SIGSTOP)
     dist.all_reduce(torch.ones(1))
     return ctx.rank
+
+
+def tp_axis_names(ctx, cfg: dict) -> dict:
+    """A --tp run built on this rank: the names of the axes it communicates on, and any
+    relabelling the ledger applies to the wire meter's socket labels."""
+    from zeroedu.train.config import config_from_dict
+    from zeroedu.train.runner import build_run
+
+    run = build_run(ctx, config_from_dict(cfg))
+    return {"dp": run.dist.inner.name, "tp": run.tp.name, "outer": run.dist.outer,
+            "wire_axes": dict(run.ledger.wire_axes)}

@@ -282,3 +282,36 @@ def test_torch_private_internals_live_in_one_module():
     assert not found, f"torch internals outside zeroedu/references/torch_private.py: {found}"
     text = (ROOT / "references" / "torch_private.py").read_text()
     assert all(name in text for name in TORCH_PRIVATE) and 'TORCH_READ_AGAINST = "2.13.0"' in text
+
+
+# Names that hold a value of one of `zeroedu.kinds`'s vocabularies, by the code's convention.
+VOCAB_NAMES = {"recompute": "RecomputeMode", "mode": "RecomputeMode", "timeline_mode": "TimelineMode",
+               "implementation": "Implementation", "impl": "Implementation", "collectives": "Implementation",
+               "layout": "Layout", "kind": "EventKind", "cat": "Category", "category": "Category"}
+
+
+def test_vocabulary_values_are_compared_with_their_enum_not_a_string():
+    """`x.recompute != "none"` reads the vocabulary's value by hand; `RecomputeMode.NONE` names it
+    (and a typo in it is an AttributeError, not a comparison that is always False). An AST scan
+    of every comparison in the package: a name of `VOCAB_NAMES` against a string literal that is
+    one of its enum's values is refused."""
+    import ast
+
+    from zeroedu import kinds
+
+    values = {name: {m.value for m in getattr(kinds, name)} for name in set(VOCAB_NAMES.values())}
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Compare):
+                continue
+            parts = [node.left, *node.comparators]
+            names = [p.id if isinstance(p, ast.Name) else p.attr if isinstance(p, ast.Attribute) else None
+                     for p in parts]
+            enums = {VOCAB_NAMES[n] for n in names if n in VOCAB_NAMES}
+            consts = [c.value for p in parts
+                      for c in ([p] if isinstance(p, ast.Constant) else getattr(p, "elts", []))
+                      if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+            if any(v in values[e] for e in enums for v in consts):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno} {ast.unparse(node)[:80]}")
+    assert not found, "vocabulary values compared as strings:\n" + "\n".join(found)

@@ -31,7 +31,7 @@ from zeroedu.recipes import get_recipe
 from zeroedu.references.torch_fsdp2 import fully_shard_job
 from zeroedu.references.torch_memory import memtracker_job, peak_job
 from zeroedu.runtime import cluster
-from zeroedu.runtime.ledger import MODEL_STATE
+from zeroedu.kinds import MODEL_STATE
 from zeroedu.theory.activations import gpt_activation_terms
 from zeroedu.theory.memory import fsdp_peak, update_bytes
 from zeroedu.train import RunConfig, config_to_dict

@@ -87,3 +87,42 @@ def test_each_units_collectives_are_its_closed_form(name):
         assert {k: float(v) for k, v in got.items() if v} == {k: float(v) for k, v in want.items() if v}
         if STRATEGIES[name].layout != "replicated":
             assert {u for u, _ in got} >= set(range(len(unit_shapes(make_model(MLPConfig())))))
+
+
+@pytest.mark.fast
+def test_no_strategy_writes_its_own_step():
+    """The optimizer step is written once (`Strategy.step`: finish the gradient sync, record the
+    model states, update, `after_update`, step end); strategies fill in the hooks. Read from the
+    source (an AST walk of every strategy module and the notebooks' buggy strategies)."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "zeroedu"
+    found = []
+    for path in sorted([*(root / "strategies").glob("*.py"), *(root / "notebook" / "bugs").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and node.name not in ("Strategy", "AdamState"):
+                found += [f"{path.name}:{f.lineno} {node.name}.step" for f in node.body
+                          if isinstance(f, ast.FunctionDef) and f.name == "step"]
+    assert not found, found
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", [n for n, s in STRATEGIES.items() if not s.hybrid])  # one rank: no 2-D mesh
+def test_a_step_with_no_micro_batch_steps_on_zero_gradients(name):
+    """One rank: step() before any forward_backward() updates from zero gradients as
+    torch.optim.Adam does (m = v = 0: the parameters stay), where one strategy used to raise
+    and another to reduce zeros."""
+    strat = _local(name)
+    before = [p.clone() for p in strat.full_parameters()]
+    strat.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, strat.full_parameters()))
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_the_catalog_says_which_strategies_scale_gradients_in_place(name):
+    """`theory.memory.update_bytes` reads the catalog's flag; the step reads the class's."""
+    from zeroedu.strategies import strategy_class
+
+    assert strategy_class(name).SCALES_GRADS_IN_PLACE == STRATEGIES[name].scales_grads_in_place

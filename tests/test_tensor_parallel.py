@@ -186,6 +186,19 @@ def test_run_with_tp_composes_with_every_data_parallel_strategy():
         assert {rk.rank: set(rk.measured.comm_by_axis) for rk in r.ranks} == {k: {"dp_shard", "tp"} for k in range(4)}
 
 
+def test_a_tp_runs_axes_are_named_for_what_they_carry():
+    """The mesh is built with the names dp_shard and tp, so its groups, its sockets (labelled
+    when the groups open) and every record carry those names from the start: no socket label is
+    translated from another axis's name (`set(rk.wire.by_axis) == {"dp_shard", "tp"}` above
+    reads the labels as they are)."""
+    from zeroedu.train import RunConfig, config_to_dict
+
+    cfg = config_to_dict(RunConfig("fsdp2", 4, tp=2, steps=1, model="gpt-tiny", recipe="fp32").resolved())
+    for r in cluster.run("tests.rank_jobs:tp_axis_names", 4, {"cfg": cfg}):
+        assert (r["dp"], r["tp"], r["outer"]) == ("dp_shard", "tp", None)
+        assert all(label == axis for label, axis in r["wire_axes"].items()), r["wire_axes"]
+
+
 @pytest.mark.fast
 @pytest.mark.parametrize("kw, msg", [
     (dict(world_size=3, tp=2), "tp = 2 must divide the world size 3"),

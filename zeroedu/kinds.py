@@ -6,7 +6,8 @@ figures, checks and quizzes that read it share one definition, as torch's FSDP2 
 whose value is what the JSON report holds, so a report read back from a file compares equal to
 the member (``e["kind"] == EventKind.UNSHARD``) and no reader parses text.
 
-`Category` (what the ledger charges a storage to), `TimelineMode` (what the ranks record),
+`Category` (what the ledger charges a storage to), `Layout` (how a strategy stores its shards),
+`TimelineMode` (what the ranks record),
 `Implementation` (whose reduce-scatter and all-gather run), `RecomputeMode` (which activations
 are re-run): the tuples of their values (`CATEGORIES`, `TIMELINE_MODES`, `IMPLEMENTATIONS`,
 `RECOMPUTE_MODES`) are what the dicts of a report are keyed by and what the CLI offers, so a
@@ -45,6 +46,17 @@ MODEL_STATE = tuple(c.value for c in (Category.PARAM, Category.GRAD, Category.MA
 OPTIM_PARTS = MODEL_STATE[2:]  # master, main_grad, m, v: what the optimizer holds
 TRANSIENT = tuple(c.value for c in Category if c.value not in MODEL_STATE)
 CATEGORIES = MODEL_STATE + TRANSIENT
+
+
+class Layout(str, Enum):
+    """How a strategy stores what it shards (`zeroedu.catalog`): every tensor whole, each unit
+    one flat padded buffer cut into equal chunks, or each parameter cut on dim 0."""
+    REPLICATED = "replicated"
+    FLAT = "flat"
+    DIM0 = "dim0"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class TimelineMode(str, Enum):
@@ -126,9 +138,3 @@ class EventKind(str, Enum):
 
     def __str__(self) -> str:  # f-strings and prints show the value, as the JSON does
         return self.value
-
-
-# Kinds that belong to one unit: an event of these kinds carries the unit's number.
-UNIT_KINDS = frozenset({EventKind.UNSHARD, EventKind.RESHARD, EventKind.COPY_OUT, EventKind.COPY_IN,
-                        EventKind.POST_BACKWARD, EventKind.GRAD_ALLOC, EventKind.GRADS_READY,
-                        EventKind.GRAD_ZEROED, EventKind.GRAD_FREED, EventKind.REDUCE_SCATTER_STARTED})

@@ -33,7 +33,7 @@ def _plain_fields(obj, drop_none: tuple[str, ...] = ()) -> dict[str, Any]:
     for f in fields(obj):
         v = getattr(obj, f.name)
         if v is None and f.name in drop_none:
-            continue  # absent from the JSON when not measured (as before the types)
+            continue  # absent from the JSON when not measured
         out[f.name] = v.plain() if hasattr(v, "plain") else v
     return out
 

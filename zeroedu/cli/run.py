@@ -22,7 +22,7 @@ from ..optim import AdamConfig
 from ..runtime import cluster
 from ..runtime.links import PRESETS as LINK_PRESETS
 from ..runtime.comm import IMPLEMENTATIONS
-from ..runtime.ledger import TIMELINE_MODES
+from ..kinds import TIMELINE_MODES
 from ..train import ResolvedConfig, RunConfig, assemble, config_to_dict, run, train_job
 from .args import positive_float, positive_int
 

@@ -219,10 +219,10 @@ class ZeRO2Lab(ZeRO2):
         self.comm.launched = [w for w in self.comm.launched if w.ptr in alive]
 
     # ---------------------------------------------------------------- what the grader reads
-    def update(self, grads):
+    def update(self, grads, scratch=False):
         if self.grad_snapshot is None:  # the first step's reduced shards (SUM over ranks)
             self.grad_snapshot = [g.detach().float().cpu().clone() for g in grads]
-        super().update(grads)
+        super().update(grads, scratch)
 
 
 # ====================================================================== lab 6: FSDP's lifecycle

@@ -31,7 +31,8 @@ from ..kinds import EventKind
 from ..models import MLPConfig, unit_shapes, units
 from ..recipes import get_recipe
 from ..runtime import analysis
-from ..runtime.ledger import FORWARD_END, OPTIMIZER_STEP, Ledger
+from ..kinds import EventKind
+from ..runtime.ledger import Ledger
 from ..train.config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict
 from ..train.reference import reference
 from ..train.runner import RankRun, dist_state, local_micro_batches, train_steps
@@ -276,7 +277,7 @@ def grade_zero2(res: LabResult, case: Case, results: list[dict]) -> None:
     freed, overlap = [], []
     for r, out in enumerate(results):
         want = theory.exact_model_states("zero2", shapes, case.n, rank=r, recipe=cfg.recipe).grad
-        for e in _events(out["timeline"], OPTIMIZER_STEP):
+        for e in _events(out["timeline"], EventKind.OPTIMIZER_STEP):
             if e["bytes"]["grad"] != want:
                 freed.append(Diagnosis(
                     f"rank {r}, step {e['step']}: {e['bytes']['grad']} bytes of gradients alive at the optimizer "
@@ -331,9 +332,9 @@ def grade_fsdp(res: LabResult, case: Case, results: list[dict]) -> None:
     v = _violations(results, ("lifecycle", "prefetch", "memory"))
     memory = v["memory"]
     for r, out in enumerate(results):
-        checks = [(OPTIMIZER_STEP, "at the optimizer step: every unit must be resharded by its post_backward")]
+        checks = [(EventKind.OPTIMIZER_STEP, "at the optimizer step: every unit must be resharded by its post_backward")]
         if raf:
-            checks.append((FORWARD_END, "at the end of forward: with reshard_after_forward=True each unit frees "
+            checks.append((EventKind.FORWARD_END, "at the end of forward: with reshard_after_forward=True each unit frees "
                                         "its parameters right after its forward"))
         for label, why in checks:
             bad = next((e for e in _events(out["timeline"], label) if e["bytes"]["gathered"]), None)

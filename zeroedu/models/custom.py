@@ -24,6 +24,7 @@ from typing import Callable
 import torch
 from torch import nn
 
+from ..kinds import RecomputeMode
 from ..optim import AdamConfig
 
 
@@ -107,7 +108,7 @@ class CustomModel:
         return AdamConfig(lr=self.lr)
 
     def recompute_modules(self, model: nn.Module, mode: str) -> list[nn.Module]:
-        if mode != "full" or not self.recompute:
+        if mode != RecomputeMode.FULL or not self.recompute:
             raise ValueError("this model re-runs only the submodules named in CustomModel(recompute=...) "
                              "and only with recompute='full'")
         return _match(model, self.recompute)

@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..kinds import RecomputeMode
 from ..optim import AdamConfig
 from . import data
 
@@ -123,9 +124,9 @@ class GPTConfig:
     def recompute_modules(self, model: "GPT", mode: str) -> list[nn.Module]:
         """What activation recompute re-runs in backward: every block ("full"), or only every
         block's attention core ("selective", Korthikanti et al. 2022 §5)."""
-        if mode == "full":
+        if mode == RecomputeMode.FULL:
             return list(model.blocks)
-        if mode == "selective":
+        if mode == RecomputeMode.SELECTIVE:
             return [b.attn.core for b in model.blocks]
         raise ValueError(f"recompute must be 'none', 'selective' or 'full', got {mode!r}")
 

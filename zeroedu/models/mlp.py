@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from ..kinds import RecomputeMode
 from ..optim import AdamConfig
 
 
@@ -86,6 +87,6 @@ class MLPConfig:
         """Exact bytes autograd saves for one micro-batch (`theory.activations.mlp_activation_bytes`)."""
         from ..theory.activations import mlp_activation_bytes
 
-        if recompute != "none":
+        if recompute != RecomputeMode.NONE:
             raise ValueError("the MLP has no activation recompute")
         return mlp_activation_bytes(self.dims(), batch, dtype_bytes)

@@ -5,15 +5,12 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..kinds import Implementation, TimelineMode
 from ..fmt import number as _fmt
-from ..reports import RunReport, States
+from ..reports import RunReport
 from ..train.launch import rank_wire_ok
 
 CATS = ("param", "grad", "optim", "total")
-
-
-def comm_total(block: States) -> float:
-    return block.comm_total
 
 
 def match_rows(report: RunReport) -> list[tuple[int, str, Any, Any, bool]]:
@@ -169,7 +166,7 @@ def wire_lines(report: RunReport) -> list[str]:
             got = wr.by_collective.get(op)
             rows.append([str(r.rank), op, _fmt(ring.get(op, 0)), "—" if got is None else _fmt(got)])
         rows.append([str(r.rank), "total", _fmt(sum(ring.values())), _fmt(wr.sent)])
-    dash = ("not read per collective with a minimal record" if report.timeline_mode == "minimal"
+    dash = ("not read per collective with a minimal record" if report.timeline_mode == TimelineMode.MINIMAL
             else "overlapped with other collectives")
     out = [f"bytes sent per step: ring model vs the wire (collectives: {impl}; kernel byte counters; "
            f"'—': {dash}, in the total only)",
@@ -182,7 +179,7 @@ def wire_lines(report: RunReport) -> list[str]:
         out.append("rank 0 per axis, ring model -> wire: " + ", ".join(
             f"{a} {_fmt(sum(r0.measured.comm_by_axis.get(a, {}).values()))} -> {_fmt(w.by_axis.get(a, 0))} B"
             for a in sorted(w.by_axis)))
-    if impl == "backend" and any("reduce_scatter" in r.measured.comm for r in report.ranks):
+    if impl == Implementation.BACKEND and any("reduce_scatter" in r.measured.comm for r in report.ranks):
         out.append("note: gloo's reduce_scatter_single is an all-reduce with one chunk kept, so it sends "
                    "2(g-1)/g of its input, twice the ring model; --collectives ring sends the ring bound")
     return out

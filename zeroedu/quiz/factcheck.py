@@ -32,7 +32,7 @@ from .. import recipes, theory
 from ..models import MLPConfig, param_count
 from ..kinds import EventKind as Ev
 from ..runtime import cluster
-from ..runtime.ledger import OPTIMIZER_STEP
+from ..kinds import EventKind
 from ..strategies.zero1 import ZeRO1
 from ..train import RunConfig, run
 from ..train.config import config_to_dict
@@ -206,7 +206,7 @@ def zero2_gathers_grads() -> dict:
     rk = z2.ranks[0]
     last = z2.steps - 1
     records = [c for c in rk.timeline.comm if c["step"] == last]
-    step_t = [e["t"] for e in rk.timeline.events if e["step"] == last and e["kind"] == OPTIMIZER_STEP][0]
+    step_t = [e["t"] for e in rk.timeline.events if e["step"] == last and e["kind"] == EventKind.OPTIMIZER_STEP][0]
     rec = recipes.get_recipe(z2.recipe)
     rows = [{"op": c["op"], "tag": c["tag"], "moves": c["moves"], "payload": c["payload"],
              "after_optimizer_step": c["t_start"] >= step_t} for c in records]

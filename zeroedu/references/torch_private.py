@@ -18,7 +18,7 @@ underscore (tests/test_layering.py holds it to that).
 """
 from __future__ import annotations
 
-from ..runtime.ledger import CATEGORIES
+from ..kinds import CATEGORIES
 
 TORCH_READ_AGAINST = "2.13.0"
 

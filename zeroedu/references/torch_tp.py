@@ -186,7 +186,7 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
     from ..models import make_batch, make_model, local_slice
     from ..optim import AdamConfig
     from ..recipes import get_recipe
-    from ..runtime.comm import Axis, Comm
+    from ..runtime.comm import Comm
     from ..runtime.ledger import Ledger
     from ..strategies.base import DistState
     from ..strategies.fsdp2 import FSDP2
@@ -197,12 +197,9 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
     if ctx.world_size % tp:
         raise ValueError(f"tp = {tp} must divide the world size {ctx.world_size}")
     dp = ctx.world_size // tp
-    outer, inner = ctx.mesh(dp)  # outer: strided ranks (dp), inner: contiguous ranks (tp)
-    dp_axis = Axis("dp_shard", outer.group, outer.size, outer.rank, outer.ranks)
-    tp_axis = Axis("tp", inner.group, inner.size, inner.rank, inner.ranks)
+    # outer: strided ranks (dp), inner: contiguous ranks (tp), each named for what it carries
+    dp_axis, tp_axis = ctx.mesh(dp, names=("dp_shard", "tp"))
     ledger = Ledger(ctx.rank, wire=ctx.wire)
-    # the mesh's sockets are labelled by the axis that opened them: dp_outer (here dp), dp_shard (tp)
-    ledger.wire_axes = {"dp_outer": "dp_shard", "dp_shard": "tp"}
     comm = Comm(ledger, meter=ctx.wire)
     ref = make_model(model)
     tpm = TPGPT(copy.deepcopy(ref), tp_axis, comm, sp=sp)

@@ -20,7 +20,7 @@ It is a measurement, noisy like any wall-clock time; the byte counts are the exa
 from __future__ import annotations
 
 from ..reports import Timeline
-from .ledger import BACKWARD_BEGIN, BACKWARD_END
+from ..kinds import EventKind
 
 GRAD_OPS = ("all_reduce", "reduce_scatter")
 
@@ -31,9 +31,9 @@ def backward_windows(timeline: Timeline, step: int | None = None) -> list[tuple[
     for m in sorted(timeline.marks, key=lambda m: m["t"]):
         if step is not None and m["step"] != step:
             continue
-        if m["kind"] == BACKWARD_BEGIN:
+        if m["kind"] == EventKind.BACKWARD_BEGIN:
             begin = m["t"]
-        elif m["kind"] == BACKWARD_END and begin is not None:
+        elif m["kind"] == EventKind.BACKWARD_END and begin is not None:
             out.append((begin, m["t"]))
             begin = None
     return out

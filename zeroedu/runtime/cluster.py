@@ -325,8 +325,9 @@ class Pool:
         deadline = time.monotonic() + self.timeout
         try:
             while len(ready) < self.n:
-                kind, rank, _, payload = self._next(deadline, waiting_for=set(range(self.n)) - ready)
-                if kind == "ready":
+                # a message's kind (ready, result, error, ...): the pool's own protocol, not an EventKind
+                message, rank, _, payload = self._next(deadline, waiting_for=set(range(self.n)) - ready)
+                if message == "ready":
                     ready.add(rank)
         except RankError:
             raise

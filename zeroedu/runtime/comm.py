@@ -63,7 +63,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from ..kinds import IMPLEMENTATIONS  # noqa: F401  (re-exported: `zeroedu.kinds.Implementation`)
+from ..kinds import IMPLEMENTATIONS, Implementation  # noqa: F401  (IMPLEMENTATIONS re-exported)
 from . import ring, wire
 from .ledger import CommRecord, Ledger
 from .errors import CollectiveError
@@ -78,7 +78,7 @@ def resolve_implementation(collectives: str, backend: str) -> str:
     """"ring" or "backend" for a run's `collectives` choice on this backend (see above)."""
     if collectives not in IMPLEMENTATIONS:
         raise ValueError(f"collectives must be one of {IMPLEMENTATIONS}, got {collectives!r}")
-    if collectives == "auto":
+    if collectives == Implementation.AUTO:
         return "ring" if backend == "gloo" else "backend"
     return collectives
 
@@ -253,7 +253,7 @@ class Comm:
         if links is not None:
             if pacer is None:
                 raise ValueError("emulated links need a pacer (RankContext.pacer())")
-            if self.implementation != "ring" or backend != "gloo":
+            if self.implementation != Implementation.RING or backend != "gloo":
                 raise ValueError("emulated links pace zeroedu's ring collectives on gloo: "
                                  "use --collectives ring or auto, on CPU ranks")
         self.meter = meter if meter is not None and meter.available else None
@@ -366,7 +366,7 @@ class Comm:
         if g == 1:
             out.copy_(inp)
             work = None
-        elif rec.implementation == "ring":
+        elif rec.implementation == Implementation.RING:
             work = _issue(rec, lambda: ring.ring_reduce_scatter(out, inp, group=axis.group, async_op=async_op,
                                                                 stream=self.stream_for(axis.name), pace=self._pace(axis)))
         else:
@@ -384,7 +384,7 @@ class Comm:
         if g == 1:
             out.copy_(inp)
             work = None
-        elif rec.implementation == "ring":
+        elif rec.implementation == Implementation.RING:
             work = _issue(rec, lambda: ring.ring_all_gather(out, inp, group=axis.group, async_op=async_op,
                                                             stream=self.stream_for(axis.name), pace=self._pace(axis)))
         else:

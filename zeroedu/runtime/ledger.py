@@ -110,16 +110,9 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..kinds import CATEGORIES, MODEL_STATE, OPTIM_PARTS, TIMELINE_MODES, TRANSIENT, EventKind  # noqa: F401
+from ..kinds import CATEGORIES, MODEL_STATE, OPTIM_PARTS, TIMELINE_MODES, EventKind, TimelineMode
 from ..reports import Measured, StepTime, TimeReport, Timeline, WireReport
 
-# The step's frame under the names strategies (and the notebooks' code) already use.
-BACKWARD_BEGIN = EventKind.BACKWARD_BEGIN
-BACKWARD_END = EventKind.BACKWARD_END
-GRADS_SYNCED = EventKind.GRADS_SYNCED
-FORWARD_END = EventKind.FORWARD_END
-OPTIMIZER_STEP = EventKind.OPTIMIZER_STEP
-STEP_END = EventKind.STEP_END
 
 # The memory categories (MODEL_STATE, then TRANSIENT: the charging precedence) and the timeline
 # modes are `zeroedu.kinds`'s, re-exported here for the code that reads them from the ledger.
@@ -255,7 +248,7 @@ class _BackwardWatch(TorchDispatchMode):
             led._probe(func)
         return out
 # The events a minimal timeline keeps: the ones the report's figures are read at.
-REPORT_EVENTS = (FORWARD_END, OPTIMIZER_STEP)
+REPORT_EVENTS = (EventKind.FORWARD_END, EventKind.OPTIMIZER_STEP)
 
 
 def _union(intervals) -> float:
@@ -314,7 +307,7 @@ class Ledger:
     @property
     def per_collective_wire(self) -> bool:
         """Whether `comm` reads the wire around each collective (full timeline only)."""
-        return self.timeline_mode == "full"
+        return self.timeline_mode == TimelineMode.FULL
 
     # ------------------------------------------------------------------ memory
     def track(self, tensor: torch.Tensor, category: str) -> torch.Tensor:
@@ -494,7 +487,7 @@ class Ledger:
         # backward) +4 % (DDP) to +20 % (FSDP2) of its step (benchmarks/bench_instrumentation.py).
         if self._watched_step is None:
             self._watched_step = self.step
-        if (self.timeline_mode == "full" and self._watch is None
+        if (self.timeline_mode == TimelineMode.FULL and self._watch is None
                 and (self.watch == "every" or self.step == self._watched_step)):
             self._watch = _BackwardWatch(self)
             self._watch.__enter__()
@@ -518,9 +511,9 @@ class Ledger:
         total = sum(b.values())
         if total > self.peak:
             self.peak, self.peak_label, self.peak_bytes = total, ev.label, b
-        if kind is FORWARD_END:
+        if kind is EventKind.FORWARD_END:
             self.activation_bytes = b["activation"]
-        if self.timeline_mode != "full" and kind not in REPORT_EVENTS:
+        if self.timeline_mode != TimelineMode.FULL and kind not in REPORT_EVENTS:
             return None
         self.events.append(ev)
         if self.sink is not None:
@@ -534,9 +527,9 @@ class Ledger:
         (full timeline); the block's end stops it."""
         kind = _kind(kind)
         self.marks.append(Event(self.now(), kind, self.step, unit=unit, bucket=bucket, block=block))
-        if kind is BACKWARD_BEGIN:
+        if kind is EventKind.BACKWARD_BEGIN:
             self._start_watch()
-        elif kind is BACKWARD_END:
+        elif kind is EventKind.BACKWARD_END:
             self._stop_watch()
 
     def begin_step(self, step: int) -> None:
@@ -574,7 +567,7 @@ class Ledger:
 
     def record_model_states(self) -> dict[str, int]:
         """Call at the optimizer step, when param, grad and optimizer state are all alive."""
-        b = self.event(OPTIMIZER_STEP).bytes  # kept in either timeline mode
+        b = self.event(EventKind.OPTIMIZER_STEP).bytes  # kept in either timeline mode
         self.model_state_bytes = {c: b[c] for c in MODEL_STATE}
         return self.model_state_bytes
 

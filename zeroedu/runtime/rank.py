@@ -201,21 +201,24 @@ class RankContext:
 
         return Axis(name, None, self.world_size, self.rank, tuple(range(self.world_size)))
 
-    def mesh(self, m: int):
-        """(outer, inner) axes of an M x N mesh; inner ranks are contiguous, so under torchrun
-        the inner axis falls inside a node. Built once per shape: the dp_outer groups first, then
-        the dp_shard groups (every rank creates every group, as torch requires), each axis's
-        new sockets labelled for the wire meter."""
+    def mesh(self, m: int, names: tuple[str, str] = ("dp_outer", "dp_shard")):
+        """(outer, inner) axes of an M x N mesh, named `names`: a hybrid's (dp_outer, dp_shard),
+        tensor parallelism's (dp_shard, tp). Inner ranks are contiguous, so under torchrun the
+        inner axis falls inside a node. Built once per shape and names: the outer groups first,
+        then the inner ones (every rank creates every group, as torch requires), each axis's new
+        sockets labelled with its own name for the wire meter."""
         if m < 1 or self.world_size % m:
             raise ValueError(f"M = {m} must be >= 1 and divide the world size {self.world_size}")
-        if m not in self._meshes:
+        outer_name, inner_name = names
+        key = (m, outer_name, inner_name)
+        if key not in self._meshes:
             import torch.distributed as dist
 
             from .comm import Axis
 
             n = self.world_size // m
-            layout = {"dp_outer": [[o * n + i for o in range(m)] for i in range(n)],
-                      "dp_shard": [[o * n + i for i in range(n)] for o in range(m)]}
+            layout = {outer_name: [[o * n + i for o in range(m)] for i in range(n)],
+                      inner_name: [[o * n + i for i in range(n)] for o in range(m)]}
             axes = {}
             for name, groups in layout.items():
                 for ranks in groups:
@@ -223,8 +226,8 @@ class RankContext:
                     if self.rank in ranks:
                         axes[name] = Axis(name, g, len(ranks), ranks.index(self.rank), tuple(ranks))
                 self.wire.label_new(name)
-            self._meshes[m] = (axes["dp_outer"], axes["dp_shard"])
-        return self._meshes[m]
+            self._meshes[key] = (axes[outer_name], axes[inner_name])
+        return self._meshes[key]
 
 
 def _resolve(fn: Callable | str) -> Callable:

@@ -71,6 +71,8 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from ..kinds import Implementation
+
 # Offsets in struct tcp_info (bytes). Stable ABI; verified by verify_offsets() on this kernel.
 TCPI_STATE = 0            # u8
 TCPI_BYTES_ACKED = 120    # u64, Linux 4.1, includes the SYN (+1)
@@ -131,7 +133,7 @@ def messages(op: str, numel: int, elem_size: int, group: int, implementation: st
         return 0
     if op in ("send", "recv", "broadcast"):
         return 1
-    if implementation == "ring" and op in ("reduce_scatter", "all_gather"):
+    if implementation == Implementation.RING and op in ("reduce_scatter", "all_gather"):
         return g - 1
     if op == "all_gather":
         return 2 * (g - 1)

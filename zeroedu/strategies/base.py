@@ -4,11 +4,15 @@ and Adam state allocated up front and registered with the ledger.
 A strategy owns the model's parameters on this rank and implements
 
     forward_backward(x, y) -> local loss   (one micro-batch; hooks inside launch communication)
-    step()                                 (reduce what is left, update, re-gather)
+    finish_grad_sync()                     (the step's gradient reductions, completed)
+    grads_for_optimizer() -> [Tensor]      (the reduced gradients, one per optimizer target)
+    after_update()                         (re-gather the updated parameters, zero gradients)
     full_parameters() -> list[Tensor]      (fp32, unsharded; a collective for sharded strategies)
 
-and never prints, times or plots: it tells the ledger what each tensor is and marks lifecycle
-points, and all traffic goes through `dist.comm`.
+and inherits `step()`, written once here from the three hooks in the middle (finish the sync,
+record the model states, Adam, after_update, the step's end). It never prints, times or
+plots: it tells the ledger what each tensor is and marks lifecycle points, and all traffic goes
+through `dist.comm`.
 
 Construction is the same for every strategy: ``Strategy(model, dist, recipe, adam=None, *,
 units=None, loss=None, clip_grad_norm=None, **options)``. `units` is the unit policy (the
@@ -45,7 +49,6 @@ from ..models import units as model_units
 from ..kinds import EventKind
 from ..optim import ADAM_CHUNK, AdamConfig, adam_update, grad_goes_through_scratch, scratch_elements
 from ..recipes import Recipe, get_recipe, torch_dtype
-from ..runtime import ledger as L
 from ..runtime.comm import Axis, Comm, tag
 from ..runtime.ledger import Ledger
 
@@ -233,10 +236,10 @@ class Strategy:
             # The graph keeps what backward needs (log-softmax saves its own output); holding the
             # logits too would add a batch × vocabulary tensor to the peak that no tracker counts.
             del out
-            self.ledger.event(L.FORWARD_END)
-            self.ledger.mark(L.BACKWARD_BEGIN)
+            self.ledger.event(EventKind.FORWARD_END)
+            self.ledger.mark(EventKind.BACKWARD_BEGIN)
             loss.backward()
-        self.ledger.mark(L.BACKWARD_END)
+        self.ledger.mark(EventKind.BACKWARD_END)
         self.micro_batches += 1
         self.after_backward()
         return loss.item()
@@ -293,8 +296,38 @@ class Strategy:
         self.optim.step(grads, scale=scale, scratch=scratch)
         self.micro_batches = 0
 
+    # ---------------------------------------------------------------- the optimizer step
+    # Written once, here: every strategy's step is these four moves, and a strategy fills in
+    # the hooks. `SCALES_GRADS_IN_PLACE`: the strategy discards its fp32 gradients after the
+    # update, so Adam scales them in place (`AdamState.step`; the catalog's
+    # `scales_grads_in_place` says the same for the closed form of the update's bytes).
+    SCALES_GRADS_IN_PLACE = False
+
     def step(self) -> None:
+        """One optimizer step after the step's last micro-batch, the same for every strategy:
+        finish the gradient reduction (`finish_grad_sync`), record the model states (what the
+        closed forms predict, all alive now), Adam on `grads_for_optimizer()` (mean over ranks and
+        micro-batches, clipped if asked), `after_update` (re-gather parameters, zero gradients),
+        and the step's end. With no micro-batch at all it reduces and steps on zero gradients,
+        as torch.optim does."""
+        self.finish_grad_sync()
+        self.ledger.record_model_states()
+        with torch.no_grad():
+            self.update(self.grads_for_optimizer(), scratch=self.SCALES_GRADS_IN_PLACE)
+            self.after_update()
+        self.ledger.event(EventKind.STEP_END)
+
+    def finish_grad_sync(self) -> None:
+        """Complete every gradient reduction of the step (launch what is left, wait)."""
         raise NotImplementedError
+
+    def grads_for_optimizer(self) -> list[torch.Tensor]:
+        """The reduced gradients, one per optimizer target, in `AdamState`'s order."""
+        raise NotImplementedError
+
+    def after_update(self) -> None:
+        """After Adam, inside no_grad: bring the updated parameters back where forward reads them
+        and clear what the next step must not see. Nothing by default."""
 
     def full_parameters(self) -> list[torch.Tensor]:
         raise NotImplementedError

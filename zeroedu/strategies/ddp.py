@@ -23,7 +23,6 @@ from __future__ import annotations
 import torch
 
 from ..kinds import EventKind as Ev
-from ..runtime import ledger as L
 from .base import AdamState, Strategy
 
 
@@ -46,17 +45,18 @@ class DDP(Strategy):
         self.optim = AdamState(self.params, self.recipe, self.adam, self.ledger)
         self.ledger.event(Ev.BUILT, note="replicas")
 
-    def step(self):
+    def finish_grad_sync(self):
         axis = self.dist.inner
         # After the last micro-batch only: K backward passes have summed into p.grad.
         for i, p in enumerate(self.params):
             self.comm.all_reduce(p.grad, axis, self.tag(f"param{i}", "grads"))
-        self.ledger.record_model_states()
-        with torch.no_grad():
-            self.update([p.grad for p in self.params])
-            for p in self.params:
-                p.grad.zero_()
-        self.ledger.event(L.STEP_END)
+
+    def grads_for_optimizer(self):
+        return [p.grad for p in self.params]
+
+    def after_update(self):
+        for p in self.params:
+            p.grad.zero_()
 
     def norm_axes(self):
         return []  # every rank holds the whole summed gradient: its norm needs no communication

@@ -37,7 +37,6 @@ from __future__ import annotations
 import torch
 
 from ..kinds import EventKind as Ev
-from ..runtime import ledger as L
 from .base import AdamState, Strategy
 
 
@@ -150,20 +149,18 @@ class DDPBucketed(Strategy):
         for b in self.buckets:
             b.handle.wait()
             b.handle = None  # the work object keeps the buffer referenced until dropped
-        self.ledger.mark(L.GRADS_SYNCED)
+        self.ledger.mark(Ev.GRADS_SYNCED)
 
-    def step(self):
-        if self.micro_batches == 0:
-            raise RuntimeError("step() before any forward_backward()")
-        self.finish_grad_sync()
-        self.ledger.record_model_states()
-        with torch.no_grad():
-            # The buckets are zeroed next, so Adam scales them in place: a new fp32 tensor per
-            # gradient would cost the allocator (fresh pages, on CPU) Ψ·4 bytes a step.
-            self.update([p.grad for p in self.params], scratch=True)
-            for b in self.buckets:
-                b.buffer.zero_()
-        self.ledger.event(L.STEP_END)
+    # The buckets are zeroed after the update, so Adam scales them in place: through its scratch
+    # buffer they would cost a second chunk (`optim.scratch_elements`).
+    SCALES_GRADS_IN_PLACE = True
+
+    def grads_for_optimizer(self):
+        return [p.grad for p in self.params]
+
+    def after_update(self):
+        for b in self.buckets:
+            b.buffer.zero_()
 
     def norm_axes(self):
         return []  # every rank holds the whole summed gradient

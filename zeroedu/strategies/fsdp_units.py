@@ -55,7 +55,6 @@ import enum
 import torch
 
 from ..kinds import EventKind as Ev
-from ..runtime import ledger as L
 from ..runtime.comm import UnitName
 from .base import AdamState, Strategy
 
@@ -358,13 +357,8 @@ class FSDPStrategy(Strategy):
             self.reduce_unused_units()
 
     # ---------------------------------------------------------------- step
-    def step(self):
-        self.finish_grad_sync()
-        self.ledger.record_model_states()
-        with torch.no_grad():
-            self.update(self.grads_for_optimizer())
+    def after_update(self):
         self._shards_hold_sum = False
-        self.ledger.event(L.STEP_END)
 
     def grads_for_optimizer(self) -> list[torch.Tensor]:
         return [g for u in self.units for g in u.grad_shards]

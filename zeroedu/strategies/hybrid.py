@@ -43,7 +43,6 @@ from __future__ import annotations
 import torch
 
 from ..kinds import EventKind as Ev
-from ..runtime import ledger as L
 from .base import AdamState
 from .fsdp1 import FSDP1
 
@@ -118,16 +117,14 @@ class HFSDP(HSDP):
         # over the whole world (both mesh axes) adds each element's square exactly once.
         return [self.dist.world]
 
-    def step(self):
-        self.finish_grad_sync()
-        self.ledger.record_model_states()
-        with torch.no_grad():
-            self.update(self.outer_grads)
-            self.outer_grads = [None] * len(self.units)  # drop the reduced sub-chunks
-            for u in self.units:
-                (s,) = u.shards
-                # Our sub-chunk of the param shard was just updated; fetch the other M-1.
-                mine = self.ledger.track(self._sub(s).clone(), "comm_buffer")
-                self.comm.all_gather(s, mine, self.outer, self.tag(u.name, "params", "outer"))
-        self._shards_hold_sum = False
-        self.ledger.event(L.STEP_END)
+    def grads_for_optimizer(self):
+        return self.outer_grads  # the outer reduce-scatter's sub-chunks
+
+    def after_update(self):
+        self.outer_grads = [None] * len(self.units)  # drop the reduced sub-chunks
+        for u in self.units:
+            (s,) = u.shards
+            # Our sub-chunk of the param shard was just updated; fetch the other M-1.
+            mine = self.ledger.track(self._sub(s).clone(), "comm_buffer")
+            self.comm.all_gather(s, mine, self.outer, self.tag(u.name, "params", "outer"))
+        super().after_update()

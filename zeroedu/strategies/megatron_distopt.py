@@ -122,20 +122,19 @@ class MegatronDistOpt(Strategy):
         self.ledger.event(Ev.GRADS_REDUCE_SCATTERED)
 
     # ------------------------------------------------------------------ optimizer step
-    def step(self):
+    def grads_for_optimizer(self):
+        # Adam on the local range only; SUM then 1/(N·K) in fp32 inside AdamState.
+        return [u.grad_shard for u in self.units]
+
+    def after_update(self):
         ax = self.dist.inner
-        self.finish_grad_sync()
-        self.ledger.record_model_states()
-        with torch.no_grad():
-            # Adam on the local range only; SUM then 1/(N·K) in fp32 inside AdamState.
-            self.update([u.grad_shard for u in self.units])
-            for unit in self.units:
-                # Our chunk of the param buffer now holds the updated (cast) weights; gather the
-                # rest. The input is a copy so the collective's input and output do not alias.
-                mine = self.ledger.track(unit.param_shard.clone(), "comm_buffer")
-                self.comm.all_gather(unit.param_buffer, mine, ax, self.tag(unit.name, "params"))
-                del mine
-                unit.zero_grad()
+        for unit in self.units:
+            # Our chunk of the param buffer now holds the updated (cast) weights; gather the
+            # rest. The input is a copy so the collective's input and output do not alias.
+            mine = self.ledger.track(unit.param_shard.clone(), "comm_buffer")
+            self.comm.all_gather(unit.param_buffer, mine, ax, self.tag(unit.name, "params"))
+            del mine
+            unit.zero_grad()
         self.ledger.event(Ev.PARAMS_GATHERED)
 
     def full_parameters(self):

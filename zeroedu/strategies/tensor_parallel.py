@@ -46,7 +46,6 @@ result), which is why TP stays inside an NVLink domain.
 """
 from __future__ import annotations
 
-from fractions import Fraction
 import math
 
 import torch

@@ -27,10 +27,7 @@ method, `reduce_grads`.
 """
 from __future__ import annotations
 
-import torch
-
 from ..kinds import EventKind as Ev
-from ..runtime import ledger as L
 from ..runtime.comm import UnitName
 from .base import AdamState, Strategy
 from .flat import FlatUnit
@@ -74,7 +71,7 @@ class ZeRO1(Strategy):
         handles = [self.reduce_grads(u) for u in reversed(self.units)]
         for h in handles:
             h.wait()
-        self.ledger.mark(L.GRADS_SYNCED)
+        self.ledger.mark(Ev.GRADS_SYNCED)
 
     def unshard(self) -> None:
         """All-gather each unit's updated chunks into its full parameter buffer (in place: the
@@ -86,16 +83,14 @@ class ZeRO1(Strategy):
             h.wait()
         self.ledger.event(Ev.PARAMS_GATHERED)
 
-    def step(self):
-        self.finish_grad_sync()
-        self.ledger.record_model_states()
-        with torch.no_grad():
-            # Phase 2: Adam on the own chunk; masters are cast back into the parameter buffer.
-            self.update([u.grad_shard for u in self.units])
+    def grads_for_optimizer(self):
+        # Phase 2: Adam on the own chunk; masters are cast back into the parameter buffer.
+        return [u.grad_shard for u in self.units]
+
+    def after_update(self):
         # Phase 3: everyone gets everyone's updated chunk.
         self.unshard()
         self.zero_grad()
-        self.ledger.event(L.STEP_END)
 
     def zero_grad(self) -> None:
         for u in self.units:

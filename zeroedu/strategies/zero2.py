@@ -32,7 +32,6 @@ from __future__ import annotations
 import torch
 
 from ..kinds import EventKind as Ev
-from ..runtime import ledger as L
 from .zero1 import ZeRO1
 
 
@@ -124,7 +123,7 @@ class ZeRO2(ZeRO1):
 
     def finish_grad_sync(self) -> None:
         self.free_finished(wait=True)
-        self.ledger.mark(L.GRADS_SYNCED)
+        self.ledger.mark(Ev.GRADS_SYNCED)
 
     def zero_grad(self) -> None:
         # The step's first reduce-scatter overwrites the shards, and the full buffers are gone.

@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from ..kinds import RECOMPUTE_MODES
+from ..kinds import RECOMPUTE_MODES, RecomputeMode
 
 INT64, FP32 = 8, 4
 RECOMPUTE = RECOMPUTE_MODES  # `zeroedu.kinds.RecomputeMode`
@@ -97,7 +97,7 @@ def gpt_activation_terms(cfg_like, batch: int, seq: int, dtype_bytes: int, recom
     m = a if ln_stats_bytes is None else ln_stats_bytes
     B, S, T = batch, seq, batch * seq
     terms = [Term("embed", "token ids (int64)", "embedding (index for the scatter-add)", T, INT64)]
-    if recompute in ("none", "selective"):
+    if recompute in (RecomputeMode.NONE, RecomputeMode.SELECTIVE):
         terms += [
             Term("block", "ln1 input (residual stream)", "layer_norm", T * D, a),
             Term("block", "ln1 mean, rstd", "layer_norm", T, m, count=2),
@@ -105,10 +105,10 @@ def gpt_activation_terms(cfg_like, batch: int, seq: int, dtype_bytes: int, recom
             Term("block", "q (scaled), k", "q @ kᵀ (selective: kept to re-run the attention core)",
                  T * D, a, count=2),
         ]
-        if recompute == "none" and attention == "eager":
+        if recompute == RecomputeMode.NONE and attention == "eager":
             terms.append(Term("block", "softmax output (B·H·S² probs)", "softmax, and att @ v (one storage)",
                               B * H * S * S, a))
-        if recompute == "none" and attention == "fused":
+        if recompute == RecomputeMode.NONE and attention == "fused":
             terms += [Term("block", "attention output, (B, H, S, D/H)", "scaled_dot_product_attention", T * D, a),
                       Term("block", "log-sum-exp per row (fp32), (B, H, S)", "scaled_dot_product_attention",
                            B * H * S, FP32)]
@@ -259,11 +259,11 @@ def korthikanti_layer_bytes(s: int, b: int, h: int, a: int, recompute: str = "no
     if min(s, b, h, a, dtype_bytes) < 1:
         raise ValueError("s, b, h, a and dtype_bytes must be >= 1")
     sbh, e = s * b * h, dtype_bytes
-    if recompute == "none":
+    if recompute == RecomputeMode.NONE:
         return (16 * e + 2) * sbh + (2 * e + 1) * a * s * s * b
-    if recompute == "selective":
+    if recompute == RecomputeMode.SELECTIVE:
         return (16 * e + 2) * sbh
-    if recompute == "full":
+    if recompute == RecomputeMode.FULL:
         return e * sbh
     raise ValueError(f"recompute must be one of {RECOMPUTE}, got {recompute!r}")
 
@@ -286,11 +286,6 @@ def korthikanti_extra_bytes(s: int, b: int, h: int, v: int, p: int = 1) -> dict[
         out["output layer input"] = 2 * s * b * h
         out["fp32 logits (cross-entropy)"] = 4 * s * b * v
     return out
-
-
-def korthikanti_model_bytes(s: int, b: int, h: int, a: int, L: int, v: int, recompute: str = "none") -> int:
-    """L layers + the §4.3 extra terms (p = t = 1), 16-bit activations."""
-    return L * korthikanti_layer_bytes(s, b, h, a, recompute) + sum(korthikanti_extra_bytes(s, b, h, v).values())
 
 
 # ----------------------------------------------------------------------------- one GPU, with TP and PP
@@ -332,10 +327,10 @@ def korthikanti_layer_bytes_tp(s: int, b: int, h: int, a: int, t: int = 1, recom
     if attention not in ATTENTION:
         raise ValueError(f"attention must be one of {', '.join(ATTENTION)}, got {attention!r}")
     sbh, e = s * b * h, dtype_bytes
-    if recompute == "full":
+    if recompute == RecomputeMode.FULL:
         return e * sbh
     out = (4 * e + 2) * sbh + Fraction(12 * e * sbh, t)
-    if recompute == "none":
+    if recompute == RecomputeMode.NONE:
         out += Fraction((2 * e + 1) * a * s * s * b if attention == "eager" else FP32 * a * s * b, t)
     return _exact(out)
 
@@ -476,8 +471,8 @@ def transformer_activation_bytes(shape: TransformerShape, recompute: str = "sele
         eq = "Eq. (2), tensor parallel without sequence parallelism"
         per = {"none": "sbh(10 + 24/t) + 4asb/t" if fused else "sbh(10 + 24/t + 5as/(ht))",
                "selective": "sbh(10 + 24/t)", "full": "2sbh"}[recompute]
-    per = (f"{eq}" + ("" if recompute == "none" else f", {recompute} recompute (Table 2)")
-           + (", fused attention (no scores stored; fp32 log-sum-exp)" if fused and recompute == "none" else "")
+    per = (f"{eq}" + ("" if recompute == RecomputeMode.NONE else f", {recompute} recompute (Table 2)")
+           + (", fused attention (no scores stored; fp32 log-sum-exp)" if fused and recompute == RecomputeMode.NONE else "")
            + f": {per}")
     layers_bytes = per_layer * layers_held
     return {"total": _exact(Fraction(layers_bytes) + sum(extra.values())), "per_layer": per_layer,

@@ -46,6 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from ..kinds import Implementation, Layout
 from .. import shard
 from ..recipes import DTYPE_BYTES
 from ..catalog import INNER, OUTER, WORLD, shards
@@ -197,15 +198,15 @@ def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True,
     mask = _check_trainable(units, trainable, spec.layout)
     k = _check_k(micro_batches)
     ops = []
-    if spec.layout == "replicated":
+    if spec.layout == Layout.REPLICATED:
         total = sum(shard.numel(s) for u, f in zip(units, mask) for s, t in zip(u, f) if t)
         ops = _ops(spec, rec, total, Fraction(total, n), n, m, reshard_after_forward, micro_batches=k)
     for i, unit in enumerate(units):
-        if spec.layout == "flat":
+        if spec.layout == Layout.FLAT:
             padded = shard.padded_numel(sum(shard.numel(s) for s in unit), n * m)
             ops += _ops(spec, rec, padded, shard.shard_numel(padded, n), n, m,
                         reshard_after_forward, tag=f"unit{i}/", micro_batches=k, unit=i)
-        elif spec.layout == "dim0":
+        elif spec.layout == Layout.DIM0:
             if spec.hybrid:
                 raise NotImplementedError("dim-0 layout on a hybrid mesh is not modelled")
             reached = any(t for f in mask[:i + 1] for t in f)  # backward runs through unit i
@@ -217,7 +218,7 @@ def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True,
                                           reshard_after_forward and reached, tag=f"unit{i}/param{j}/",
                                           micro_batches=k, unit=i)
                         if t or op.collective != "reduce_scatter"]
-        elif spec.layout != "replicated":
+        elif spec.layout != Layout.REPLICATED:
             raise ValueError(f"unknown layout {spec.layout!r}")
     return CommBytes(ops + (_norm_ops(spec, n, m) if clip else []), _axes(spec, clip))
 
@@ -234,11 +235,11 @@ def on_the_wire(comm: CommBytes, implementation: str = "ring", transport: str = 
     counted under the ring model (NCCL's ring algorithm, ``NCCL_ALGO=Ring``): its reduce-scatter
     is not an all-reduce. NCCL's other algorithms (tree, NVLS) are not modelled, and nothing
     here measures NCCL's wire: on GPUs this figure is a prediction only."""
-    if implementation not in ("ring", "backend"):
+    if implementation not in (Implementation.RING, Implementation.BACKEND):
         raise ValueError(f"implementation must be 'ring' or 'backend', got {implementation!r}")
     if transport not in TRANSPORTS:
         raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
-    doubled = implementation == "backend" and transport == "gloo"
+    doubled = implementation == Implementation.BACKEND and transport == "gloo"
     return sum((op.sent * (2 if doubled and op.collective == "reduce_scatter" else 1)
                 for op in comm.ops), Fraction(0))
 

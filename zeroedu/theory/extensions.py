@@ -227,7 +227,7 @@ def fits(strategy, psi, n, m=1, recipe=None, gpu_bytes=80e9, tp=1, pp=1, offload
          unit_bytes=None, attention=DEFAULT_ATTENTION) -> bool:
     """Does one GPU's `device_bytes` total (device model states + activations + gathered unit)
     fit in `gpu_bytes` minus `reserve_bytes` (room kept for buffers)? Without `shape`,
-    `activation_bytes` or `unit_bytes` this is the model states alone, as before."""
+    `activation_bytes` or `unit_bytes` this is the model states alone."""
     if not gpu_bytes > 0:
         raise ValueError(f"gpu_bytes must be > 0, got {gpu_bytes!r}")
     d = device_bytes(strategy, psi, n, m, recipe, tp, pp, offload, shape, recompute,

@@ -46,7 +46,7 @@ from numbers import Number
 
 from .. import shard
 from ..optim import scratch_elements
-from ..kinds import OPTIM_PARTS as LEDGER_OPTIM_PARTS
+from ..kinds import Category, Layout, OPTIM_PARTS as LEDGER_OPTIM_PARTS
 from ..catalog import shards
 from .inputs import check_count, check_counts, check_psi, check_units, resolve
 
@@ -118,7 +118,7 @@ def model_states(strategy, psi, n, m=1, recipe=None, psi_trainable=None) -> Mode
     out = {}
     for name, (cat, nbytes) in _category_bytes(rec).items():
         on_inner, on_outer = _sharded(spec, cat)
-        count = psi if cat == "param" else psi_t
+        count = psi if cat == Category.PARAM else psi_t
         out[name] = count * nbytes / ((n if on_inner else 1) * (m if on_outer else 1))
     return ModelStates(**out)
 
@@ -130,7 +130,7 @@ def _check_trainable(units, trainable, layout: str):
     mask = [list(t) for t in trainable]
     if [len(t) for t in mask] != [len(u) for u in units]:
         raise ValueError("trainable must give one flag per parameter shape, unit by unit")
-    if layout == "flat" and not all(all(t) for t in mask):
+    if layout == Layout.FLAT and not all(all(t) for t in mask):
         raise NotImplementedError("frozen parameters are modelled for the replicated (ddp) and dim-0 "
                                   "(fsdp2) layouts only: a flat buffer keeps gradients of all its parameters")
     return mask
@@ -167,15 +167,15 @@ def exact_model_states(strategy, units, n, m=1, rank=0, recipe=None, trainable=N
     for unit, flags in zip(units, mask):
         for name, (cat, nbytes) in cats.items():
             on_inner, on_outer = _sharded(spec, cat)
-            if spec.layout == "replicated":
-                elems = sum(shard.numel(s) for s, t in zip(unit, flags) if t or cat == "param")
-            elif spec.layout == "flat":
+            if spec.layout == Layout.REPLICATED:
+                elems = sum(shard.numel(s) for s, t in zip(unit, flags) if t or cat == Category.PARAM)
+            elif spec.layout == Layout.FLAT:
                 elems = flat_unit_elements(sum(shard.numel(s) for s in unit), n, m, on_inner, on_outer)
-            elif spec.layout == "dim0":
+            elif spec.layout == Layout.DIM0:
                 if on_outer:
                     raise NotImplementedError("dim-0 layout with outer-axis sharding is not modelled")
                 elems = sum(shard.dim0_shard_numel(s, n, rank) if on_inner else shard.numel(s)
-                            for s, t in zip(unit, flags) if t or cat == "param")
+                            for s, t in zip(unit, flags) if t or cat == Category.PARAM)
             else:
                 raise ValueError(f"unknown layout {spec.layout!r}")
             out[name] += elems * nbytes
@@ -193,10 +193,10 @@ def optimizer_target_elements(strategy, units, n, m=1, rank=0, trainable=None) -
     on_inner, on_outer = _sharded(spec, "optim")
     out = []
     for unit, flags in zip(units, mask):
-        if spec.layout == "flat":
+        if spec.layout == Layout.FLAT:
             out.append(flat_unit_elements(sum(shard.numel(s) for s in unit), n, m, on_inner, on_outer))
         else:
-            out += [shard.dim0_shard_numel(s, n, rank % n) if spec.layout == "dim0" and on_inner else shard.numel(s)
+            out += [shard.dim0_shard_numel(s, n, rank % n) if spec.layout == Layout.DIM0 and on_inner else shard.numel(s)
                     for s, t in zip(unit, flags) if t]
     return out
 
@@ -267,7 +267,7 @@ def adam_step_temporaries(implementation: str, numels, copied: bool = False) -> 
 
 def _unit_elements(spec, unit, n: int) -> int:
     """Elements of one unit unsharded (the gathered buffer, padding included)."""
-    if spec.layout == "dim0":
+    if spec.layout == Layout.DIM0:
         return sum(shard.dim0_padded_numel(s, n) for s in unit)
     return shard.padded_numel(sum(shard.numel(s) for s in unit), n)
 
@@ -314,14 +314,14 @@ def fsdp_peak(strategy, units, n, unit_activations, loss_activations=0, rank=0, 
     units = check_units(units)
     if len(unit_activations) != len(units):
         raise ValueError(f"need one activation figure per unit ({len(units)}), got {len(unit_activations)}")
-    batched = batched and spec.layout == "dim0"
+    batched = batched and spec.layout == Layout.DIM0
     if async_reduce and not (spec.name == "fsdp2" and batched):
         raise ValueError("async_reduce models FSDP2's batched reduce-scatter")
     P, G = rec.param_bytes, rec.grad_bytes
     g = [_unit_elements(spec, u, n) * P for u in units]
     grads = [_unit_elements(spec, u, n) * G for u in units]
     pad = [0] * len(units)  # per-parameter FSDP2: short shards padded to c rows for the wire
-    if spec.layout == "dim0" and not batched:
+    if spec.layout == Layout.DIM0 and not batched:
         for k, u in enumerate(units):
             for s in u:
                 c, rows = shard.dim0_chunk_rows(s[0], n), shard.dim0_rows(s[0], n, rank % n).size

@@ -21,12 +21,13 @@ import dataclasses
 import os
 from dataclasses import asdict, dataclass, field, fields
 
+from ..kinds import Implementation, RecomputeMode
 from ..catalog import get_spec
 from ..models import DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, GPTConfig, MLPConfig, ModelSpec, get_model, local_slice
 from ..optim import AdamConfig
 from ..recipes import get_recipe
 from ..runtime.comm import IMPLEMENTATIONS
-from ..runtime.ledger import TIMELINE_MODES
+from ..kinds import TIMELINE_MODES
 from ..runtime.links import Links, parse_links
 
 
@@ -166,9 +167,9 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
                          f"{need * -(-batch // need)}")
     if cfg.recompute not in RECOMPUTE_MODES:
         raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {cfg.recompute!r}")
-    if cfg.recompute != "none" and isinstance(model, MLPConfig):
+    if cfg.recompute != RecomputeMode.NONE and isinstance(model, MLPConfig):
         raise ValueError("activation recompute is a transformer technique: use a gpt-* model")
-    if cfg.recompute not in ("none", "full") and isinstance(model, CustomModel):
+    if cfg.recompute not in (RecomputeMode.NONE, RecomputeMode.FULL) and isinstance(model, CustomModel):
         raise ValueError("a custom model re-runs its CustomModel(recompute=...) modules: recompute='full'")
     if cfg.collectives not in IMPLEMENTATIONS:
         raise ValueError(f"collectives must be one of {', '.join(IMPLEMENTATIONS)}, got {cfg.collectives!r}")
@@ -176,7 +177,7 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         raise ValueError(f"timeline must be one of {', '.join(TIMELINE_MODES)}, got {cfg.timeline!r}")
     links = parse_links(cfg.links)
     if links is not None:
-        if cfg.collectives == "backend":
+        if cfg.collectives == Implementation.BACKEND:
             raise ValueError("emulated links pace zeroedu's ring collectives; gloo's own (--collectives "
                              "backend) cannot be paced: use --collectives ring or auto")
         if links.dp_outer is not None and links.dp_shard is not None and not spec.hybrid \
@@ -277,7 +278,7 @@ def _check_tp(cfg: RunConfig, spec, model) -> int:
     refused = [why for bad, why in [
         (spec.hybrid, f"{spec.name} already has two data-parallel axes (a 3-D mesh is not built here)"),
         (model.attention != "eager", "the tensor-parallel attention runs the eager core (--attention eager)"),
-        (cfg.recompute != "none", "activation recompute is not applied to tensor-parallel blocks"),
+        (cfg.recompute != RecomputeMode.NONE, "activation recompute is not applied to tensor-parallel blocks"),
         (cfg.clip_grad_norm is not None, "the gradient norm would need a sum over tp of the split "
                                          "parameters only"),
         (cfg.links is not None, "emulated links cover the data-parallel axes only")] if bad]

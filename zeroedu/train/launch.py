@@ -9,7 +9,7 @@ closed-form prediction for this rank, the peak and the timeline. `run` launches 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Callable
 
 from .. import theory
 from ..models import check_trainable, unit_shapes

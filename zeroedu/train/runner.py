@@ -25,7 +25,7 @@ from ..catalog import get_spec
 from ..models import apply_recompute, local_slice
 from ..recipes import get_recipe
 from ..runtime.comm import Axis, Comm
-from ..kinds import EventKind
+from ..kinds import EventKind, RecomputeMode
 from ..runtime.ledger import Ledger
 from ..runtime.rank import JobStopped
 from ..models.custom import resolve as resolve_ref
@@ -80,10 +80,7 @@ def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
     comm = Comm(ledger, cfg.collectives, ctx.backend, ctx.wire, links=cfg.links,
                 pacer=ctx.pacer() if cfg.links is not None else None)
     if cfg.tp > 1:
-        dp, _ = _tp_mesh(ctx, cfg)
-        # the mesh's sockets are labelled by the axis that opened them: its outer one is dp
-        # (dp_shard here, the strategy's sharding axis), its inner one tp
-        ledger.wire_axes = {"dp_outer": "dp_shard", "dp_shard": "tp"}
+        dp, _ = _tp_mesh(ctx, cfg)  # its groups and sockets named dp_shard and tp from the start
         return DistState(ctx.rank, ctx.world_size, ctx.device, dp, comm, ledger)
     if get_spec(cfg.strategy).hybrid:
         outer, inner = ctx.mesh(cfg.m)
@@ -97,9 +94,7 @@ def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
 def _tp_mesh(ctx, cfg: ResolvedConfig) -> tuple[Axis, Axis]:
     """(dp, tp) axes of the world: tp over contiguous ranks (under torchrun, inside a node, where
     TP's blocking collectives belong), dp across them; dp is the strategy's sharding axis."""
-    outer, inner = ctx.mesh(cfg.dp)
-    return (Axis("dp_shard", outer.group, outer.size, outer.rank, outer.ranks),
-            Axis("tp", inner.group, inner.size, inner.rank, inner.ranks))
+    return ctx.mesh(cfg.dp, names=("dp_shard", "tp"))
 
 
 def strategy_cls(cfg: ResolvedConfig) -> type[Strategy]:
@@ -123,7 +118,7 @@ def build_run(ctx, cfg: ResolvedConfig, sink: Callable[[dict], None] | None = No
     ledger = Ledger(ctx.rank, sink=sink, wire=ctx.wire, timeline_mode=cfg.timeline, check=check_ledger)
     dist = dist_state(ctx, cfg, ledger)
     model = cfg.model.build()
-    if cfg.recompute != "none":
+    if cfg.recompute != RecomputeMode.NONE:
         apply_recompute(cfg.model.recompute_modules(model, cfg.recompute),
                         on_rerun=lambda k: ledger.mark(EventKind.RECOMPUTE, block=k))
     tp = None

@@ -14,9 +14,6 @@ training, and ``dp_outer`` carries only the reduce-scatter's half of HFSDP's out
 """
 from __future__ import annotations
 
-import torch
-
-from ...runtime import ledger as L
 from ...strategies.fsdp_units import FSDPStrategy
 from ...strategies.hybrid import HFSDP, HSDP
 
@@ -36,11 +33,6 @@ class BuggyHSDP(HSDP):
 class BuggyHFSDP(HFSDP):
     """HFSDP whose step leaves out the outer all-gather of the updated parameter sub-chunk."""
 
-    def step(self):
-        self.finish_grad_sync()
-        self.ledger.record_model_states()
-        with torch.no_grad():
-            self.update(self.outer_grads)
-            self.outer_grads = [None] * len(self.units)
-        self._shards_hold_sum = False
-        self.ledger.event(L.STEP_END)
+    def after_update(self):
+        self.outer_grads = [None] * len(self.units)
+        FSDPStrategy.after_update(self)  # the shards' bookkeeping, without HFSDP's outer all-gather

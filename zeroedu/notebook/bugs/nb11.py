@@ -9,9 +9,6 @@ not ZeRO-1's 12Ψ/N, while parameters and gradients agree with the closed form.
 """
 from __future__ import annotations
 
-import torch
-
-from ...runtime import ledger as L
 from ...strategies.base import AdamState
 from ...strategies.zero1 import ZeRO1
 
@@ -24,11 +21,5 @@ class MysteryZeRO1(ZeRO1):
         # "simpler": one optimizer over the full parameter buffers (the shard-sized one is dropped)
         self.optim = AdamState([u.param_buffer for u in self.units], self.recipe, self.adam, self.ledger)
 
-    def step(self):
-        self.finish_grad_sync()
-        self.ledger.record_model_states()
-        with torch.no_grad():
-            self.update([u.grad_buffer for u in self.units])
-        self.unshard()
-        self.zero_grad()
-        self.ledger.event(L.STEP_END)
+    def grads_for_optimizer(self):
+        return [u.grad_buffer for u in self.units]  # every chunk's gradient, for every chunk's state

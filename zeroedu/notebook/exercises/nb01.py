@@ -7,6 +7,7 @@ Context the measure exercises read (notebook 01's `wire`): {N: [per-rank result 
 """
 from __future__ import annotations
 
+from ...kinds import Implementation
 from ... import theory
 from ...theory import mistakes
 from ...runtime.wire import FRAMING_PER_MESSAGE
@@ -25,7 +26,7 @@ def _example():
     ring call), so the answers are those the real run gives."""
     def fig(op, impl, msgs):
         model = int(theory.sent_bytes(op, S, 4))
-        payload = 2 * model if impl == "backend" and op == "reduce_scatter" else model
+        payload = 2 * model if impl == Implementation.BACKEND and op == "reduce_scatter" else model
         return {"wire": [payload + FRAMING_PER_MESSAGE * msgs] * 3, "model": model, "messages": msgs}
 
     rank = {"backend": {"all_reduce": fig("all_reduce", "backend", 12),

@@ -21,7 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
-from ...kinds import MODEL_STATE, EventKind
+from ...kinds import EventKind, MODEL_STATE, TimelineMode
 from ...runtime import analysis
 from .common import COLORS, TIMELINE_CATS, byte_scale, mesh, new_figure, outside_legend, rank_color
 from .runs import _rank
@@ -127,13 +127,13 @@ def _decorate(ax, events: list[dict], marks: list[dict], xm: _XMap, annotate: bo
     begin = None
     for m in sorted(marks, key=lambda m: m["t"]):
         kind = lifecycle_kind(m)
-        if kind == "backward begin":
+        if kind == EventKind.BACKWARD_BEGIN:
             begin = m["t"]
-        elif kind == "backward end" and begin is not None:
+        elif kind == EventKind.BACKWARD_END and begin is not None:
             ax.axvspan(xm.at(begin), xm.at(m["t"]), color=BACKWARD_COLOR, zorder=0, linewidth=0)
             drawn.add("backward")
             begin = None
-        elif kind == "recompute":
+        elif kind == EventKind.RECOMPUTE:
             ax.plot([xm.at(m["t"])], [0.9], marker="|", markersize=10, markeredgewidth=1.5, color=RECOMPUTE_COLOR,
                     transform=ax.get_xaxis_transform(), clip_on=False, linestyle="none")
             drawn.add("recompute")
@@ -264,7 +264,7 @@ def memory_timeline(report: RunReport, ranks: Sequence[int] | None = None, stack
     if x not in TIMELINE_X:
         raise ValueError(f"x must be one of {TIMELINE_X}, got {x!r}")
     skipped = ""
-    if steps is None and x == "time" and report.timeline_mode == "full" and report.steps > 1:
+    if steps is None and x == "time" and report.timeline_mode == TimelineMode.FULL and report.steps > 1:
         # a full record watches the first step's backward op by op, several times slower than
         # the steps after it: on a time axis it would squash them, so it is left out, and said so
         steps = range(1, report.steps)
