@@ -132,14 +132,14 @@ def test_a_prediction_is_not_answered_by_the_learners_notebook():
 
 
 def test_find_the_bug_variants_are_strategies_and_unknown_ids_are_refused():
-    from zeroedu.models.custom import resolve
+    from zeroedu.runtime.rank import resolve_ref
     from zeroedu.strategies.base import Strategy
 
     refs = {ref for p in SOLUTIONS for c in _cells(p)
             for ref in re.findall(r'strategy_class="([\w.]+:\w+)"', "".join(c["source"]))}
     assert refs, "no notebook runs a broken variant"
     for ref in refs:
-        cls = resolve(ref)
+        cls = resolve_ref(ref)
         assert isinstance(cls, type) and issubclass(cls, Strategy), ref
     with pytest.raises(ValueError, match="unknown exercise"):
         get("00.0")

@@ -46,7 +46,7 @@ def test_only_resolved_configurations_cross_to_the_ranks(monkeypatch):
 # --------------------------------------------------------------- no rank resolves a config
 def _imports_resolve(tree: ast.Module) -> bool:
     """Whether the module's name `resolve` is the configuration's (`zeroedu.train.config`), not
-    another of the same name (`models.custom.resolve` finds a function by reference)."""
+    another of the same name (`runtime.rank.resolve_ref` finds a function by reference)."""
     return any(isinstance(n, ast.ImportFrom) and (n.module or "").split(".")[-1] in ("config", "train")
                and any(a.name == "resolve" and a.asname is None for a in n.names) for n in ast.walk(tree))
 

@@ -17,7 +17,6 @@ top-level children that own parameters. Every parameter must belong to exactly o
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -26,18 +25,7 @@ from torch import nn
 
 from ..kinds import RecomputeMode
 from ..optim import AdamConfig
-
-
-def resolve(ref: str | Callable) -> Callable:
-    if callable(ref):
-        return ref
-    mod, _, name = ref.partition(":")
-    if not mod or not name:
-        raise ValueError(f"expected 'package.module:function', got {ref!r}")
-    obj = importlib.import_module(mod)
-    for part in name.split("."):
-        obj = getattr(obj, part)
-    return obj
+from ..runtime.rank import resolve_ref
 
 
 def ref_of(fn: str | Callable | None) -> str | None:
@@ -88,11 +76,11 @@ class CustomModel:
                 "loss": d.pop("loss_fn"), **d}
 
     def build(self) -> nn.Module:
-        model = resolve(self.build_fn)()
+        model = resolve_ref(self.build_fn)()
         if not isinstance(model, nn.Module):
             raise ValueError(f"{self.build_fn} returned {type(model).__name__}, not an nn.Module")
         if self.loss_fn is not None:
-            model.loss = resolve(self.loss_fn)
+            model.loss = resolve_ref(self.loss_fn)
         if self.units is not None:
             policy = self.units
             model.units = lambda: resolve_units(model, policy)
@@ -102,7 +90,7 @@ class CustomModel:
         return sum(p.numel() for p in self.build().parameters())
 
     def batch(self, step: int, global_batch: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return resolve(self.batch_fn)(step, global_batch)
+        return resolve_ref(self.batch_fn)(step, global_batch)
 
     def default_adam(self) -> AdamConfig:
         return AdamConfig(lr=self.lr)
@@ -136,7 +124,7 @@ def _match(model: nn.Module, patterns) -> list[nn.Module]:
 
 def resolve_units(model: nn.Module, policy) -> list[nn.Module]:
     """The unit modules a policy names (see the module docstring)."""
-    return resolve(policy)(model) if isinstance(policy, str) else _match(model, policy)
+    return resolve_ref(policy)(model) if isinstance(policy, str) else _match(model, policy)
 
 
 def check_units(model: nn.Module, units: list[nn.Module]) -> list[nn.Module]:

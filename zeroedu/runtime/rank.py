@@ -230,10 +230,15 @@ class RankContext:
         return self._meshes[key]
 
 
-def _resolve(fn: Callable | str) -> Callable:
-    if callable(fn):
-        return fn
-    mod, _, name = fn.partition(":")
+def resolve_ref(ref: Callable | str) -> Callable:
+    """The object a "package.module:qualname" reference names (a callable is returned as it is):
+    the one resolver for everything that crosses to the ranks by name (jobs, strategy classes,
+    a custom model's functions); `cluster.fn_ref` writes the reference."""
+    if callable(ref):
+        return ref
+    mod, _, name = ref.partition(":")
+    if not mod or not name:
+        raise ValueError(f"expected 'package.module:function', got {ref!r}")
     obj = importlib.import_module(mod)
     for part in name.split("."):
         obj = getattr(obj, part)
@@ -387,7 +392,7 @@ def worker_main(rank, n, backend, store_port, ppid, log_path, timeout, tasks, re
         ctx.job_id = job_id
         ctx._emit = lambda msg, j=job_id: results.put(("event", rank, j, msg))
         try:
-            out = _resolve(fn_ref)(ctx, **kwargs)
+            out = resolve_ref(fn_ref)(ctx, **kwargs)
         except JobStopped as e:
             print(f"[job {job_id} stopped] {e}", flush=True)
             results.put(("stopped", rank, job_id, {"message": str(e), "type": type(e).__name__}))
@@ -499,7 +504,7 @@ def run_torchrun(fn: Callable | str, kwargs: dict | None = None, timeout: float 
         raise RendezvousFailed(int(os.environ["RANK"]), where, e) from None
     try:
         ctx = RankContext(dist.get_rank(), world, backend, device)
-        out = _resolve(fn)(ctx, **(kwargs or {}))
+        out = resolve_ref(fn)(ctx, **(kwargs or {}))
         gathered = [None] * world if ctx.rank == 0 else None
         # Harness plumbing, not training traffic: results travel to rank 0 outside the ledger.
         dist.gather_object(out, gathered, dst=0)

@@ -143,12 +143,12 @@ def linear_job(ctx, kind: str = "fsdp", in_features: int = 12, out_features: int
     from fractions import Fraction
 
     from ..models import local_slice
-    from ..models.custom import resolve
+    from ..runtime.rank import resolve_ref
     from ..runtime.comm import Comm
     from ..runtime.ledger import Ledger
 
     ledger = Ledger(ctx.rank)
-    cls = resolve(layer) if layer is not None else {"fsdp": FSDPLinear, "ddp": DDPLinear}[kind]
+    cls = resolve_ref(layer) if layer is not None else {"fsdp": FSDPLinear, "ddp": DDPLinear}[kind]
     mod = cls(make_linear(in_features, out_features), ctx.world_axis(), Comm(ledger))
     opt = torch.optim.SGD(mod.parameters(), lr=lr)
     meter = ctx.wire if getattr(ctx.wire, "available", False) else None

@@ -192,7 +192,7 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
     # Unknown options are caught here, in the parent, not as a failure on every rank.
     allowed = option_names(spec.name)
     if cfg.strategy_class is not None:
-        from ..models.custom import resolve as resolve_ref
+        from ..runtime.rank import resolve_ref
         from ..strategies import strategy_class
 
         cls = resolve_ref(cfg.strategy_class)

@@ -28,7 +28,7 @@ from ..runtime.comm import Axis, Comm
 from ..kinds import EventKind, RecomputeMode
 from ..runtime.ledger import Ledger
 from ..runtime.rank import JobStopped
-from ..models.custom import resolve as resolve_ref
+from ..runtime.rank import resolve_ref
 from ..strategies import strategy_class
 from ..strategies.base import DistState, Strategy
 from ..strategies.tensor_parallel import TPGPT
