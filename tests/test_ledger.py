@@ -96,3 +96,20 @@ def test_comm_records_ring_bytes_exactly():
     led.begin_step(0)
     comm.all_reduce(torch.zeros(10), axis, tag="t")
     assert led.comm_by_collective() == {"all_reduce": Fraction(0)}
+
+
+@pytest.mark.fast
+def test_timeline_queries_pick_events_by_step_and_kind_and_the_peak_without_a_category():
+    """`Timeline.events_of` and `peak_event` on a timeline written by hand."""
+    from zeroedu.kinds import EventKind
+    from zeroedu.reports import Timeline
+
+    ev = [{"t": 0.1, "kind": "unshard", "step": 0, "bytes": {"param": 10, "backward_temp": 0}},
+          {"t": 0.2, "kind": "reshard", "step": 0, "bytes": {"param": 4, "backward_temp": 9}},
+          {"t": 0.3, "kind": "unshard", "step": 1, "bytes": {"param": 12, "backward_temp": 0}}]
+    tl = Timeline(events=ev)
+    assert tl.events_of(step=0) == ev[:2] and tl.events_of(kind=EventKind.UNSHARD) == [ev[0], ev[2]]
+    assert tl.events_of(step=1, kind=EventKind.RESHARD) == []
+    assert tl.peak_event() == (ev[1], 13) and tl.peak_event(without=("backward_temp",)) == (ev[2], 12)
+    with pytest.raises(ValueError, match="no events"):
+        Timeline().peak_event()

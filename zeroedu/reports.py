@@ -211,6 +211,19 @@ class Timeline:
     origin: float = 0.0
     origin_ns: int = 0
 
+    def events_of(self, step: int | None = None, kind: str | None = None) -> list[dict]:
+        """The events of one step and/or one kind (an `EventKind`, or its value), in order."""
+        return [e for e in self.events if (step is None or e["step"] == step) and (kind is None or e["kind"] == kind)]
+
+    def peak_event(self, without: tuple[str, ...] = ()) -> tuple[dict, int]:
+        """The event holding the most bytes, the categories `without` left out, and that total
+        (e.g. without autograd's "backward_temp": the largest lifecycle moment)."""
+        if not self.events:
+            raise ValueError("no events: a minimal timeline keeps only the report's events")
+        held = lambda e: sum(v for k, v in e["bytes"].items() if k not in without)  # noqa: E731
+        top = max(self.events, key=held)
+        return top, held(top)
+
     def plain(self) -> dict[str, Any]:
         return _plain_fields(self)
 
