@@ -210,11 +210,13 @@ def stop_self(ctx, rank: int) -> int:
 
 
 def tp_axis_names(ctx, cfg: dict) -> dict:
-    """A --tp run built on this rank: the names of the axes it communicates on, and any
-    relabelling the ledger applies to the wire meter's socket labels."""
+    """A --tp run built on this rank: the names of the axes it communicates on, the axis the
+    world group's sockets count on, and the labels its sockets carry."""
     from zeroedu.train.config import config_from_dict
     from zeroedu.train.runner import build_run
 
     run = build_run(ctx, config_from_dict(cfg))
-    return {"dp": run.dist.inner.name, "tp": run.tp.name, "outer": run.dist.outer,
-            "wire_axes": dict(run.ledger.wire_axes)}
+    labels = sorted(ctx.wire.labels()) if ctx.wire.available else None
+    return {"dp": run.dist.inner.name, "tp": run.dist.axes["tp"].name, "outer": run.dist.outer,
+            "world_group_axis": run.ledger.mesh.world_group_axis, "labels": labels,
+            "axes": {k: list(a.ranks) for k, a in run.dist.axes.items()}}

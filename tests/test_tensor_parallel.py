@@ -187,16 +187,17 @@ def test_run_with_tp_composes_with_every_data_parallel_strategy():
 
 
 def test_a_tp_runs_axes_are_named_for_what_they_carry():
-    """The mesh is built with the names dp_shard and tp, so its groups, its sockets (labelled
-    when the groups open) and every record carry those names from the start: no socket label is
-    translated from another axis's name (`set(rk.wire.by_axis) == {"dp_shard", "tp"}` above
-    reads the labels as they are)."""
+    """The mesh (`kinds.Mesh`) names its axes dp_shard and tp, so its groups, its sockets (labelled
+    when the groups open) and every record carry those names from the start: no socket carries
+    another axis's name, and the world group's sockets count as `world` (no axis of a (dp, tp)
+    mesh runs on it). dp is strided, tp contiguous: rank r's tp group is {2⌊r/2⌋, 2⌊r/2⌋+1}."""
     from zeroedu.train import RunConfig, config_to_dict
 
     cfg = config_to_dict(RunConfig("fsdp2", 4, tp=2, steps=1, model="gpt-tiny", recipe="fp32").resolved())
-    for r in cluster.run("tests.rank_jobs:tp_axis_names", 4, {"cfg": cfg}):
-        assert (r["dp"], r["tp"], r["outer"]) == ("dp_shard", "tp", None)
-        assert all(label == axis for label, axis in r["wire_axes"].items()), r["wire_axes"]
+    for rank, r in enumerate(cluster.run("tests.rank_jobs:tp_axis_names", 4, {"cfg": cfg})):
+        assert (r["dp"], r["tp"], r["outer"], r["world_group_axis"]) == ("dp_shard", "tp", None, "world")
+        assert r["axes"] == {"dp_shard": [rank % 2, rank % 2 + 2], "tp": [rank // 2 * 2, rank // 2 * 2 + 1]}
+        assert r["labels"] is None or set(r["labels"]) <= {"world", "dp_shard", "tp"}, r["labels"]
 
 
 @pytest.mark.fast

@@ -19,8 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 LEVELS = ("no_shard", "optim", "optim_grads", "optim_grads_params")
-INNER, OUTER = "dp_shard", "dp_outer"
-WORLD = "world"  # both mesh axes at once (a hybrid's one all-reduce of the gradient norm)
 
 
 def shards(level: str) -> dict[str, bool]:

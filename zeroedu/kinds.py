@@ -16,10 +16,15 @@ report's keys stay plain strings.
 `EventKind`: what a ledger event or mark records. Unit lifecycle kinds come with the unit's
 number, `BUCKET_READY` with the bucket's, `RECOMPUTE` with the block's; their `label` (for people:
 legends, the peak's "at ...") is built from kind and number, never read back.
+
+`Mesh`: the run's ranks as a grid of named axes (`DP_OUTER`, `DP_SHARD`, `TP`; `WORLD` for the
+default group), the one description of where a rank sits that every layer reads.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
+from math import prod
 
 
 class Category(str, Enum):
@@ -138,3 +143,153 @@ class EventKind(str, Enum):
 
     def __str__(self) -> str:  # f-strings and prints show the value, as the JSON does
         return self.value
+
+
+# ------------------------------------------------------------------ the mesh
+# A run's ranks as a grid of named axes: the one description every layer reads.
+#
+# A mesh is a list of (axis name, size), outermost first; rank r sits at the row-major
+# coordinates of r, so the innermost axis holds contiguous ranks (under torchrun, the ranks of one
+# node: where tensor parallelism's blocking collectives belong). The axes, in their fixed order:
+#
+#     dp_outer   data parallel across domains (a hybrid strategy's replicas or outer shards)
+#     dp_shard   data parallel inside a domain: the axis a strategy shards over
+#     tp         tensor parallel: one model replica split over these ranks
+#
+# Pipeline, context and expert axes take their place in `AXIS_ORDER` when they arrive. The data
+# axes (dp_outer, dp_shard) split the global batch; the others split the model, so the ranks along
+# them hold one replica between them (`replica_groups`).
+#
+# Built once from the resolved configuration (`train.config.ResolvedConfig.mesh`); the rank side
+# makes one process group per axis from it (`runtime.rank.RankContext.axes`), and the predictions
+# read sizes and coordinates from it. Plain data, no torch: it crosses layers and processes freely.
+
+
+DP_OUTER, DP_SHARD, TP = "dp_outer", "dp_shard", "tp"
+AXIS_ORDER = (DP_OUTER, DP_SHARD, TP)  # outermost first
+DATA_AXES = (DP_OUTER, DP_SHARD)  # the axes that split the batch; the rest split the model
+WORLD = "world"  # the default group, every rank: a hybrid's one all-reduce over both data axes
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """Named axes and their sizes, outermost first (`AXIS_ORDER`); the product is the world size."""
+
+    shape: tuple[tuple[str, int], ...]
+
+    def __post_init__(self):
+        names = [a for a, _ in self.shape]
+        if len(set(names)) != len(names) or any(a not in AXIS_ORDER for a in names):
+            raise ValueError(f"mesh axes must be distinct names from {AXIS_ORDER}, got {names}")
+        if names != sorted(names, key=AXIS_ORDER.index):
+            raise ValueError(f"mesh axes go outermost first, in the order {AXIS_ORDER}: got {names}")
+        if DP_SHARD not in names:
+            raise ValueError("every mesh has the dp_shard axis (a strategy shards over it, even of size 1)")
+        bad = [(a, s) for a, s in self.shape if isinstance(s, bool) or not isinstance(s, int) or s < 1]
+        if bad:
+            raise ValueError(f"mesh axis sizes must be integers >= 1, got {bad}")
+
+    @classmethod
+    def build(cls, world_size: int, *, dp_outer: int | None = None, tp: int = 1) -> "Mesh":
+        """The mesh of a run on `world_size` ranks: `dp_outer` = M for a hybrid strategy (None:
+        no such axis), `tp` > 1 for tensor parallelism; dp_shard takes the rest."""
+        model = tp
+        data = dp_outer or 1
+        if world_size % (model * data):
+            raise ValueError(f"the world size {world_size} must be divisible by "
+                             f"{' x '.join(f'{a} = {s}' for a, s in ((DP_OUTER, dp_outer), (TP, tp)) if s)}")
+        shape = ([(DP_OUTER, dp_outer)] if dp_outer is not None else []) \
+            + [(DP_SHARD, world_size // (model * data))] + ([(TP, tp)] if tp > 1 else [])
+        return cls(tuple(shape))
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a for a, _ in self.shape)
+
+    @property
+    def world_size(self) -> int:
+        return prod(s for _, s in self.shape)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.names
+
+    def size(self, name: str) -> int:
+        """The axis's size; 1 for an axis this mesh does not have."""
+        return dict(self.shape).get(name, 1)
+
+    @property
+    def data_parallel(self) -> int:
+        """Replicas of the model: the product of the data axes."""
+        return prod(self.size(a) for a in DATA_AXES)
+
+    @property
+    def model_axes(self) -> tuple[str, ...]:
+        """The axes that split one replica (tp, ...), outermost first."""
+        return tuple(a for a in self.names if a not in DATA_AXES)
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Rank `rank`'s place on every axis (row-major: the last axis varies fastest)."""
+        if not 0 <= rank < self.world_size:
+            raise ValueError(f"rank {rank} is not in a mesh of {self.world_size}")
+        out = {}
+        for name, size in reversed(self.shape):
+            rank, out[name] = divmod(rank, size)
+        return {a: out[a] for a in self.names}
+
+    def coord(self, rank: int, name: str) -> int:
+        """Rank `rank`'s index on axis `name` (0 on an axis the mesh does not have)."""
+        return self.coords(rank).get(name, 0)
+
+    def rank_at(self, coords: dict[str, int]) -> int:
+        r = 0
+        for name, size in self.shape:
+            r = r * size + coords.get(name, 0)
+        return r
+
+    def group(self, rank: int, name: str) -> tuple[int, ...]:
+        """The ranks on axis `name` through rank `rank`, in axis order."""
+        c = self.coords(rank)
+        return tuple(self.rank_at({**c, name: i}) for i in range(self.size(name)))
+
+    def groups(self, name: str) -> list[tuple[int, ...]]:
+        """Every group of axis `name` (each rank in exactly one), in order of their first rank."""
+        seen, out = set(), []
+        for r in range(self.world_size):
+            if r not in seen:
+                g = self.group(r, name)
+                seen.update(g)
+                out.append(g)
+        return out
+
+    def data_rank(self, rank: int) -> int:
+        """Which slice of the global batch rank `rank` trains on: its index over the data axes
+        (the ranks of one replica, along the model axes, share a slice)."""
+        r = 0
+        for a in DATA_AXES:
+            r = r * self.size(a) + self.coord(rank, a)
+        return r
+
+    def replica_groups(self) -> list[tuple[int, ...]]:
+        """The ranks that hold one model replica between them (along the model axes), one
+        tuple per replica, in data-rank order; each rank alone when there is no model axis."""
+        by_data: dict[int, list[int]] = {}
+        for r in range(self.world_size):
+            by_data.setdefault(self.data_rank(r), []).append(r)
+        return [tuple(v) for _, v in sorted(by_data.items())]
+
+    @property
+    def world_group_axis(self) -> str:
+        """The axis whose group is the whole world (a flat strategy's dp_shard, which runs on the
+        default group), or `WORLD` where no single axis spans it."""
+        spanning = [a for a, s in self.shape if s == self.world_size]
+        return spanning[0] if len(self.shape) == 1 and spanning else WORLD
+
+    def plain(self) -> dict[str, int]:
+        return dict(self.shape)
+
+    @classmethod
+    def from_plain(cls, d: dict[str, int]) -> "Mesh":
+        return cls(tuple(sorted(d.items(), key=lambda kv: AXIS_ORDER.index(kv[0]))))
+
+    def __str__(self) -> str:
+        return " x ".join(f"{a} {s}" for a, s in self.shape)

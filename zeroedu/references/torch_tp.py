@@ -188,6 +188,7 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
     from ..recipes import get_recipe
     from ..runtime.comm import Comm
     from ..runtime.ledger import Ledger
+    from ..kinds import DP_SHARD, TP, Mesh
     from ..strategies.base import DistState
     from ..strategies.fsdp2 import FSDP2
     from ..strategies.tensor_parallel import TPGPT
@@ -196,9 +197,11 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
 
     if ctx.world_size % tp:
         raise ValueError(f"tp = {tp} must divide the world size {ctx.world_size}")
-    dp = ctx.world_size // tp
-    # outer: strided ranks (dp), inner: contiguous ranks (tp), each named for what it carries
-    dp_axis, tp_axis = ctx.mesh(dp, names=("dp_shard", "tp"))
+    # dp_shard strided, tp contiguous; a tp axis even of one rank (tp = 1 is FSDP2 to the bit)
+    mesh = Mesh(((DP_SHARD, ctx.world_size // tp), (TP, tp)))
+    dp = mesh.data_parallel
+    axes = ctx.axes(mesh)
+    dp_axis, tp_axis = axes[DP_SHARD], axes[TP]
     ledger = Ledger(ctx.rank, wire=ctx.wire)
     comm = Comm(ledger, meter=ctx.wire)
     ref = make_model(model)

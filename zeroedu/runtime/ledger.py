@@ -111,6 +111,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..kinds import CATEGORIES, MODEL_STATE, OPTIM_PARTS, TIMELINE_MODES, EventKind, TimelineMode
+from ..kinds import WORLD
 from ..reports import Measured, StepTime, TimeReport, Timeline, WireReport
 
 
@@ -269,7 +270,9 @@ class Ledger:
     rank: int = 0
     sink: Callable[[dict], None] | None = None
     wire: Any = None  # a zeroedu.runtime.wire.WireMeter, or None
-    wire_axes: dict = field(default_factory=dict)  # socket label -> mesh axis name
+    # The run's mesh (`zeroedu.mesh.Mesh`): says which axis the world group's sockets carry.
+    # None: a job without one (the world group's bytes count as `world`).
+    mesh: Any = None
     step: int = -1  # -1: set-up, before the first training step
     t0: float = field(default_factory=time.perf_counter)
     events: list[Event] = field(default_factory=list)
@@ -625,7 +628,9 @@ class Ledger:
         d = self.wire.sent_since(self._wire_start)
         by_axis: dict[str, int] = {}
         for label, b in d.per_label.items():
-            ax = self.wire_axes.get(label, label or "other")
+            # Sockets are labelled with the axis that opened them (`RankContext.axes`); the world
+            # group's carry the mesh's axis that runs on it, if one does.
+            ax = (label if label != WORLD or self.mesh is None else self.mesh.world_group_axis) or "other"
             by_axis[ax] = by_axis.get(ax, 0) + b
         recs = [r for r in self.comm if r.step == self.step]
         # A kind of collective is measured on its own when every window it was in held only it.

@@ -201,33 +201,33 @@ class RankContext:
 
         return Axis(name, None, self.world_size, self.rank, tuple(range(self.world_size)))
 
-    def mesh(self, m: int, names: tuple[str, str] = ("dp_outer", "dp_shard")):
-        """(outer, inner) axes of an M x N mesh, named `names`: a hybrid's (dp_outer, dp_shard),
-        tensor parallelism's (dp_shard, tp). Inner ranks are contiguous, so under torchrun the
-        inner axis falls inside a node. Built once per shape and names: the outer groups first,
-        then the inner ones (every rank creates every group, as torch requires), each axis's new
-        sockets labelled with its own name for the wire meter."""
-        if m < 1 or self.world_size % m:
-            raise ValueError(f"M = {m} must be >= 1 and divide the world size {self.world_size}")
-        outer_name, inner_name = names
-        key = (m, outer_name, inner_name)
-        if key not in self._meshes:
+    def axes(self, mesh) -> dict:
+        """This rank's `comm.Axis` on every axis of `mesh` (`zeroedu.mesh.Mesh`), by name.
+
+        The axis whose group is the whole world (a flat mesh's dp_shard) runs on the default
+        group, whose sockets are labelled `world`; every other axis gets its own groups, made
+        once per mesh in the mesh's order, outermost axis first (every rank creates every group,
+        as torch requires), and its new sockets are labelled with the axis's name for the wire
+        meter, so each byte counts on the axis that sent it."""
+        if mesh.world_size != self.world_size:
+            raise ValueError(f"a mesh of {mesh.world_size} ranks ({mesh}) on a world of {self.world_size}")
+        if mesh not in self._meshes:
             import torch.distributed as dist
 
             from .comm import Axis
 
-            n = self.world_size // m
-            layout = {outer_name: [[o * n + i for o in range(m)] for i in range(n)],
-                      inner_name: [[o * n + i for i in range(n)] for o in range(m)]}
             axes = {}
-            for name, groups in layout.items():
-                for ranks in groups:
-                    g = dist.new_group(ranks)
+            for name in mesh.names:
+                if name == mesh.world_group_axis:
+                    axes[name] = self.world_axis(name)
+                    continue
+                for ranks in mesh.groups(name):
+                    g = dist.new_group(list(ranks))
                     if self.rank in ranks:
-                        axes[name] = Axis(name, g, len(ranks), ranks.index(self.rank), tuple(ranks))
+                        axes[name] = Axis(name, g, len(ranks), ranks.index(self.rank), ranks)
                 self.wire.label_new(name)
-            self._meshes[key] = (axes[outer_name], axes[inner_name])
-        return self._meshes[key]
+            self._meshes[mesh] = axes
+        return dict(self._meshes[mesh])
 
 
 def resolve_ref(ref: Callable | str) -> Callable:

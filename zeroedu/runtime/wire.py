@@ -398,6 +398,10 @@ class WireMeter:
                   if i not in now.counters and snap.info[i].kind == "data"]
         return d
 
+    def labels(self) -> set[str]:
+        """The labels this rank's sockets carry (one per axis whose groups opened sockets)."""
+        return set(self._labels.values())
+
     def label_new(self, label: str) -> int:
         """Give `label` to every data socket that has none yet; returns how many got it.
 

@@ -39,14 +39,14 @@ what `torch.nn.utils.clip_grad_norm_` does on one process.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
 
 from ..models import buffers_changed, check_trainable, check_units, persistent_buffers
 from ..models import units as model_units
-from ..kinds import EventKind
+from ..kinds import WORLD, EventKind, Mesh
 from ..optim import ADAM_CHUNK, AdamConfig, adam_update, grad_goes_through_scratch, scratch_elements
 from ..recipes import Recipe, get_recipe, torch_dtype
 from ..runtime.comm import Axis, Comm, tag
@@ -64,6 +64,10 @@ class DistState:
     comm: Comm
     ledger: Ledger
     outer: Axis | None = None  # dp_outer: replicas / domains, for hybrid strategies
+    # The run's mesh and this rank's axis on each of its axes, by name (a model axis such as tp
+    # is read from here by the split that uses it); empty for a state built by hand.
+    mesh: Mesh | None = None
+    axes: dict[str, Axis] = field(default_factory=dict)
 
     @classmethod
     def single(cls, ledger: Ledger | None = None, device: str = "cpu") -> "DistState":
@@ -77,7 +81,7 @@ class DistState:
         """Every rank: the group of a hybrid's one all-reduce over both mesh axes."""
         if self.outer is None:
             return self.inner
-        return Axis("world", None, self.world_size, self.rank, tuple(range(self.world_size)))
+        return Axis(WORLD, None, self.world_size, self.rank, tuple(range(self.world_size)))
 
 
 class AdamState:

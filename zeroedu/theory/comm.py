@@ -49,7 +49,8 @@ from fractions import Fraction
 from ..kinds import Implementation, Layout
 from .. import shard
 from ..recipes import DTYPE_BYTES
-from ..catalog import INNER, OUTER, WORLD, shards
+from ..catalog import shards
+from ..kinds import DP_OUTER as OUTER, DP_SHARD as INNER, WORLD
 from .inputs import check_counts, check_psi, check_units, resolve
 
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")

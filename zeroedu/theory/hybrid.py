@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..catalog import INNER, OUTER
+from ..kinds import DP_OUTER as OUTER, DP_SHARD as INNER
 from .comm import comm_per_rank
 from .inputs import check_count, check_psi
 from .memory import model_states

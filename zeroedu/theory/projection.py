@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from ..catalog import INNER, OUTER
+from ..kinds import DP_OUTER as OUTER, DP_SHARD as INNER
 from ..recipes import get_recipe
 from . import schedule
 from .activations import transformer_shape

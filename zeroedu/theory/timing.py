@@ -46,7 +46,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from ..catalog import INNER, OUTER
+from ..kinds import DP_OUTER as OUTER, DP_SHARD as INNER
 from .comm import COLLECTIVES
 from .inputs import check_count
 

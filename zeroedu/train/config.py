@@ -21,7 +21,7 @@ import dataclasses
 import os
 from dataclasses import asdict, dataclass, field, fields
 
-from ..kinds import Implementation, RecomputeMode
+from ..kinds import DP_SHARD, TP, Implementation, Mesh, RecomputeMode
 from ..catalog import get_spec
 from ..models import DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, GPTConfig, MLPConfig, ModelSpec, get_model, local_slice
 from ..optim import AdamConfig
@@ -29,6 +29,7 @@ from ..recipes import get_recipe
 from ..runtime.comm import IMPLEMENTATIONS
 from ..kinds import TIMELINE_MODES
 from ..runtime.links import Links, parse_links
+from ..strategies import splits
 
 
 @dataclass
@@ -105,19 +106,25 @@ class ResolvedConfig:
         return self
 
     @property
+    def mesh(self) -> Mesh:
+        """The run's ranks as named axes (`kinds.Mesh`): dp_outer = M for a hybrid strategy,
+        dp_shard, and each model axis (tp) of size > 1."""
+        return Mesh.build(self.world_size, dp_outer=self.m if get_spec(self.strategy).hybrid else None,
+                          tp=self.tp)
+
+    @property
     def dp(self) -> int:
-        """Data-parallel replicas of the model: the world over the tp ranks that hold one."""
-        return self.world_size // self.tp
+        """Data-parallel replicas of the model (the data axes of the mesh)."""
+        return self.mesh.data_parallel
 
     @property
     def n(self) -> int:
         """Ranks on the sharding (inner data-parallel) axis."""
-        return self.dp // self.m
+        return self.mesh.size(DP_SHARD)
 
     def shard_rank(self, rank: int) -> int:
-        """Rank `rank`'s place on the sharding axis: the mesh's inner ranks are contiguous (the
-        global rank mod N); with tp the tp ranks are, and dp runs across them (rank // tp)."""
-        return rank // self.tp if self.tp > 1 else rank % self.n
+        """Rank `rank`'s place on the sharding axis (`Mesh.coord`)."""
+        return self.mesh.coord(rank, DP_SHARD)
 
     @property
     def micro_batch_size(self) -> int:
@@ -151,8 +158,8 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         if not isinstance(model, GPTConfig):
             raise ValueError(f"--attention is a GPT's: {model.name} has no attention")
         model = dataclasses.replace(model, attention=cfg.attention)  # validated by GPTConfig
-    tp = _check_tp(cfg, spec, model)
-    dp = cfg.world_size // tp
+    tp = splits.check(cfg, spec, model)[TP]  # each model axis's size, checked by its split
+    dp = Mesh.build(cfg.world_size, dp_outer=m if spec.hybrid else None, tp=tp).data_parallel
     batch = cfg.global_batch if cfg.global_batch is not None else model.default_global_batch
     local_slice(batch, dp, 0)  # validates divisibility
     _check_fits(model, cfg.world_size, batch // dp)
@@ -260,36 +267,6 @@ def _check_fits(model, world_size: int, local_batch: int) -> None:
                          f"Ψ = {psi:,} parameters x 16 bytes of model states on each of the {world_size} ranks "
                          f"and the reference ({gb(states)}), plus {gb(acts)} of activations for a local batch "
                          f"of {local_batch}; use a smaller model (--hidden, --depth), batch or world size")
-
-
-def _check_tp(cfg: RunConfig, spec, model) -> int:
-    """The tp size, checked against what this implementation of tensor parallelism covers."""
-    tp = cfg.tp
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
-        raise ValueError(f"tp must be an integer >= 1, got {tp!r}")
-    if cfg.sequence_parallel and tp == 1:
-        raise ValueError("sequence parallelism splits the sequence over the tp ranks: give tp >= 2")
-    if tp == 1:
-        return 1
-    if cfg.world_size % tp:
-        raise ValueError(f"tp = {tp} must divide the world size {cfg.world_size}")
-    if not isinstance(model, GPTConfig):
-        raise ValueError(f"tensor parallelism splits a GPT's blocks: {model.name} is not a gpt-* model")
-    refused = [why for bad, why in [
-        (spec.hybrid, f"{spec.name} already has two data-parallel axes (a 3-D mesh is not built here)"),
-        (model.attention != "eager", "the tensor-parallel attention runs the eager core (--attention eager)"),
-        (cfg.recompute != RecomputeMode.NONE, "activation recompute is not applied to tensor-parallel blocks"),
-        (cfg.clip_grad_norm is not None, "the gradient norm would need a sum over tp of the split "
-                                         "parameters only"),
-        (cfg.links is not None, "emulated links cover the data-parallel axes only")] if bad]
-    if refused:
-        raise ValueError(f"tp = {tp}: {refused[0]}")
-    from ..theory.tensor_parallel import gpt_units
-
-    gpt_units(model.vocab, model.seq_len, model.d_model, model.n_layers, model.n_heads, model.mlp_ratio, tp)
-    if cfg.sequence_parallel and model.seq_len % tp:
-        raise ValueError(f"sequence parallelism needs the sequence ({model.seq_len}) divisible by tp = {tp}")
-    return tp
 
 
 def config_to_dict(cfg: RunConfig | ResolvedConfig) -> dict:

@@ -12,8 +12,7 @@ from dataclasses import replace
 from typing import Callable
 
 from .. import theory
-from ..models import check_trainable, unit_shapes
-from ..models import units as model_units
+from ..models import check_trainable
 from ..recipes import get_recipe, loss_tolerance
 from ..reports import Match, Predicted, RankReport, RunReport, vouch
 from ..runtime import analysis, cluster
@@ -21,10 +20,9 @@ from ..runtime.comm import resolve_implementation
 from ..runtime.cuda import cuda_memory
 from ..runtime.links import Links
 from ..runtime.wire import FRAMING_PER_MESSAGE
-from ..strategies.tensor_parallel import unsplit
+from ..strategies.splits import split_of
 from ..theory import comm as theory_comm
 from ..theory import schedule
-from ..theory import tensor_parallel as tp_theory
 from .config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict, resolve
 from .reference import reference
 from .runner import build_run, strategy_cls, train_steps
@@ -39,32 +37,18 @@ def predicted(cfg: RunConfig | ResolvedConfig, rank: int, backend: str = "gloo",
 
 def _predicted(cfg: ResolvedConfig, rank: int, backend: str, device: str) -> Predicted:
     # A rank's configuration is the parent's, resolved already: `train_job` comes here directly.
-    model = cfg.model.build()
-    c, elem = cfg.model, get_recipe(cfg.recipe).param_bytes
+    elem = get_recipe(cfg.recipe).param_bytes
     ln_stats = 4 if device.startswith("cuda") else None  # LayerNorm statistics are fp32 on CUDA
-    if cfg.tp > 1:  # one tp rank's slices (`theory.tensor_parallel`), every parameter trainable
-        shapes = tp_theory.gpt_units(c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.mlp_ratio, cfg.tp)
-        trainable = None
-    else:
-        shapes = unit_shapes(model)
-        # Frozen parameters: stored, never reduced or updated (the mask only when there are any).
-        mask = [[p.requires_grad for p in u.parameters()] for u in model_units(model)]
-        trainable = None if all(all(f) for f in mask) else mask
+    split = split_of(cfg.mesh)  # how a replica is split over the model axes (none: WHOLE)
+    shapes, trainable = split.unit_shapes(cfg)
     # The closed forms index a rank by its place on the sharding (inner) axis.
     ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=cfg.shard_rank(rank),
                                    recipe=cfg.recipe, trainable=trainable)
     comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe, trainable=trainable,
                              **theory_comm_options(cfg))
-    if cfg.tp > 1:  # the tp axis's collectives beside the data-parallel ones, in the compute dtype
-        comm = theory_comm.CommBytes(
-            comm.ops + tp_theory.gpt_tp_ops(cfg.micro_batch_size, c.seq_len, c.d_model, c.n_layers, cfg.tp, elem,
-                                            cfg.sequence_parallel, cfg.micro_batches), (*comm, "tp"))
-        activations = tp_theory.gpt_activation_bytes(c, cfg.micro_batch_size, c.seq_len, elem, cfg.tp,
-                                                     cfg.sequence_parallel, ln_stats_bytes=ln_stats)
-    else:
-        # One micro-batch's saved tensors, in the recipe's parameter dtype (what the model
-        # computes in). None: no closed form for this model.
-        activations = cfg.model.activation_bytes(cfg.micro_batch_size, elem, cfg.recompute, ln_stats_bytes=ln_stats)
+    # a model axis's collectives beside the data-parallel ones, on the axis they run on
+    comm = theory_comm.CommBytes(comm.ops + split.ops(cfg, elem), tuple(comm))
+    activations = split.activation_bytes(cfg, elem, ln_stats)
     # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
     # when the backend's collectives run (`theory.comm.on_the_wire`).
     implementation = resolve_implementation(cfg.collectives, backend)
@@ -203,19 +187,17 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
             losses=losses_match(losses, ref_losses, cfg.recipe)))
     if reports and reports[0].params is not None:
         # Every replica ends with the same full parameters (replicas stay identical; sharded
-        # strategies gather the same shards); with tp a replica is tp ranks' slices, put back
-        # together (`tensor_parallel.unsplit`). The largest difference from the first replica's.
-        t = cfg.tp
+        # strategies gather the same shards); on a model axis a replica is its ranks' parts, put
+        # back together (`Split.unsplit`). The largest difference from the first replica's.
+        split = split_of(cfg.mesh)
         names = [k for k, _ in cfg.model.build().named_parameters()]
-        replicas = [reports[0].params if t == 1 else unsplit(names, [r.params for r in reports[g:g + t]])
-                    for g in range(0, n, t)]
+        replicas = [split.unsplit(names, [reports[r].params for r in group]) for group in cfg.mesh.replica_groups()]
         report.params, report.reference_params = replicas[0], ref_params
         report.replica_max_diff = max(
             (float((a - b).abs().max()) for rep in replicas[1:] for a, b in zip(rep, report.params)), default=0.0)
         for r in reports[1:]:
             r.params = None  # the first replica's are the report's
-        if t > 1:
-            reports[0].params = report.params
+        reports[0].params = report.params
     return vouch(report)  # a run's own report: the checks that grade measurements trust it
 
 

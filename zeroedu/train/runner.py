@@ -4,10 +4,10 @@ Every job that trains with a zeroedu strategy goes through these two functions (
 run` job, checkpoint save/resume, the torch comparisons, the notebook jobs), so each of them
 runs every strategy, hybrids included, with every run option:
 
-* `build_run(ctx, cfg)`: the distributed state for the configuration (the flat world axis, the
-  M x N mesh's two axes for hybrid strategies, or with tensor parallelism the (dp, tp) mesh), a
-  fresh ledger and comm, the model built from its seed (with activation recompute applied if
-  asked; with tp its blocks split over the tp axis, `TPGPT`), and the strategy over dp;
+* `build_run(ctx, cfg)`: the distributed state for the configuration's mesh (`kinds.Mesh`: the
+  flat dp_shard axis, a hybrid's dp_outer x dp_shard, or dp_shard x tp), a fresh ledger and comm,
+  the model built from its seed (with activation recompute applied if asked, then split over the
+  mesh's model axis if it has one, `strategies.splits`), and the strategy over the data axes;
 * `train_steps(run, start, stop)`: optimizer steps [start, stop); each takes this rank's slice
   of the step's global batch, cut into K micro-batches (K-1 of them inside `no_sync()`), and
   returns the mean of the micro-batch losses.
@@ -21,17 +21,16 @@ from typing import Callable
 
 import torch
 
-from ..catalog import get_spec
 from ..models import apply_recompute, local_slice
 from ..recipes import get_recipe
-from ..runtime.comm import Axis, Comm
-from ..kinds import EventKind, RecomputeMode
+from ..kinds import DP_OUTER, DP_SHARD, EventKind, RecomputeMode
+from ..runtime.comm import Comm
 from ..runtime.ledger import Ledger
 from ..runtime.rank import JobStopped
 from ..runtime.rank import resolve_ref
 from ..strategies import strategy_class
 from ..strategies.base import DistState, Strategy
-from ..strategies.tensor_parallel import TPGPT
+from ..strategies.splits import split_of
 from .config import ResolvedConfig
 
 
@@ -44,15 +43,13 @@ class RankRun:
     ledger: Ledger
     dist: DistState
     strategy: Strategy
-    tp: Axis | None = None  # the tensor-parallel axis (cfg.tp > 1), inside each data-parallel replica
 
     @property
     def data_rank(self) -> tuple[int, int]:
-        """(which slice of the global batch, of how many): the world's ranks, or with tp the dp
-        axis's (the tp ranks of one replica train on the same slice)."""
-        if self.tp is None:
-            return self.ctx.rank, self.ctx.world_size
-        return self.dist.inner.rank, self.dist.inner.size
+        """(which slice of the global batch, of how many): this rank's place over the mesh's data
+        axes (the ranks of one replica, along a model axis, train on the same slice)."""
+        mesh = self.cfg.mesh
+        return mesh.data_rank(self.ctx.rank), mesh.data_parallel
 
     @property
     def batch_slice(self) -> slice:
@@ -74,27 +71,17 @@ def local_micro_batches(cfg: ResolvedConfig, step: int, rank: int, world_size: i
 
 
 def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
-    """The axes this rank communicates on: the world, or (dp_outer, dp_shard) of the mesh; the
-    comm that records (and measures) every collective on them. With tp, the data-parallel axis
-    only: `tp_axis` is the other one."""
+    """The axes this rank communicates on, from the configuration's mesh (`kinds.Mesh`): the
+    strategy's dp_shard (and dp_outer for a hybrid), and any model axis beside them; the comm that
+    records (and measures) every collective on them. The ledger gets the mesh too, so the wire's
+    bytes count on the axis whose sockets carried them."""
     comm = Comm(ledger, cfg.collectives, ctx.backend, ctx.wire, links=cfg.links,
                 pacer=ctx.pacer() if cfg.links is not None else None)
-    if cfg.tp > 1:
-        dp, _ = _tp_mesh(ctx, cfg)  # its groups and sockets named dp_shard and tp from the start
-        return DistState(ctx.rank, ctx.world_size, ctx.device, dp, comm, ledger)
-    if get_spec(cfg.strategy).hybrid:
-        outer, inner = ctx.mesh(cfg.m)
-        # the world group carries only a hybrid's one gradient-norm all-reduce
-        ledger.wire_axes = {"world": "world", "dp_outer": "dp_outer", "dp_shard": "dp_shard"}
-        return DistState(ctx.rank, ctx.world_size, ctx.device, inner, comm, ledger, outer)
-    ledger.wire_axes = {"world": "dp_shard"}  # a flat strategy shards over the world group
-    return DistState(ctx.rank, ctx.world_size, ctx.device, ctx.world_axis(), comm, ledger)
-
-
-def _tp_mesh(ctx, cfg: ResolvedConfig) -> tuple[Axis, Axis]:
-    """(dp, tp) axes of the world: tp over contiguous ranks (under torchrun, inside a node, where
-    TP's blocking collectives belong), dp across them; dp is the strategy's sharding axis."""
-    return ctx.mesh(cfg.dp, names=("dp_shard", "tp"))
+    mesh = cfg.mesh
+    axes = ctx.axes(mesh)
+    ledger.mesh = mesh
+    return DistState(ctx.rank, ctx.world_size, ctx.device, axes[DP_SHARD], comm, ledger, axes.get(DP_OUTER),
+                     mesh=mesh, axes=axes)
 
 
 def strategy_cls(cfg: ResolvedConfig) -> type[Strategy]:
@@ -121,13 +108,10 @@ def build_run(ctx, cfg: ResolvedConfig, sink: Callable[[dict], None] | None = No
     if cfg.recompute != RecomputeMode.NONE:
         apply_recompute(cfg.model.recompute_modules(model, cfg.recompute),
                         on_rerun=lambda k: ledger.mark(EventKind.RECOMPUTE, block=k))
-    tp = None
-    if cfg.tp > 1:  # this rank's slices of every block, before the strategy shards them over dp
-        tp = _tp_mesh(ctx, cfg)[1]
-        model = TPGPT(model, tp, dist.comm, sp=cfg.sequence_parallel)
+    model = split_of(dist.mesh).apply(model, dist, cfg)  # this rank's part, before the strategy shards it
     cls = strategy_cls(cfg)
     strategy = cls(model, dist, get_recipe(cfg.recipe), cfg.adam, clip_grad_norm=cfg.clip_grad_norm, **cfg.options)
-    return RankRun(cfg, ctx, ledger, dist, strategy, tp)
+    return RankRun(cfg, ctx, ledger, dist, strategy)
 
 
 def train_step(run: RankRun, step: int, micro: list | None = None) -> float:

@@ -1,0 +1,131 @@
+"""How one model replica is split over the mesh's model axes: the one place the run's spine asks.
+
+The data-parallel strategies shard whatever model they are given; a model axis (tensor parallel
+today; pipeline, context and expert parallel are the next) changes the model first. Each model
+axis is a `Split`, and a mesh without one has `WHOLE`, the replica kept whole, so the code that
+builds, predicts and reports a run (`train.runner`, `train.launch`) asks `split_of(mesh)` and
+never branches on an axis:
+
+    check(cfg, spec, model)        the configuration this split can run, refused in the parent
+    apply(model, dist, cfg)        this rank's part of the model, before the strategy wraps it
+    unit_shapes(cfg)               this rank's units' parameter shapes, for the closed forms
+                                   (with the trainable mask, or None: every parameter trains)
+    ops(cfg, elem)                 the axis's own collectives per step (`theory.comm.CommOp`)
+    activation_bytes(cfg, elem, ln_stats)   one micro-batch's saved tensors on this rank
+    unsplit(names, per_rank)       one replica's full parameters from its ranks' parts
+
+Adding an axis: a module with the algorithm and a `Split` here, the axis's name in
+`kinds.AXIS_ORDER`, its size in `kinds.Mesh.build` (`docs/architecture.md`).
+"""
+from __future__ import annotations
+
+from ..kinds import TP, Mesh, RecomputeMode
+from ..models import GPTConfig
+from ..models import unit_shapes as model_unit_shapes
+from ..models import units as model_units
+from ..theory import tensor_parallel as tp_theory
+
+
+class Split:
+    """A replica kept whole (`WHOLE`): every rank holds the model the configuration builds."""
+
+    axis: str | None = None
+
+    def check(self, cfg, spec, model) -> int:
+        """The axis's size for RunConfig `cfg`; ValueError for what it cannot run."""
+        return 1
+
+    def apply(self, model, dist, cfg):
+        return model
+
+    def unit_shapes(self, cfg) -> tuple[list, list | None]:
+        model = cfg.model.build()
+        # Frozen parameters: stored, never reduced or updated (the mask only when there are any).
+        mask = [[p.requires_grad for p in u.parameters()] for u in model_units(model)]
+        return model_unit_shapes(model), None if all(all(f) for f in mask) else mask
+
+    def ops(self, cfg, elem: int) -> list:
+        return []
+
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None) -> int | None:
+        # One micro-batch's saved tensors in the recipe's parameter dtype; None: no closed form.
+        return cfg.model.activation_bytes(cfg.micro_batch_size, elem, cfg.recompute, ln_stats_bytes=ln_stats)
+
+    def unsplit(self, names: list[str], per_rank: list[list]) -> list:
+        return per_rank[0]
+
+
+class TensorSplit(Split):
+    """Every GPT block split over the `tp` axis (`strategies.tensor_parallel`), optionally with
+    sequence parallelism; the closed forms are `theory.tensor_parallel`'s."""
+
+    axis = TP
+
+    def check(self, cfg, spec, model) -> int:
+        tp = cfg.tp
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise ValueError(f"tp must be an integer >= 1, got {tp!r}")
+        if cfg.sequence_parallel and tp == 1:
+            raise ValueError("sequence parallelism splits the sequence over the tp ranks: give tp >= 2")
+        if tp == 1:
+            return 1
+        if cfg.world_size % tp:
+            raise ValueError(f"tp = {tp} must divide the world size {cfg.world_size}")
+        if not isinstance(model, GPTConfig):
+            raise ValueError(f"tensor parallelism splits a GPT's blocks: {model.name} is not a gpt-* model")
+        refused = [why for bad, why in [
+            (spec.hybrid, f"{spec.name} already has two data-parallel axes (a 3-D mesh is not built here)"),
+            (model.attention != "eager", "the tensor-parallel attention runs the eager core (--attention eager)"),
+            (cfg.recompute != RecomputeMode.NONE, "activation recompute is not applied to tensor-parallel blocks"),
+            (cfg.clip_grad_norm is not None, "the gradient norm would need a sum over tp of the split "
+                                             "parameters only"),
+            (cfg.links is not None, "emulated links cover the data-parallel axes only")] if bad]
+        if refused:
+            raise ValueError(f"tp = {tp}: {refused[0]}")
+        tp_theory.gpt_units(model.vocab, model.seq_len, model.d_model, model.n_layers, model.n_heads,
+                            model.mlp_ratio, tp)
+        if cfg.sequence_parallel and model.seq_len % tp:
+            raise ValueError(f"sequence parallelism needs the sequence ({model.seq_len}) divisible by tp = {tp}")
+        return tp
+
+    def apply(self, model, dist, cfg):
+        from .tensor_parallel import TPGPT
+
+        return TPGPT(model, dist.axes[TP], dist.comm, sp=cfg.sequence_parallel)
+
+    def unit_shapes(self, cfg) -> tuple[list, list | None]:
+        c = cfg.model  # one tp rank's slices, every parameter trainable
+        return tp_theory.gpt_units(c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.mlp_ratio,
+                                   cfg.mesh.size(TP)), None
+
+    def ops(self, cfg, elem: int) -> list:
+        c = cfg.model  # in the compute dtype, K micro-batches
+        return tp_theory.gpt_tp_ops(cfg.micro_batch_size, c.seq_len, c.d_model, c.n_layers, cfg.mesh.size(TP),
+                                    elem, cfg.sequence_parallel, cfg.micro_batches)
+
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None) -> int | None:
+        c = cfg.model
+        return tp_theory.gpt_activation_bytes(c, cfg.micro_batch_size, c.seq_len, elem, cfg.mesh.size(TP),
+                                              cfg.sequence_parallel, ln_stats_bytes=ln_stats)
+
+    def unsplit(self, names: list[str], per_rank: list[list]) -> list:
+        from .tensor_parallel import unsplit
+
+        return unsplit(names, per_rank)
+
+
+WHOLE = Split()
+SPLITS = {TP: TensorSplit()}  # model axis -> how it splits a replica
+
+
+def split_of(mesh: Mesh) -> Split:
+    """How a replica is split on `mesh`: its one model axis's `Split`, or `WHOLE`."""
+    axes = mesh.model_axes
+    if len(axes) > 1:
+        raise ValueError(f"one model axis at a time here, got {axes}")
+    return SPLITS[axes[0]] if axes else WHOLE
+
+
+def check(cfg, spec, model) -> dict[str, int]:
+    """Every model axis's size for RunConfig `cfg`, each checked by its split (`Split.check`)."""
+    return {axis: s.check(cfg, spec, model) for axis, s in SPLITS.items()}
