@@ -87,7 +87,7 @@ def test_overlap_is_measured_and_comm_starts_inside_backward():
         assert n_buckets >= 2
         for s in range(r.steps):
             assert analysis.launched_in_backward(tl, step=s) == n_buckets
-        kinds = [(m["kind"], m["bucket"]) for m in tl.marks]
+        kinds = [(m.kind, m.bucket) for m in tl.marks]
         assert (EventKind.BUCKET_READY, 0) in kinds and (EventKind.BACKWARD_END, None) in kinds
         assert len(analysis.backward_windows(tl, step=4)) == 1
 

@@ -33,9 +33,9 @@ def test_fsdp_broken_keeps_units_gathered_and_sends_two_thirds_of_the_all_gather
     assert r0.measured.comm["all_gather"] * 2 == r0.predicted.comm["all_gather"]
     assert r0.measured.comm["reduce_scatter"] == r0.predicted.comm["reduce_scatter"]
     assert max_rel_diff(rep.losses, rep.reference_losses) < 1e-2  # the mixed-bf16 tolerance
-    last = [e for e in r0.timeline.events if e["step"] == rep.steps - 1]
-    boundary = next(e for e in last if e["kind"] == EventKind.FORWARD_END)
-    assert boundary["bytes"]["gathered"] == r0.predicted.param * 2  # every unit's bf16 params, N = 2
+    last = [e for e in r0.timeline.events if e.step == rep.steps - 1]
+    boundary = next(e for e in last if e.kind == EventKind.FORWARD_END)
+    assert boundary.bytes["gathered"] == r0.predicted.param * 2  # every unit's bf16 params, N = 2
     assert get("07.5").expected() == "b"
 
 

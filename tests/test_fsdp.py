@@ -76,7 +76,7 @@ def test_bytes_and_comm_equal_closed_forms(strategy, n):
 
 
 def _events(rank_report, step):
-    return [e for e in rank_report.timeline.events if e["step"] == step]
+    return [e for e in rank_report.timeline.events if e.step == step]
 
 
 def test_timeline_saw_tooth_and_transient_peak():
@@ -86,23 +86,23 @@ def test_timeline_saw_tooth_and_transient_peak():
     for opts, most in [({"limit_all_gathers": 1}, 1), ({"forward_prefetch": True}, 2), ({}, 2)]:
         rk = run(RunConfig("fsdp1", n, steps=2, options=opts, model="mlp")).ranks[0]
         ev = _events(rk, 1)
-        seen = [(e["kind"], e["unit"]) for e in ev if e["unit"] is not None]
+        seen = [(e.kind, e.unit) for e in ev if e.unit is not None]
         # Each unit is gathered and freed twice per step (forward, backward): 3Ψ's two all-gathers.
         for i in range(len(SHAPES)):
             assert seen.count((EventKind.UNSHARD, i)) == 2 and seen.count((EventKind.RESHARD, i)) == 2
         for e in ev:
-            if e["kind"] == EventKind.UNSHARD and opts.get("limit_all_gathers") == 1:
-                assert e["bytes"]["gathered"] == unit_bytes[e["unit"]]
+            if e.kind == EventKind.UNSHARD and opts.get("limit_all_gathers") == 1:
+                assert e.bytes["gathered"] == unit_bytes[e.unit]
         # at most the current unit plus one prefetched one is ever unsharded
-        assert max(e["bytes"]["gathered"] for e in ev) <= most * max(unit_bytes)
+        assert max(e.bytes["gathered"] for e in ev) <= most * max(unit_bytes)
         if most == 1:
-            assert max(e["bytes"]["gathered"] for e in ev) == max(unit_bytes)
-        step = next(e for e in ev if e["kind"] == EventKind.OPTIMIZER_STEP)
-        assert step["bytes"]["gathered"] == 0 and step["bytes"]["comm_buffer"] == 0
+            assert max(e.bytes["gathered"] for e in ev) == max(unit_bytes)
+        step = next(e for e in ev if e.kind == EventKind.OPTIMIZER_STEP)
+        assert step.bytes["gathered"] == 0 and step.bytes["comm_buffer"] == 0
     # Without resharding after forward every unit is alive at the forward/backward boundary.
     rk = run(RunConfig("fsdp1", n, steps=2, options={"reshard_after_forward": False}, model="mlp")).ranks[0]
-    fwd_end = next(e for e in _events(rk, 1) if e["kind"] == EventKind.FORWARD_END)
-    assert fwd_end["bytes"]["gathered"] == sum(unit_bytes)
+    fwd_end = next(e for e in _events(rk, 1) if e.kind == EventKind.FORWARD_END)
+    assert fwd_end.bytes["gathered"] == sum(unit_bytes)
 
 
 def test_synchronous_reduce_scatter_is_not_counted_as_hidden():
@@ -111,21 +111,25 @@ def test_synchronous_reduce_scatter_is_not_counted_as_hidden():
     while DDP's bucketed all-reduce (asynchronous) is recorded as not blocking."""
     fsdp = run(RunConfig("fsdp2", 2, steps=2, model="mlp"))
     for rk in fsdp.ranks:
-        rs = [c for c in rk.timeline.comm if c["op"] == "reduce_scatter"]
-        assert rs and all(c["blocking"] for c in rs)
+        rs = [c for c in rk.timeline.comm if c.op == "reduce_scatter"]
+        assert rs and all(c.blocking for c in rs)
         assert rk.overlap == 0.0
     ddp = run(RunConfig("ddp_bucketed", 2, steps=2, model="mlp"))
     for rk in ddp.ranks:
-        ar = [c for c in rk.timeline.comm if c["op"] == "all_reduce" and "bucket" in c["tag"]]
-        assert ar and not any(c["blocking"] for c in ar)
+        ar = [c for c in rk.timeline.comm if c.op == "all_reduce" and "bucket" in c.tag]
+        assert ar and not any(c.blocking for c in ar)
 
 
 @pytest.mark.fast
 def test_overlap_fraction_counts_only_asynchronous_time_inside_backward():
     marks = [{"kind": "backward begin", "t": 0.0, "step": 0}, {"kind": "backward end", "t": 10.0, "step": 0}]
-    comm = [{"op": "all_reduce", "step": 0, "t_start": 2.0, "t_end": 6.0, "blocking": False},
-            {"op": "reduce_scatter", "step": 0, "t_start": 6.0, "t_end": 8.0, "blocking": True},
-            {"op": "all_reduce", "step": 0, "t_start": 9.0, "t_end": 13.0, "blocking": False}]
+    from zeroedu.reports import CommRecord
+
+    def rec(op, t0, t1, blocking):
+        return CommRecord(op, "t", "dp_shard", 2, 8, 4.0, 0, t0, t1, blocking=blocking)
+
+    comm = [rec("all_reduce", 2.0, 6.0, False), rec("reduce_scatter", 6.0, 8.0, True),
+            rec("all_reduce", 9.0, 13.0, False)]
     # hidden: 4 (first) + 0 (blocking) + 1 (the part of the last before backward ends) of 10
     assert analysis.overlap_fraction(Timeline(marks=marks, comm=comm)) == pytest.approx(0.5)
 
@@ -279,20 +283,20 @@ def test_batched_issues_one_collective_per_unit():
     shapes = unit_shapes(make_model("gpt-tiny"))
     batched, per_param = _pair(n, micro_batches=k)
     for rk in batched.ranks:
-        last = [c for c in rk.timeline.comm if c["step"] == 2]
+        last = [c for c in rk.timeline.comm if c.step == 2]
         for i in range(len(shapes)):
-            tags = [c["op"] for c in last if c["tag"] == f"fsdp2/unit{i}/params"]
+            tags = [c.op for c in last if c.tag == f"fsdp2/unit{i}/params"]
             assert tags == ["all_gather"] * (2 * k)
-            assert [c["op"] for c in last if c["tag"] == f"fsdp2/unit{i}/grads"] == ["reduce_scatter"] * k
-            unshards = [e for e in rk.timeline.events if e["step"] == 2 and (e["kind"], e["unit"]) == (EventKind.UNSHARD, i)]
+            assert [c.op for c in last if c.tag == f"fsdp2/unit{i}/grads"] == ["reduce_scatter"] * k
+            unshards = [e for e in rk.timeline.events if e.step == 2 and (e.kind, e.unit) == (EventKind.UNSHARD, i)]
             assert len(unshards) == 2 * k
-        assert not any("/param" in c["tag"].split("/")[-1] for c in last if c["op"] != "all_reduce")
+        assert not any("/param" in c.tag.split("/")[-1] for c in last if c.op != "all_reduce")
     for rk in per_param.ranks:
-        last = [c for c in rk.timeline.comm if c["step"] == 2]
+        last = [c for c in rk.timeline.comm if c.step == 2]
         for i, unit in enumerate(shapes):
             for j in range(len(unit)):
-                assert len([c for c in last if c["tag"] == f"fsdp2/unit{i}/params/param{j}"]) == 2 * k
-                assert len([c for c in last if c["tag"] == f"fsdp2/unit{i}/grads/param{j}"]) == k
+                assert len([c for c in last if c.tag == f"fsdp2/unit{i}/params/param{j}"]) == 2 * k
+                assert len([c for c in last if c.tag == f"fsdp2/unit{i}/grads/param{j}"]) == k
 
 
 def test_batched_buffers_on_the_timeline():
@@ -303,15 +307,15 @@ def test_batched_buffers_on_the_timeline():
     n = 4
     shapes = unit_shapes(make_model("gpt-tiny"))
     rk = run(RunConfig("fsdp2", n, steps=2, recipe="fp32", model="gpt-tiny")).ranks[0]
-    ev = [e for e in rk.timeline.events if e["step"] == 1]
+    ev = [e for e in rk.timeline.events if e.step == 1]
     for i, unit in enumerate(shapes):
         g = sum(shard.dim0_padded_numel(s, n) for s in unit) * 4
-        outs = [e for e in ev if (e["kind"], e["unit"]) == (EventKind.COPY_OUT, i)]
-        assert len(outs) == 2 and all(e["bytes"]["gathered"] >= g and e["bytes"]["comm_buffer"] >= g for e in outs)
-        (cin,) = [e for e in ev if (e["kind"], e["unit"]) == (EventKind.COPY_IN, i)]
-        assert cin["bytes"]["comm_buffer"] >= 2 * g
-    step = next(e for e in ev if e["kind"] == EventKind.OPTIMIZER_STEP)
-    assert step["bytes"]["gathered"] == step["bytes"]["comm_buffer"] == 0
+        outs = [e for e in ev if (e.kind, e.unit) == (EventKind.COPY_OUT, i)]
+        assert len(outs) == 2 and all(e.bytes["gathered"] >= g and e.bytes["comm_buffer"] >= g for e in outs)
+        (cin,) = [e for e in ev if (e.kind, e.unit) == (EventKind.COPY_IN, i)]
+        assert cin.bytes["comm_buffer"] >= 2 * g
+    step = next(e for e in ev if e.kind == EventKind.OPTIMIZER_STEP)
+    assert step.bytes["gathered"] == step.bytes["comm_buffer"] == 0
 
 
 @pytest.mark.parametrize("n,kw", [(4, {}), (2, {"micro_batches": 2}), (2, {"recipe": "mixed-bf16"})])
@@ -330,8 +334,8 @@ def test_async_reduce_scatter_equals_blocking(n, kw):
                                         "losses": True}
     for b, o in zip(blocking.ranks, overlapped.ranks):
         assert b.measured.comm == o.measured.comm and b.wire.sent == o.wire.sent
-        rs = [c for c in o.timeline.comm if c["op"] == "reduce_scatter"]
-        assert rs and not any(c["blocking"] for c in rs)
+        rs = [c for c in o.timeline.comm if c.op == "reduce_scatter"]
+        assert rs and not any(c.blocking for c in rs)
         if n > 1:
             assert o.overlap > 0.0
 

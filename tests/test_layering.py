@@ -19,15 +19,16 @@ ROOT = Path(__file__).resolve().parents[1] / "zeroedu"
 # Lower number = lower layer. A module may import its own package and any lower layer; two
 # different packages on the same layer may not import each other.
 LAYERS = {
-    "zeroedu.catalog": 0, "zeroedu.recipes": 0, "zeroedu.shard": 0, "zeroedu.fmt": 0, "zeroedu.optim": 0,
-    "zeroedu.kinds": 0, "zeroedu.reports": 0, "zeroedu.answers": 0,
-    "zeroedu.theory": 1, "zeroedu.runtime": 1,
-    "zeroedu.models": 2,
-    "zeroedu.strategies": 3,
-    "zeroedu.train": 4,
-    "zeroedu.checkpoint": 5, "zeroedu.references": 5,
-    "zeroedu.notebook": 6, "zeroedu.quiz": 6, "zeroedu.labs": 6,
-    "zeroedu.cli": 7,
+    "zeroedu.kinds": 0,
+    "zeroedu.catalog": 1, "zeroedu.recipes": 1, "zeroedu.shard": 1, "zeroedu.fmt": 1, "zeroedu.optim": 1,
+    "zeroedu.reports": 1, "zeroedu.answers": 1,
+    "zeroedu.theory": 2, "zeroedu.runtime": 2,
+    "zeroedu.models": 3,
+    "zeroedu.strategies": 4,
+    "zeroedu.train": 5,
+    "zeroedu.checkpoint": 6, "zeroedu.references": 6,
+    "zeroedu.notebook": 7, "zeroedu.quiz": 7, "zeroedu.labs": 7,
+    "zeroedu.cli": 8,
 }
 TOP = {"zeroedu", "zeroedu.__main__"}  # the package's front door: may import anything
 

@@ -102,12 +102,16 @@ def test_comm_records_ring_bytes_exactly():
 def test_timeline_queries_pick_events_by_step_and_kind_and_the_peak_without_a_category():
     """`Timeline.events_of` and `peak_event` on a timeline written by hand."""
     from zeroedu.kinds import EventKind
-    from zeroedu.reports import Timeline
+    from zeroedu.reports import Event, Timeline
 
-    ev = [{"t": 0.1, "kind": "unshard", "step": 0, "bytes": {"param": 10, "backward_temp": 0}},
+    plain = [{"t": 0.1, "kind": "unshard", "step": 0, "bytes": {"param": 10, "backward_temp": 0}},
           {"t": 0.2, "kind": "reshard", "step": 0, "bytes": {"param": 4, "backward_temp": 9}},
           {"t": 0.3, "kind": "unshard", "step": 1, "bytes": {"param": 12, "backward_temp": 0}}]
-    tl = Timeline(events=ev)
+    tl = Timeline(events=plain)  # read as the JSON holds it: typed on the way in
+    ev = [Event(0.1, EventKind.UNSHARD, 0, {"param": 10, "backward_temp": 0}),
+          Event(0.2, EventKind.RESHARD, 0, {"param": 4, "backward_temp": 9}),
+          Event(0.3, EventKind.UNSHARD, 1, {"param": 12, "backward_temp": 0})]
+    assert tl.events == ev and Timeline.from_plain(tl.plain()) == tl
     assert tl.events_of(step=0) == ev[:2] and tl.events_of(kind=EventKind.UNSHARD) == [ev[0], ev[2]]
     assert tl.events_of(step=1, kind=EventKind.RESHARD) == []
     assert tl.peak_event() == (ev[1], 13) and tl.peak_event(without=("backward_temp",)) == (ev[2], 12)

@@ -52,7 +52,7 @@ def test_the_step_time_split_holds_together(strategy, bucket):
     for r in rep.ranks:
         assert [s.step for s in r.time.steps] == [0, 1, 2]
         for s in r.time.steps:
-            waits = sum(1 for c in r.timeline.comm if c["step"] == s.step)
+            waits = sum(1 for c in r.timeline.comm if c.step == s.step)
             slack = resolution + waits * 12e-3 * busy
             assert s.compute >= 0 and abs(s.compute + s.exposed - s.seconds) < 1e-9
             assert s.exposed <= s.comm_total + slack  # waited only while something was in flight
@@ -76,8 +76,8 @@ def test_predict_replays_the_calibration_runs_schedule_on_the_links():
     for r in rep.ranks:
         assert [p.step for p in r.time.predicted] == [s.step for s in r.time.steps]
         for p in r.time.predicted:
-            model = sum(ring_time(c["op"], c["payload"], c["group_size"], link.beta, link.alpha)
-                        for c in r.timeline.comm if c["step"] == p.step)
+            model = sum(ring_time(c.op, c.payload, c.group_size, link.beta, link.alpha)
+                        for c in r.timeline.comm if c.step == p.step)
             assert p.comm_total >= model - 1e-9 and p.exposed >= model - 1e-9  # all blocking
             assert p.seconds == pytest.approx(p.compute + p.exposed)
             assert model <= p.bound <= p.seconds + 1e-9  # the link alone, and no better than the schedule

@@ -103,10 +103,10 @@ def test_recompute(strategy, recompute):
         # after its (already counted) backward all-gather
         assert rk.measured.comm == bk.measured.comm
         # the extra forward is on the timeline, inside backward, once per block (or core)
-        marks = [m for m in rk.timeline.marks if m["kind"] == EventKind.RECOMPUTE and m["step"] == 2]
+        marks = [m for m in rk.timeline.marks if m.kind == EventKind.RECOMPUTE and m.step == 2]
         windows = analysis.backward_windows(rk.timeline, step=2)
-        assert sorted(m["block"] for m in marks) == list(range(TINY.n_layers))
-        assert all(any(b <= m["t"] <= e for b, e in windows) for m in marks)
+        assert sorted(m.block for m in marks) == list(range(TINY.n_layers))
+        assert all(any(b <= m.t <= e for b, e in windows) for m in marks)
 
 
 def test_clip_norm_allreduce_is_in_the_closed_form():

@@ -69,9 +69,10 @@ def test_latency_counts_per_ring_step_and_schedules_are_checked():
 
 
 def _rec(op, payload, t_start, t_end, waited, axis="dp_shard", step=1, group=2, tag="t"):
-    """A ledger record as the timeline holds it (`CommRecord.plain`), only what replay reads."""
-    return {"op": op, "payload": payload, "t_start": t_start, "t_end": t_end, "waited": waited,
-            "axis": axis, "step": step, "group_size": group, "tag": tag}
+    """A ledger record as the timeline holds it (`reports.CommRecord`), only what replay reads set."""
+    from zeroedu.reports import CommRecord
+
+    return CommRecord(op, tag, axis, group, payload, 0.0, step, t_start, t_end, waited=waited)
 
 
 def test_replay_reads_compute_between_issues_and_waits_less_the_time_waited():

@@ -81,9 +81,9 @@ def test_each_units_collectives_are_its_closed_form(name):
     for rank in r.ranks:
         got: dict = {}
         for c in rank.timeline.comm:
-            if c["step"] == r.steps - 1:
-                assert c["moves"] in ("grads", "params", "data"), c
-                got[(c["unit"], c["op"])] = got.get((c["unit"], c["op"]), 0) + Fraction(c["sent"])
+            if c.step == r.steps - 1:
+                assert c.moves in ("grads", "params", "data"), c
+                got[(c.unit, c.op)] = got.get((c.unit, c.op), 0) + Fraction(c.sent)
         assert {k: float(v) for k, v in got.items() if v} == {k: float(v) for k, v in want.items() if v}
         if STRATEGIES[name].layout != "replicated":
             assert {u for u, _ in got} >= set(range(len(unit_shapes(make_model(MLPConfig())))))

@@ -40,10 +40,10 @@ def test_the_trace_is_torch_profilers_shape_with_every_collective_and_the_ledger
         mine = [e for e in ours["traceEvents"] if e["pid"] == r.rank]
         slices = sorted((e["args"]["collective"], e["args"]["bytes"], e["args"]["step"])
                         for e in mine if e.get("cat") == "collective")
-        recorded = sorted((c["op"], c["payload"], c["step"]) for c in r.timeline.comm if c["t_end"] is not None)
+        recorded = sorted((c.op, c.payload, c.step) for c in r.timeline.comm if c.t_end is not None)
         assert slices == recorded and len(recorded) > 0  # every collective, once, with its bytes
         counters = [e["args"] for e in mine if e["ph"] == "C"]
-        assert counters == [{c: e["bytes"].get(c, 0) for c in CATEGORIES} for e in r.timeline.events]
+        assert counters == [{c: e.bytes.get(c, 0) for c in CATEGORIES} for e in r.timeline.events]
         steps = [e for e in mine if e.get("cat") == "user_annotation"]  # torch.profiler's step slices
         assert [(e["name"], e["args"]["step"]) for e in steps] == [(f"ProfilerStep#{k}", k) for k in range(5)]
         for cat in ("forward", "backward", "optimizer"):

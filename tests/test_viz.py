@@ -120,14 +120,14 @@ def test_report_figures_show_the_report():
     lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("rank")]
     assert len(lines) == 2
     for r, ln in enumerate(lines):
-        assert len(ln.get_xdata()) == len([e for e in rep.ranks[r].timeline.events if e["step"] > 0])
+        assert len(ln.get_xdata()) == len([e for e in rep.ranks[r].timeline.events if e.step > 0])
     fig = viz.memory_timeline(rep, steps=range(rep.steps))  # every step, when asked
     ax = fig.axes[0]
     lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("rank")]
     for r, ln in enumerate(lines):
-        assert len(ln.get_xdata()) == len([e for e in rep.ranks[r].timeline.events if e["step"] in range(rep.steps)])
+        assert len(ln.get_xdata()) == len([e for e in rep.ranks[r].timeline.events if e.step in range(rep.steps)])
     evs = rep.ranks[0].timeline.events
-    div, _ = viz.byte_scale([sum(e["bytes"].values()) for e in evs] + [rep.ranks[0].predicted.total])
+    div, _ = viz.byte_scale([sum(e.bytes.values()) for e in evs] + [rep.ranks[0].predicted.total])
     dashed = [ln for ln in ax.get_lines() if ln.get_linestyle() == "--" and len(ln.get_ydata()) == 2]
     assert any(ln.get_ydata()[0] * div == pytest.approx(rep.ranks[0].predicted.total) for ln in dashed)
     assert len(fig.axes) == 2 and fig.axes[1].collections  # the stacked per-category panel
@@ -141,10 +141,10 @@ def test_overlap_timeline_draws_every_collective_of_the_step():
     rep = _report("ddp_bucketed", 2)
     fig = viz.overlap_timeline(rep, rank=0)
     step = rep.steps - 1
-    comm = [c for c in rep.ranks[0].timeline.comm if c["step"] == step]
+    comm = [c for c in rep.ranks[0].timeline.comm if c.step == step]
     bars = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
     assert len(bars) == len(comm) > 1  # one bar per bucket all-reduce
-    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [c["tag"] for c in comm]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [c.tag for c in comm]
     _png(fig)
 
 
@@ -155,7 +155,7 @@ def test_trace_figure_draws_every_slice_of_the_step_on_its_track():
     fig = viz.trace_figure(tr, step=2)
     bars = [c for c in fig.axes[0].collections if isinstance(c, PolyCollection)]
     # per rank: forward, backward, optimizer, and every collective of step 2 (issued inside the step)
-    collectives = sum(1 for r in rep.ranks for c in r.timeline.comm if c["step"] == 2)
+    collectives = sum(1 for r in rep.ranks for c in r.timeline.comm if c.step == 2)
     assert len(bars) == 2 * 3 + collectives
     labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert labels[0] == "rank 0 compute" and "rank 1 comm dp_shard" in labels
@@ -203,8 +203,10 @@ def _markers(ax, marker, color):
 def test_lifecycle_kinds_are_read_from_the_event_kind_and_unknown_kinds_are_plain_events():
     from zeroedu.notebook.viz.timelines import lifecycle_kind
 
-    def ev(kind, **kw):  # an event as a report (or its JSON read back) holds it
-        return {"t": 0.0, "kind": kind.value if isinstance(kind, EventKind) else kind, "step": 0, **kw}
+    def ev(kind, **kw):  # an event as a report's JSON holds it, read back (typed)
+        from zeroedu.reports import Event
+
+        return Event.from_plain({"t": 0.0, "kind": kind.value if isinstance(kind, EventKind) else kind, "step": 0, **kw})
 
     assert lifecycle_kind(ev(EventKind.UNSHARD, unit=3)) == "unshard"
     assert lifecycle_kind(ev(EventKind.RESHARD, unit=3)) == "reshard"
@@ -222,20 +224,20 @@ def test_lifecycle_kinds_are_read_from_the_event_kind_and_unknown_kinds_are_plai
 def test_memory_timeline_by_event_index_marks_every_unshard_and_the_step():
     rep = _gpt_report("fsdp1", prefetch=False)
     last = rep.steps - 1
-    events = [e for e in rep.ranks[0].timeline.events if e["step"] == last]
+    events = [e for e in rep.ranks[0].timeline.events if e.step == last]
     fig = viz.memory_timeline(rep, x="event", steps=last)
     top, stacked = fig.axes[:2]
     lines = [ln for ln in top.get_lines() if ln.get_label().startswith("rank")]
     assert [list(ln.get_xdata()) for ln in lines] == [list(range(len(events)))] * 2
-    unshards = sum(e["kind"] == EventKind.UNSHARD for e in events)
+    unshards = sum(e.kind == EventKind.UNSHARD for e in events)
     shapes = unit_shapes(get_model("gpt-tiny").build())
     assert unshards == sum(op.collective == "all_gather" for op in theory.exact_comm("fsdp1", shapes, 2).ops)
     assert len(_markers(stacked, "^", viz.COLORS["gathered"])) == unshards
-    assert len(_markers(stacked, "v", "#777777")) == sum(e["kind"] == EventKind.RESHARD for e in events)
+    assert len(_markers(stacked, "v", "#777777")) == sum(e.kind == EventKind.RESHARD for e in events)
     # unit numbers over the unshards, in forward then backward order
     texts = [t.get_text() for t in stacked.texts]
-    assert texts == [str(e["unit"]) for e in events if e["kind"] == EventKind.UNSHARD]
-    step_x = [i for i, e in enumerate(events) if e["kind"] == EventKind.OPTIMIZER_STEP]
+    assert texts == [str(e.unit) for e in events if e.kind == EventKind.UNSHARD]
+    step_x = [i for i, e in enumerate(events) if e.kind == EventKind.OPTIMIZER_STEP]
     dotted = [ln for ln in stacked.get_lines() if ln.get_linestyle() == ":"]
     assert [ln.get_xdata()[0] for ln in dotted] == step_x
     assert any(p.get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb("#EDEDED")) for p in stacked.patches)
@@ -257,14 +259,14 @@ def test_memory_timeline_small_multiples_one_panel_per_rank_and_new_categories()
     panels = [ax for ax in fig.axes if ax.get_visible()]
     assert len(panels) == 2 and all(ax.collections for ax in panels)
     assert panels[0].get_ylim() == panels[1].get_ylim()  # one y scale: a rank that differs stands out
-    top = max(sum(e["bytes"].values()) for r in rep.ranks for e in r.timeline.events)
+    top = max(sum(e.bytes.values()) for r in rep.ranks for e in r.timeline.events)
     div, _ = viz.byte_scale([top, rep.ranks[0].predicted.total])
     assert panels[0].get_ylim()[1] >= top / div
     labels = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "predicted model states" in labels and "full grad allocated (unit #)" in labels
     # a category the figures have no colour for is still drawn, and labelled
     doctored = replace(rep, ranks=[replace(r, timeline=replace(r.timeline, events=[
-        dict(e, bytes={**e["bytes"], "something_new": 1000}) for e in r.timeline.events]))
+        replace(e, bytes={**e.bytes, "something_new": 1000}) for e in r.timeline.events]))
         for r in rep.ranks])
     fig = viz.memory_timeline(doctored, layout="panels", ranks=[1])
     assert "something_new" in [t.get_text() for t in fig.legends[0].get_texts()]
@@ -281,12 +283,12 @@ def test_recompute_marks_sit_inside_backward():
     rep = _gpt_report("zero2", recompute="full")
     fig = viz.memory_timeline(rep, x="time", steps=1, layout="panels", ranks=[0])
     ax = fig.axes[0]
-    marks = [m for m in rep.ranks[0].timeline.marks if m["step"] == 1]
-    reruns = [m["t"] for m in marks if m["kind"] == EventKind.RECOMPUTE]
+    marks = [m for m in rep.ranks[0].timeline.marks if m.step == 1]
+    reruns = [m.t for m in marks if m.kind == EventKind.RECOMPUTE]
     ticks = [ln.get_xdata()[0] for ln in ax.get_lines() if ln.get_marker() == "|"]
     assert sorted(ticks) == sorted(reruns) and len(reruns) == 2  # gpt-tiny: 2 blocks
-    begin = next(m["t"] for m in marks if m["kind"] == EventKind.BACKWARD_BEGIN)
-    end = next(m["t"] for m in marks if m["kind"] == EventKind.BACKWARD_END)
+    begin = next(m.t for m in marks if m.kind == EventKind.BACKWARD_BEGIN)
+    end = next(m.t for m in marks if m.kind == EventKind.BACKWARD_END)
     assert all(begin <= t <= end for t in ticks)
 
 

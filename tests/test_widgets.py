@@ -96,7 +96,11 @@ def test_run_panel_live_plot_receives_events():
            "bytes": {"param": 10}}
     p.on_event(msg)
     p.on_event(dict(msg, rank=1, step=1, t=0.2))
-    assert p.events_received == 2 and p.events == {0: [msg], 1: [dict(msg, rank=1, step=1, t=0.2)]}
+    from zeroedu.kinds import EventKind
+    from zeroedu.reports import Event
+
+    assert p.events_received == 2 and p.events == {  # typed as the report's timeline is
+        0: [Event(0.1, EventKind.OTHER, 0, {"param": 10})], 1: [Event(0.2, EventKind.OTHER, 1, {"param": 10})]}
     assert p.live_redraws == 1  # throttled: the second event came within redraw_every
     assert p.progress.value == 1  # rank 0 finished step 0 only
 

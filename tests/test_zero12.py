@@ -74,15 +74,15 @@ def test_fp16_recipe_bytes(strategy):  # fp32 main-grad copy on the shard only
 def test_zero2_frees_full_gradients():
     r = _run("zero2", 4, "mixed-bf16")
     ev = r.ranks[0].timeline.events
-    last = [e for e in ev if e["step"] == 4]
-    kinds = [(e["kind"], e["unit"]) for e in last]
+    last = [e for e in ev if e.step == 4]
+    kinds = [(e.kind, e.unit) for e in last]
     # each unit's full buffer appears in backward and is gone before the optimizer step
     assert sorted(u for k, u in kinds if k == EventKind.GRAD_ALLOC) == list(range(len(SHAPES)))
     assert sorted(u for k, u in kinds if k == EventKind.GRAD_FREED) == list(range(len(SHAPES)))
-    at_step = next(e for e in last if e["kind"] == EventKind.OPTIMIZER_STEP)
+    at_step = next(e for e in last if e.kind == EventKind.OPTIMIZER_STEP)
     shard_bytes = theory.exact_model_states("zero2", SHAPES, 4, recipe="mixed-bf16").grad
-    assert at_step["bytes"]["grad"] == shard_bytes
-    assert max(e["bytes"]["grad"] for e in last) > shard_bytes  # the full buffers did exist
+    assert at_step.bytes["grad"] == shard_bytes
+    assert max(e.bytes["grad"] for e in last) > shard_bytes  # the full buffers did exist
     z1 = _run("zero1", 4, "mixed-bf16").ranks[0].measured.grad
     assert shard_bytes < z1
 

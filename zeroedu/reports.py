@@ -1,7 +1,7 @@
 """The run report, typed: what `zeroedu.train.run` returns and every reader above it (the CLI,
 the notebooks, their figures, the fact-check, the tests) reads by attribute.
 
-The bottom layer (it imports only `zeroedu.kinds`), as torch's FSDP2 keeps its state in typed
+Next to the bottom layer (it imports only `zeroedu.kinds`), as torch's FSDP2 keeps its state in typed
 objects (`TrainingState`, `AllGatherState`) so that no reader parses text or guesses a key. The
 ranks return plain data across the process boundary (`train.launch.train_job`); the parent
 turns it into these types once (`RankReport.from_plain`), and `.plain()` turns a report back
@@ -18,8 +18,10 @@ fields' names: the schema is the one before these types existed.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
+
+from .kinds import EventKind
 
 SCHEMA = 5  # the JSON's shape (README, "JSON report"); a change of shape changes it
 # 2: each rank's "time" (compute, exposed communication, communication by axis, per step) and
@@ -199,33 +201,137 @@ class TimeReport:
 
 
 @dataclass
+class Event:
+    """A ledger event (bytes by category at a lifecycle point) or mark (``bytes`` None): what
+    happened, typed. `kind` says what it is and `unit` / `bucket` / `block` which one; `label`
+    is for people (legends, the peak's "at ..."), built from them, never read back."""
+    t: float  # seconds since the timeline's origin
+    kind: EventKind
+    step: int  # -1: set-up, before the first training step
+    bytes: dict[str, int] | None = None  # by `kinds.CATEGORIES`; None for a mark
+    unit: int | None = None
+    bucket: int | None = None
+    block: int | None = None
+    note: str = ""  # what an `EventKind.OTHER` point (or a `BUILT` one) is
+
+    @property
+    def label(self) -> str:
+        return self.kind.label(unit=self.unit, bucket=self.bucket, block=self.block, note=self.note)
+
+    @property
+    def total(self) -> int:
+        """Bytes held at this event, every category."""
+        return sum(self.bytes.values())
+
+    def held(self, without: tuple[str, ...] = ()) -> int:
+        """Bytes held at this event, the categories `without` left out."""
+        return sum(v for k, v in self.bytes.items() if k not in without)
+
+    def plain(self) -> dict[str, Any]:
+        d = {"t": self.t, "kind": self.kind.value, "unit": self.unit, "bucket": self.bucket,
+             "block": self.block, "label": self.label, "step": self.step}
+        if self.note:
+            d["note"] = self.note
+        if self.bytes is not None:
+            d["bytes"] = self.bytes
+        return d
+
+    @classmethod
+    def from_plain(cls, d: "dict | Event") -> "Event":
+        if isinstance(d, Event):
+            return d
+        d = {k: v for k, v in d.items() if k != "label"}  # derived: rebuilt from kind and number
+        try:
+            kind = EventKind(d["kind"])
+        except ValueError:  # a kind a newer ledger wrote: a plain point, its name kept as the note
+            kind, d["note"] = EventKind.OTHER, d.get("note") or str(d["kind"])
+        return cls(**{**_known(cls, d), "kind": kind})
+
+
+@dataclass
+class CommRecord:
+    """One collective as `comm` recorded it on this rank: what moved, on which axis, how many
+    bytes the ring model says this rank sends, and when it was issued, waited for and done."""
+    op: str
+    tag: str
+    axis: str
+    group_size: int
+    payload: int  # bytes of the full logical tensor (all-reduce input, all-gather output, ...)
+    sent: float  # bytes this rank sends, ring model (a Fraction while the ledger records)
+    step: int
+    t_start: float
+    t_end: float | None = None
+    implementation: str = "backend"  # "ring" (zeroedu's) or "backend" (torch's)
+    messages: int = 0  # point-to-point messages this rank sends in it (gloo framing: 144 B each)
+    wire: int | None = None  # bytes measured on this rank's sockets, when it ran alone
+    # Issued synchronously: the caller waited for it, so no computation ran beside it (an FSDP
+    # reduce-scatter inside a backward hook stalls backward rather than hiding behind it).
+    blocking: bool = False
+    # When the caller's thread first stopped for it (`Handle.wait`; a blocking one: at its start).
+    # With `t_start`, where it was issued, this is the schedule `theory.schedule.replay` reads.
+    waited: float | None = None
+    # From the tag's parts (`zeroedu.runtime.comm.Tag`), so readers never split the tag text:
+    unit: int | None = None  # the unit whose buffer moved, when the tag names one
+    moves: str | None = None  # "grads", "params" or "data"; None for a plain-text tag
+    detail: list[str] = field(default_factory=list)  # the tag's finer parts: ["param8"] in a unit
+
+    def plain(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["sent"] = float(self.sent)
+        d["tag"] = str(self.tag)
+        return d
+
+    @classmethod
+    def from_plain(cls, d: "dict | CommRecord") -> "CommRecord":
+        return d if isinstance(d, CommRecord) else cls(**_known(cls, d))
+
+    def settled(self) -> "CommRecord":
+        """A copy as the report holds it: bytes as a float, the tag as plain text."""
+        return replace(self, sent=float(self.sent), tag=str(self.tag), detail=list(self.detail))
+
+
+@dataclass
 class Timeline:
-    """What the ledger recorded: events (bytes by category at each lifecycle point), marks
-    (points without bytes) and collectives, each a plain record (`Ledger.timeline`)."""
-    events: list[dict] = field(default_factory=list)
-    marks: list[dict] = field(default_factory=list)
-    comm: list[dict] = field(default_factory=list)
+    """What the ledger recorded, typed: events (bytes by category at each lifecycle point), marks
+    (points without bytes) and collectives (`Ledger.timeline`), with the queries readers need."""
+    events: list[Event] = field(default_factory=list)
+    marks: list[Event] = field(default_factory=list)
+    comm: list[CommRecord] = field(default_factory=list)
     # The timeline's zero on the machine's monotonic clock (time.perf_counter, CLOCK_MONOTONIC on
     # Linux: one clock for every process), and the same moment on the wall clock (ns since the
     # epoch): ranks' timelines line up by `origin`, a trace dates them by `origin_ns`.
     origin: float = 0.0
     origin_ns: int = 0
 
-    def events_of(self, step: int | None = None, kind: str | None = None) -> list[dict]:
-        """The events of one step and/or one kind (an `EventKind`, or its value), in order."""
-        return [e for e in self.events if (step is None or e["step"] == step) and (kind is None or e["kind"] == kind)]
+    def __post_init__(self):
+        self.events = [Event.from_plain(e) for e in self.events]
+        self.marks = [Event.from_plain(m) for m in self.marks]
+        self.comm = [CommRecord.from_plain(c) for c in self.comm]
 
-    def peak_event(self, without: tuple[str, ...] = ()) -> tuple[dict, int]:
+    def events_of(self, step: int | None = None, kind: EventKind | None = None) -> list[Event]:
+        """The events of one step and/or one kind, in order."""
+        return [e for e in self.events if (step is None or e.step == step) and (kind is None or e.kind == kind)]
+
+    def marks_of(self, step: int | None = None, kind: EventKind | None = None) -> list[Event]:
+        """The marks of one step and/or one kind, in time order."""
+        return sorted((m for m in self.marks if (step is None or m.step == step) and (kind is None or m.kind == kind)),
+                      key=lambda m: m.t)
+
+    def comm_of(self, step: int | None = None, op: str | None = None) -> list[CommRecord]:
+        """The collectives of one step and/or one kind ("all_gather", ...), in issue order."""
+        return [c for c in self.comm if (step is None or c.step == step) and (op is None or c.op == op)]
+
+    def peak_event(self, without: tuple[str, ...] = ()) -> tuple[Event, int]:
         """The event holding the most bytes, the categories `without` left out, and that total
         (e.g. without autograd's "backward_temp": the largest lifecycle moment)."""
         if not self.events:
             raise ValueError("no events: a minimal timeline keeps only the report's events")
-        held = lambda e: sum(v for k, v in e["bytes"].items() if k not in without)  # noqa: E731
-        top = max(self.events, key=held)
-        return top, held(top)
+        top = max(self.events, key=lambda e: e.held(without))
+        return top, top.held(without)
 
     def plain(self) -> dict[str, Any]:
-        return _plain_fields(self)
+        return {"events": [e.plain() for e in self.events], "marks": [m.plain() for m in self.marks],
+                "comm": [c.plain() for c in self.comm], "origin": self.origin, "origin_ns": self.origin_ns}
 
     @classmethod
     def from_plain(cls, d: "dict | Timeline") -> "Timeline":

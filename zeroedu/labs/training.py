@@ -27,11 +27,11 @@ from fractions import Fraction
 import torch
 
 from .. import shard, theory
-from ..kinds import EventKind
 from ..models import MLPConfig, unit_shapes, units
 from ..recipes import get_recipe
 from ..runtime import analysis
 from ..kinds import EventKind
+from ..reports import Event, Timeline
 from ..runtime.ledger import Ledger
 from ..train.config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict
 from ..train.reference import reference
@@ -264,8 +264,8 @@ def _violations(results: list[dict], tests: tuple[str, ...]) -> dict[str, list]:
     return out
 
 
-def _events(timeline: dict, kind) -> list[dict]:
-    return [e for e in timeline.events if e["kind"] == kind and e["step"] >= 0]
+def _events(timeline: Timeline, kind: EventKind) -> list[Event]:
+    return [e for e in timeline.events if e.kind == kind and e.step >= 0]
 
 
 def grade_zero2(res: LabResult, case: Case, results: list[dict]) -> None:
@@ -278,12 +278,12 @@ def grade_zero2(res: LabResult, case: Case, results: list[dict]) -> None:
     for r, out in enumerate(results):
         want = theory.exact_model_states("zero2", shapes, case.n, rank=r, recipe=cfg.recipe).grad
         for e in _events(out["timeline"], EventKind.OPTIMIZER_STEP):
-            if e["bytes"]["grad"] != want:
+            if e.bytes["grad"] != want:
                 freed.append(Diagnosis(
-                    f"rank {r}, step {e['step']}: {e['bytes']['grad']} bytes of gradients alive at the optimizer "
+                    f"rank {r}, step {e.step}: {e.bytes['grad']} bytes of gradients alive at the optimizer "
                     f"step, but ZeRO-2 keeps only the shards, GΨ/N = {want} bytes: free each unit's full "
                     "buffer (unit.free_grad()) once its reduce-scatter has finished", rank=r, expected=want,
-                    got=e["bytes"]["grad"]))
+                    got=e.bytes["grad"]))
                 break
         for s in range(cfg.steps):
             k = analysis.launched_in_backward(out["timeline"], step=s)
@@ -337,11 +337,11 @@ def grade_fsdp(res: LabResult, case: Case, results: list[dict]) -> None:
             checks.append((EventKind.FORWARD_END, "at the end of forward: with reshard_after_forward=True each unit frees "
                                         "its parameters right after its forward"))
         for label, why in checks:
-            bad = next((e for e in _events(out["timeline"], label) if e["bytes"]["gathered"]), None)
+            bad = next((e for e in _events(out["timeline"], label) if e.bytes["gathered"]), None)
             if bad is not None and len(memory) < 3:
-                memory.append(Diagnosis(f"rank {r}, step {bad['step']}: {bad['bytes']['gathered']} bytes of "
+                memory.append(Diagnosis(f"rank {r}, step {bad.step}: {bad.bytes['gathered']} bytes of "
                                         f"unsharded parameters {why}", rank=r, expected=0,
-                                        got=bad["bytes"]["gathered"]))
+                                        got=bad.bytes["gathered"]))
     res.record(case, "lifecycle", v["lifecycle"])
     res.record(case, "prefetch", v["prefetch"])
     res.record(case, "memory", memory)

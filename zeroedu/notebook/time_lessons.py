@@ -269,7 +269,7 @@ def gaps(lesson: str, label: str, *, steps: int = 4, model: str = "gpt-small", p
     cal = train.run(replace(cfg, links=cfg.links.instant()), pool=pool)
     best = None
     for r in cal.ranks:
-        axes = {c["axis"] for c in r.timeline.comm}
+        axes = {c.axis for c in r.timeline.comm}
         on = {a: schedule.Link(x.alpha, x.beta) for a in axes if (x := cfg.links.for_axis(a)) is not None}
         sims = []
         for st in r.time.steps[1:] or r.time.steps:

@@ -50,7 +50,7 @@ def _meta(pid: int, tid: int, name: str, args: dict) -> dict:
 def _compute_slices(r: RankReport, shift: float) -> list[dict]:
     """Steps, and forward / backward / optimizer inside each, on the compute track."""
     out = []
-    marks = sorted(r.timeline.marks, key=lambda m: m["t"])
+    marks = sorted(r.timeline.marks, key=lambda m: m.t)
     for st in r.time.steps:
         a, b = st.start, st.start + st.seconds
         # torch.profiler's name for a step (`prof.step()`), by which Holistic Trace Analysis finds iterations
@@ -60,14 +60,14 @@ def _compute_slices(r: RankReport, shift: float) -> list[dict]:
         out.append(ev)
         t, k = a, 0
         for m in marks:
-            if m["step"] != st.step or not a <= m["t"] <= b:
+            if m.step != st.step or not a <= m.t <= b:
                 continue
-            if m["kind"] == EventKind.BACKWARD_BEGIN:
-                out.append(_slice(r.rank, f"forward {k}" if k else "forward", "forward", t, m["t"], shift, st.step))
-                t = m["t"]
-            elif m["kind"] == EventKind.BACKWARD_END:
-                out.append(_slice(r.rank, f"backward {k}" if k else "backward", "backward", t, m["t"], shift, st.step))
-                t, k = m["t"], k + 1
+            if m.kind == EventKind.BACKWARD_BEGIN:
+                out.append(_slice(r.rank, f"forward {k}" if k else "forward", "forward", t, m.t, shift, st.step))
+                t = m.t
+            elif m.kind == EventKind.BACKWARD_END:
+                out.append(_slice(r.rank, f"backward {k}" if k else "backward", "backward", t, m.t, shift, st.step))
+                t, k = m.t, k + 1
         if k:
             out.append(_slice(r.rank, "optimizer step", "optimizer", t, b, shift, st.step))
     return out
@@ -83,18 +83,18 @@ def _comm_slices(r: RankReport, shift: float) -> tuple[list[dict], list[dict]]:
     lanes: dict[str, list[float]] = {}  # axis -> end of the last slice on each of its tracks
     tids: dict[tuple[str, int], int] = {}
     out = []
-    for c in sorted((c for c in r.timeline.comm if c.get("t_end") is not None), key=lambda c: c["t_start"]):
-        ends = lanes.setdefault(c["axis"], [])
-        lane = next((i for i, e in enumerate(ends) if e <= c["t_start"]), len(ends))
+    for c in sorted((c for c in r.timeline.comm if c.t_end is not None), key=lambda c: c.t_start):
+        ends = lanes.setdefault(c.axis, [])
+        lane = next((i for i, e in enumerate(ends) if e <= c.t_start), len(ends))
         if lane == len(ends):
             ends.append(0.0)
-        ends[lane] = c["t_end"]
-        tid = tids.setdefault((c["axis"], lane), len(tids) + 1)
-        out.append({"ph": "X", "cat": "collective", "name": f"{c['op']} {c['tag']}", "pid": r.rank, "tid": tid,
-                    "ts": _us(c["t_start"] + shift), "dur": _us(c["t_end"] - c["t_start"]),
-                    "args": {"collective": c["op"], "bytes": c["payload"], "sent": c["sent"], "axis": c["axis"],
-                             "group_size": c["group_size"], "step": c["step"], "unit": c.get("unit"),
-                             "blocking": c.get("blocking", False), "implementation": c.get("implementation")}})
+        ends[lane] = c.t_end
+        tid = tids.setdefault((c.axis, lane), len(tids) + 1)
+        out.append({"ph": "X", "cat": "collective", "name": f"{c.op} {c.tag}", "pid": r.rank, "tid": tid,
+                    "ts": _us(c.t_start + shift), "dur": _us(c.t_end - c.t_start),
+                    "args": {"collective": c.op, "bytes": c.payload, "sent": c.sent, "axis": c.axis,
+                             "group_size": c.group_size, "step": c.step, "unit": c.unit,
+                             "blocking": c.blocking, "implementation": c.implementation}})
     meta = []
     for (axis, lane), tid in sorted(tids.items(), key=lambda kv: kv[1]):
         meta.append(_meta(r.rank, tid, "thread_name", {"name": f"comm {axis}" + (f" #{lane + 1}" if lane else "")}))
@@ -104,15 +104,15 @@ def _comm_slices(r: RankReport, shift: float) -> tuple[list[dict], list[dict]]:
 
 def _memory(r: RankReport, shift: float) -> list[dict]:
     """The ledger's bytes by category at each lifecycle event, as a counter track."""
-    return [{"ph": "C", "name": "memory", "pid": r.rank, "tid": COMPUTE_TID, "ts": _us(e["t"] + shift),
-             "args": {c: e["bytes"].get(c, 0) for c in CATEGORIES}}
-            for e in r.timeline.events if e.get("bytes") is not None]
+    return [{"ph": "C", "name": "memory", "pid": r.rank, "tid": COMPUTE_TID, "ts": _us(e.t + shift),
+             "args": {c: e.bytes.get(c, 0) for c in CATEGORIES}}
+            for e in r.timeline.events if e.bytes is not None]
 
 
 def _instants(r: RankReport, shift: float) -> list[dict]:
     return [{"ph": "i", "cat": "lifecycle", "s": "t", "pid": r.rank, "tid": COMPUTE_TID,
-             "name": EventKind(e["kind"]).label(unit=e.get("unit"), bucket=e.get("bucket"), block=e.get("block")),
-             "ts": _us(e["t"] + shift), "args": {"step": e["step"], "unit": e.get("unit"), "bucket": e.get("bucket")}}
+             "name": EventKind(e.kind).label(unit=e.unit, bucket=e.bucket, block=e.block),
+             "ts": _us(e.t + shift), "args": {"step": e.step, "unit": e.unit, "bucket": e.bucket}}
             for e in r.timeline.events]
 
 

@@ -205,11 +205,11 @@ def zero2_gathers_grads() -> dict:
     z2 = measure("zero2")
     rk = z2.ranks[0]
     last = z2.steps - 1
-    records = [c for c in rk.timeline.comm if c["step"] == last]
-    step_t = [e["t"] for e in rk.timeline.events if e["step"] == last and e["kind"] == EventKind.OPTIMIZER_STEP][0]
+    records = [c for c in rk.timeline.comm if c.step == last]
+    step_t = [e.t for e in rk.timeline.events if e.step == last and e.kind == EventKind.OPTIMIZER_STEP][0]
     rec = recipes.get_recipe(z2.recipe)
-    rows = [{"op": c["op"], "tag": c["tag"], "moves": c["moves"], "payload": c["payload"],
-             "after_optimizer_step": c["t_start"] >= step_t} for c in records]
+    rows = [{"op": c.op, "tag": c.tag, "moves": c.moves, "payload": c.payload,
+             "after_optimizer_step": c.t_start >= step_t} for c in records]
     gathers = [r for r in rows if r["op"] == "all_gather"]
     holds = any(r["moves"] == "grads" for r in gathers)
     return {"claim": "ZeRO-2 all-gathers gradients before the next forward", "records": rows,
@@ -351,11 +351,11 @@ def zero1_gather_optional() -> dict:
     ok = measure("zero1", recipe="fp32")
     broken = measure("zero1", recipe="fp32", strategy_class=f"{__name__}:ZeRO1WithoutGather")
     rel = lambda r: max(abs(a - b) / abs(b) for a, b in zip(r.losses, r.reference_losses))
-    gathers = [c for c in ok.ranks[0].timeline.comm if c["op"] == "all_gather" and c["step"] == 0]
+    gathers = [c for c in ok.ranks[0].timeline.comm if c.op == "all_gather" and c.step == 0]
     return {"claim": "ZeRO-1's parameter all-gather is optional",
             "optim_per_rank": ok.ranks[0].measured.optim,
             "optim_full": recipes.get_recipe("fp32").optim_bytes * psi(),  # m, v: fp32 is its own master
-            "gathered_bytes": sum(c["payload"] for c in gathers),
+            "gathered_bytes": sum(c.payload for c in gathers),
             "loss_rel_diff": {"zero1": rel(ok), "without_gather": rel(broken)},
             "losses": {"reference": ok.reference_losses, "zero1": ok.losses, "without_gather": broken.losses},
             "match": ok.match.model_states and ok.match.comm,
@@ -372,10 +372,10 @@ def zero3_fetches_neighbours() -> dict:
     rk = z3.ranks[0]
     rec = recipes.get_recipe(z3.recipe)
     last = z3.steps - 1
-    events = [e for e in rk.timeline.events if e["step"] == last]
-    fwd_end = next(i for i, e in enumerate(events) if e["kind"] == Ev.FORWARD_END)
-    units = [{"unit": e["unit"], "gathered_bytes": e["bytes"]["gathered"]}
-             for e in events[:fwd_end] if e["kind"] == Ev.UNSHARD]
+    events = [e for e in rk.timeline.events if e.step == last]
+    fwd_end = next(i for i, e in enumerate(events) if e.kind == Ev.FORWARD_END)
+    units = [{"unit": e.unit, "gathered_bytes": e.bytes["gathered"]}
+             for e in events[:fwd_end] if e.kind == Ev.UNSHARD]
     unit_params = [sum(p.numel() for p in m.parameters()) for m in _fact_units()]
     for u in units:
         u["full_unit_bytes"] = unit_params[u["unit"]] * rec.param_bytes

@@ -19,7 +19,7 @@ It is a measurement, noisy like any wall-clock time; the byte counts are the exa
 """
 from __future__ import annotations
 
-from ..reports import Timeline
+from ..reports import CommRecord, Timeline
 from ..kinds import EventKind
 
 GRAD_OPS = ("all_reduce", "reduce_scatter")
@@ -28,21 +28,21 @@ GRAD_OPS = ("all_reduce", "reduce_scatter")
 def backward_windows(timeline: Timeline, step: int | None = None) -> list[tuple[float, float]]:
     """(begin, end) of every backward pass in `step` (all steps when None)."""
     out, begin = [], None
-    for m in sorted(timeline.marks, key=lambda m: m["t"]):
-        if step is not None and m["step"] != step:
+    for m in sorted(timeline.marks, key=lambda m: m.t):
+        if step is not None and m.step != step:
             continue
-        if m["kind"] == EventKind.BACKWARD_BEGIN:
-            begin = m["t"]
-        elif m["kind"] == EventKind.BACKWARD_END and begin is not None:
-            out.append((begin, m["t"]))
+        if m.kind == EventKind.BACKWARD_BEGIN:
+            begin = m.t
+        elif m.kind == EventKind.BACKWARD_END and begin is not None:
+            out.append((begin, m.t))
             begin = None
     return out
 
 
-def grad_comm(timeline: Timeline, step: int | None = None, ops=GRAD_OPS) -> list[dict]:
+def grad_comm(timeline: Timeline, step: int | None = None, ops=GRAD_OPS) -> list[CommRecord]:
     """The step's gradient-reduction records that finished (all steps when None)."""
-    return [c for c in timeline.comm if c["op"] in ops and c.get("t_end") is not None
-            and (step is None or c["step"] == step)]
+    return [c for c in timeline.comm if c.op in ops and c.t_end is not None
+            and (step is None or c.step == step)]
 
 
 def _inside(a: float, b: float, windows) -> float:
@@ -57,11 +57,11 @@ def overlapped_by_backward(timeline: Timeline, step: int, progress_kinds, ops=GR
     and waited for at once hid nothing. The reduction launched last in a backward pass has no
     backward left to hide behind, so a fully overlapped step scores one less than it has units."""
     kinds = {getattr(k, "value", k) for k in progress_kinds}
-    marks = sorted(e["t"] for e in timeline.events if e["step"] == step and e["kind"] in kinds)
+    marks = sorted(e.t for e in timeline.events if e.step == step and e.kind in kinds)
     n = 0
     for c in grad_comm(timeline, step, ops):
-        end = c.get("waited") if c.get("waited") is not None else c["t_end"]
-        if any(c["t_start"] < t < end for t in marks):
+        end = c.waited if c.waited is not None else c.t_end
+        if any(c.t_start < t < end for t in marks):
             n += 1
     return n
 
@@ -70,21 +70,21 @@ def overlap_fraction(timeline: Timeline, step: int | None = None, ops=GRAD_OPS) 
     """Fraction of gradient-reduction time hidden behind backward (asynchronous collectives
     inside a backward window); None if no such time was spent
     (one rank: collectives of a group of one take no time)."""
-    steps = sorted({c["step"] for c in grad_comm(timeline, step, ops)})
+    steps = sorted({c.step for c in grad_comm(timeline, step, ops)})
     total = inside = 0.0
     for s in steps:
         windows = backward_windows(timeline, s)
         for c in grad_comm(timeline, s, ops):
-            total += c["t_end"] - c["t_start"]
-            if not c.get("blocking", False):
-                inside += _inside(c["t_start"], c["t_end"], windows)
+            total += c.t_end - c.t_start
+            if not c.blocking:
+                inside += _inside(c.t_start, c.t_end, windows)
     return inside / total if total > 0 else None
 
 
 def launched_in_backward(timeline: Timeline, step: int | None = None, ops=GRAD_OPS) -> int:
     """How many gradient reductions started before their backward pass ended."""
     n = 0
-    for s in sorted({c["step"] for c in grad_comm(timeline, step, ops)}):
+    for s in sorted({c.step for c in grad_comm(timeline, step, ops)}):
         windows = backward_windows(timeline, s)
-        n += sum(1 for c in grad_comm(timeline, s, ops) if any(b <= c["t_start"] <= e for b, e in windows))
+        n += sum(1 for c in grad_comm(timeline, s, ops) if any(b <= c.t_start <= e for b, e in windows))
     return n

@@ -65,7 +65,8 @@ import torch.distributed as dist
 
 from ..kinds import IMPLEMENTATIONS, Implementation  # noqa: F401  (IMPLEMENTATIONS re-exported)
 from . import ring, wire
-from .ledger import CommRecord, Ledger
+from ..reports import CommRecord
+from .ledger import Ledger
 from .errors import CollectiveError
 from .links import Links, Pacer
 

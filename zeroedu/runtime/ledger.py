@@ -103,7 +103,7 @@ from __future__ import annotations
 import time
 import weakref
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 from typing import Any, Callable
 
@@ -112,70 +112,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..kinds import CATEGORIES, MODEL_STATE, OPTIM_PARTS, TIMELINE_MODES, EventKind, TimelineMode
 from ..kinds import WORLD
-from ..reports import Measured, StepTime, TimeReport, Timeline, WireReport
+from ..reports import CommRecord, Event, Measured, StepTime, TimeReport, Timeline, WireReport
 
 
 # The memory categories (MODEL_STATE, then TRANSIENT: the charging precedence) and the timeline
 # modes are `zeroedu.kinds`'s, re-exported here for the code that reads them from the ledger.
-
-
-@dataclass
-class CommRecord:
-    op: str
-    tag: str
-    axis: str
-    group_size: int
-    payload: int  # bytes of the full logical tensor (all-reduce input, all-gather output, ...)
-    sent: Fraction  # bytes this rank sends, ring model
-    step: int
-    t_start: float
-    t_end: float | None = None
-    implementation: str = "backend"  # "ring" (zeroedu's) or "backend" (torch's)
-    messages: int = 0  # point-to-point messages this rank sends in it (gloo framing: 144 B each)
-    wire: int | None = None  # bytes measured on this rank's sockets, when it ran alone
-    # Issued synchronously: the caller waited for it, so no computation ran beside it (an FSDP
-    # reduce-scatter inside a backward hook stalls backward rather than hiding behind it).
-    blocking: bool = False
-    # When the caller's thread first stopped for it (`Handle.wait`; a blocking one: at its start).
-    # With `t_start`, where it was issued, this is the schedule `theory.schedule.replay` reads.
-    waited: float | None = None
-    # From the tag's parts (`zeroedu.runtime.comm.Tag`), so readers never split the tag text:
-    unit: int | None = None  # the unit whose buffer moved, when the tag names one
-    moves: str | None = None  # "grads", "params" or "data"; None for a plain-text tag
-    detail: list[str] = field(default_factory=list)  # the tag's finer parts: ["param8"] in a unit
-
-    def plain(self) -> dict:
-        d = asdict(self)
-        d["sent"] = float(self.sent)
-        return d
-
-
-@dataclass
-class Event:
-    """A ledger event (bytes by category) or mark (``bytes`` None): what happened, typed."""
-    t: float
-    kind: EventKind
-    step: int
-    bytes: dict[str, int] | None = None
-    unit: int | None = None
-    bucket: int | None = None
-    block: int | None = None
-    note: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.kind.label(unit=self.unit, bucket=self.bucket, block=self.block, note=self.note)
-
-    @property
-    def total(self) -> int:
-        return sum(self.bytes.values())
-
-    def plain(self) -> dict[str, Any]:
-        d = {"t": self.t, "kind": self.kind.value, "unit": self.unit, "bucket": self.bucket,
-             "block": self.block, "label": self.label, "step": self.step}
-        if self.bytes is not None:
-            d["bytes"] = self.bytes
-        return d
 
 
 def _kind(kind) -> EventKind:
@@ -646,6 +587,7 @@ class Ledger:
                           messages=sum(r.messages for r in recs), complete=d.complete, retransmitted=d.retrans)
 
     def timeline(self) -> Timeline:
-        return Timeline(events=[e.plain() for e in self.events], marks=[m.plain() for m in self.marks],
-                        comm=[r.plain() for r in self.comm], origin=self.t0,
+        # copies: the ledger goes on recording; the report's collectives hold plain bytes and tags
+        return Timeline(events=[replace(e, bytes=None if e.bytes is None else dict(e.bytes)) for e in self.events],
+                        marks=list(self.marks), comm=[r.settled() for r in self.comm], origin=self.t0,
                         origin_ns=time.time_ns() - round((time.perf_counter() - self.t0) * 1e9))

@@ -42,6 +42,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
+from ..reports import CommRecord
 from .timing import ring_time
 
 
@@ -185,7 +186,7 @@ def _union_before(intervals: list[tuple[float, float]], t: float) -> float:
     return total
 
 
-def replay(comm: list[dict], step: int, start: float, end: float, recorded: frozenset = frozenset(),
+def replay(comm: list[CommRecord], step: int, start: float, end: float, recorded: frozenset = frozenset(),
            transport: bool = False) -> list:
     """The program one rank ran in one step, read from its timeline (`Timeline.comm`, the
     ledger's records: where each collective was issued, `t_start`, and where the rank first
@@ -201,25 +202,25 @@ def replay(comm: list[dict], step: int, start: float, end: float, recorded: froz
     took only what moving the bytes costs this machine): an emulated link holds each message
     until the link would have delivered it, so the machine's own time hides inside the link's
     unless it is longer."""
-    recs = [r for r in comm if r["step"] == step]
+    recs = [r for r in comm if r.step == step]
     clamp = lambda t: min(max(t, start), end)  # noqa: E731
-    waits = sorted((clamp(r["waited"]), clamp(max(r["waited"], r["t_end"] or r["waited"])))
-                   for r in recs if r.get("waited") is not None)
+    waits = sorted((clamp(r.waited), clamp(max(r.waited, r.t_end or r.waited)))
+                   for r in recs if r.waited is not None)
     clock = lambda t: (t - start) - _union_before(waits, t)  # noqa: E731 - compute time since start
     took, free = {}, {}
-    for k in sorted(range(len(recs)), key=lambda k: recs[k]["t_start"]):
+    for k in sorted(range(len(recs)), key=lambda k: recs[k].t_start):
         r = recs[k]
-        began = max(r["t_start"], free.get(r["axis"], r["t_start"]))
-        end_k = max(began, r["t_end"] if r["t_end"] is not None else began)
-        took[k], free[r["axis"]] = end_k - began, end_k
-    names = [f"{r['op']} {k} ({r['tag']})" for k, r in enumerate(recs)]
+        began = max(r.t_start, free.get(r.axis, r.t_start))
+        end_k = max(began, r.t_end if r.t_end is not None else began)
+        took[k], free[r.axis] = end_k - began, end_k
+    names = [f"{r.op} {k} ({r.tag})" for k, r in enumerate(recs)]
     points = []  # (time, 0 issue / 1 wait, order, op)
     for k, (r, name) in enumerate(zip(recs, names)):
-        kept = r["axis"] in recorded
-        points.append((clamp(r["t_start"]), 0, k, Issue(name, r["op"], r["payload"], r["axis"], r["group_size"],
+        kept = r.axis in recorded
+        points.append((clamp(r.t_start), 0, k, Issue(name, r.op, r.payload, r.axis, r.group_size,
                                                       seconds=took[k] if kept else None,
                                                       floor=took[k] if transport and not kept else 0.0)))
-        w = r.get("waited")
+        w = r.waited
         points.append((end if w is None else clamp(w), 1, k, Wait(name)))
     prog, at = [], start
     for t, _, k, op in sorted(points, key=lambda p: p[:3]):
@@ -403,7 +404,7 @@ def gaps(result: Result, axis: str) -> list[Gap]:
     return sorted(out, key=lambda g: (g.start, g.kind))
 
 
-def predict(comm: list[dict], steps, links: dict[str, Link], transport: bool = False):
+def predict(comm: list[CommRecord], steps, links: dict[str, Link], transport: bool = False):
     """Each step of a calibration run (its timeline's records, its `reports.StepTime`s) replayed
     on `links` (by axis; an axis without one keeps its recorded times): the `StepTime` the
     schedule predicts there, with its compute, exposed communication and time per axis.
@@ -411,7 +412,7 @@ def predict(comm: list[dict], steps, links: dict[str, Link], transport: bool = F
     from ..reports import StepTime
     out = []
     for st in steps:
-        axes = {r["axis"] for r in comm if r["step"] == st.step}
+        axes = {r.axis for r in comm if r.step == st.step}
         prog = replay(comm, st.step, st.start, st.start + st.seconds,
                       recorded=frozenset(a for a in axes if a not in links), transport=transport)
         res = simulate(prog, links)

@@ -143,7 +143,7 @@ def predict_time(report: RunReport, calibration: list[RankReport]) -> None:
     if links is None:
         raise ValueError("the run had no emulated links to predict its step time on")
     for r, cal in zip(report.ranks, calibration):
-        axes = {c["axis"] for c in cal.timeline.comm}
+        axes = {c.axis for c in cal.timeline.comm}
         on = {a: schedule.Link(x.alpha, x.beta) for a in axes if (x := links.for_axis(a)) is not None}
         r.time.predicted = schedule.predict(cal.timeline.comm, cal.time.steps, on, transport=True)
 

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from ...answers import LETTERS, is_number, learner_seed, normalize_term, read_choice, read_number
 from ...fmt import number
-from ...reports import Match, Measured, Predicted, RankReport, RunReport, Timeline, WireReport, made_here
+from ...reports import CommRecord, Match, Measured, Predicted, RankReport, RunReport, Timeline, WireReport, made_here
 
 KINDS = ("number", "choice", "set", "name")
 STYLES = ("formula", "predict", "measure", "find-the-bug")
@@ -112,6 +112,12 @@ def mistaken(m, why: str | None = None, *, of: Callable[..., Any] | None = None,
     if not callable(m) or why is None:
         raise TypeError("mistaken(function, why, of=...): the mistake function and the diagnosis")
     return Wrong(of, why, m.__name__)
+
+
+def example_records(*ops: str, steps: int = 2) -> list[CommRecord]:
+    """Collective records an exercise counts: `ops` issued in each of `steps` steps, nothing else
+    filled in (payloads and times are 0)."""
+    return [CommRecord(op, "example", "dp_shard", 4, 0, 0.0, s, 0.0) for s in range(steps) for op in ops]
 
 
 def example_report(*ranks: dict, **fields) -> RunReport:

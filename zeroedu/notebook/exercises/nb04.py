@@ -5,7 +5,7 @@ from __future__ import annotations
 from ... import theory
 from ...reports import RunReport
 from ...theory import mistakes
-from . import Exercise, Wrong, mistaken, example_report, register
+from . import Exercise, Wrong, mistaken, example_records, example_report, register
 
 PSI_13B = 13e9
 
@@ -17,8 +17,7 @@ def _share(report: RunReport, rank: int = 0) -> float:
 
 def _reduce_scatters(report: RunReport, rank: int = 0) -> int:
     last = report.steps - 1
-    return sum(1 for c in report.ranks[rank].timeline.comm
-               if c["step"] == last and c["op"] == "reduce_scatter")
+    return len(report.ranks[rank].timeline.comm_of(step=last, op="reduce_scatter"))
 
 
 def _example_comm() -> dict:
@@ -27,8 +26,8 @@ def _example_comm() -> dict:
 
 
 def _example_accumulation() -> dict:
-    step = [{"step": 1, "op": "reduce_scatter"} for _ in range(6)] + [{"step": 1, "op": "all_gather"} for _ in range(6)]
-    return {"report": example_report({"timeline": {"comm": [dict(c, step=0) for c in step] + step}}, steps=2)}
+    return {"report": example_report({"timeline": {"comm": example_records(*["reduce_scatter"] * 6, *["all_gather"] * 6)}},
+                                     steps=2)}
 
 
 register(
@@ -111,7 +110,7 @@ register(
         prompt="From the accumulation run's report (`acc`): how many reduce-scatters did rank 0 issue in the "
                "last optimizer step?",
         expected=_reduce_scatters,
-        hint="count the 'reduce_scatter' records of the last step in acc.ranks[0].timeline.comm.",
+        hint="count the last step's records in acc.ranks[0].timeline.comm_of(step=..., op=\"reduce_scatter\").",
         wrong=(mistaken(mistakes.once_per_micro_batch,
                         "one per micro-batch and unit would be ZeRO-2; here it is one per unit and optimizer step",
                         given=lambda report: (_reduce_scatters(report), 2)),

@@ -14,8 +14,7 @@ GB = 1e9
 
 def _forward_end(report: RunReport, rank: int = 0) -> dict:
     """Bytes by category at the last step's forward/backward boundary ("forward end" event)."""
-    evs = report.ranks[rank].timeline.events
-    return [e for e in evs if e["step"] == report.steps - 1 and e["kind"] == EventKind.FORWARD_END][-1]["bytes"]
+    return report.ranks[rank].timeline.events_of(step=report.steps - 1, kind=EventKind.FORWARD_END)[-1].bytes
 
 
 def _gathered_at_forward_end(report: RunReport) -> int:
@@ -92,8 +91,8 @@ register(
                "parameters does rank 0 hold at the forward/backward boundary of the last step (its "
                "'forward end' event)?",
         expected=_gathered_at_forward_end,
-        hint="report.ranks[0].timeline.events: pick the last step's 'forward end' event; its "
-             "'bytes' are split by category.",
+        hint="report.ranks[0].timeline.events_of(step=..., kind=EventKind.FORWARD_END): the last step's "
+             "'forward end' event; its .bytes are split by category.",
         wrong=(mistaken(mistakes.other_mode(0, "resharding after forward"),
                         "that is with resharding after forward; this run keeps every unit gathered"),
                mistaken(mistakes.one_part_only, "that is the activations at that event, not the gathered parameters",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ... import shard, theory
 from ...reports import RunReport
 from ...theory import mistakes
-from . import Exercise, Wrong, mistaken, example_report, register
+from . import Exercise, Wrong, mistaken, example_records, example_report, register
 
 
 def _total(report: RunReport, rank: int) -> int:
@@ -14,7 +14,7 @@ def _total(report: RunReport, rank: int) -> int:
 
 def _collectives_last_step(report: RunReport, rank: int = 0) -> int:
     last = report.steps - 1
-    return sum(1 for c in report.ranks[rank].timeline.comm if c["step"] == last)
+    return len(report.ranks[rank].timeline.comm_of(step=last))
 
 
 def _example_states() -> dict:
@@ -24,8 +24,8 @@ def _example_states() -> dict:
 
 def _example_records() -> dict:
     # 6 units (54 parameters) of gpt-small, per-parameter FSDP2: 3 collectives per parameter per step
-    step = [{"step": 1, "op": op} for _ in range(54) for op in ("all_gather", "all_gather", "reduce_scatter")]
-    return {"report": example_report({"timeline": {"comm": [dict(c, step=0) for c in step] + step}}, steps=2)}
+    ops = [op for _ in range(54) for op in ("all_gather", "all_gather", "reduce_scatter")]
+    return {"report": example_report({"timeline": {"comm": example_records(*ops)}}, steps=2)}
 
 
 register(
@@ -79,7 +79,7 @@ register(
         prompt="From the per-parameter run's report (`r3`): how many collectives did rank 0 issue in the last "
                "step? Count the ledger's records of that step.",
         expected=lambda report: _collectives_last_step(report),
-        hint="report.ranks[0].timeline.comm lists every collective with its 'step'.",
+        hint="report.ranks[0].timeline.comm_of(step=...) lists the collectives of one step.",
         wrong=(mistaken(mistakes.per_unit_for_per_parameter(6),
                         "18 is the batched variant: two all-gathers and one reduce-scatter per unit"),
                mistaken(mistakes.one_per_parameter(54), "one per parameter is not enough: each parameter is gathered "

@@ -397,7 +397,7 @@ def step_times(report: RunReport) -> list[float]:
     timeline ("step end" events on the rank's own clock); the first step is left out (warm-up)."""
     ends = []
     for r in report.ranks:
-        t = {e["step"]: e["t"] for e in r.timeline.events if e["kind"] == EventKind.STEP_END}
+        t = {e.step: e.t for e in r.timeline.events if e.kind == EventKind.STEP_END}
         ends.append([t[k] - t[k - 1] for k in sorted(t) if k - 1 in t])
     return [max(col) for col in zip(*ends)] if ends else []
 

@@ -25,7 +25,7 @@ from ...kinds import EventKind, MODEL_STATE, TimelineMode
 from ...runtime import analysis
 from .common import COLORS, TIMELINE_CATS, byte_scale, mesh, new_figure, outside_legend, rank_color
 from .runs import _rank
-from ...reports import RankReport, RunReport
+from ...reports import Event, RankReport, RunReport
 
 TIMELINE_X = ("time", "event")
 TIMELINE_LAYOUTS = ("overlay", "panels")
@@ -48,12 +48,12 @@ _FIGURE_KIND = {EventKind.UNSHARD: "unshard", EventKind.RESHARD: "reshard", Even
                 EventKind.BACKWARD_END: "backward end", EventKind.OPTIMIZER_STEP: "step"}
 
 
-def lifecycle_kind(event: dict) -> str | None:
+def lifecycle_kind(event: Event) -> str | None:
     """How the figures draw a ledger event or mark (its ``kind``): "unshard", "reshard",
     "grad alloc", "grad free", "forward end", "step", "backward begin", "backward end",
     "recompute"; None for any other kind (drawn as a plain event)."""
     try:
-        return _FIGURE_KIND.get(EventKind(event["kind"]))
+        return _FIGURE_KIND.get(EventKind(event.kind))
     except ValueError:  # a kind a newer ledger wrote: a plain event
         return None
 
@@ -66,9 +66,9 @@ def _step_filter(steps) -> set | None:
     return set(steps)
 
 
-def _select(items: list[dict], steps) -> list[dict]:
+def _select(items: list[Event], steps) -> list[Event]:
     keep = _step_filter(steps)
-    return list(items) if keep is None else [e for e in items if e.get("step") in keep]
+    return list(items) if keep is None else [e for e in items if e.step in keep]
 
 
 # Stacked from the bottom: the model states, then activations, then what a ZeRO-3 unit holds for
@@ -77,11 +77,11 @@ def _select(items: list[dict], steps) -> list[dict]:
 STACK_ORDER = MODEL_STATE + ("activation", "backward_temp", "optimizer_temp", "gathered", "comm_buffer")
 
 
-def _categories(events: list[dict]) -> list[str]:
+def _categories(events: list[Event]) -> list[str]:
     """The timeline categories in `STACK_ORDER`, then any others a newer ledger sends."""
     seen = [c for c in STACK_ORDER] + [c for c in TIMELINE_CATS if c not in STACK_ORDER]
     for e in events:
-        for c in e["bytes"]:
+        for c in e.bytes:
             if c not in seen:
                 seen.append(c)
     return seen
@@ -98,11 +98,11 @@ class _XMap:
     """Event times -> x positions: the time itself, or the event's index; a mark between two
     events (x="event") sits halfway between them."""
 
-    def __init__(self, events: list[dict], x: str):
+    def __init__(self, events: list[Event], x: str):
         if x not in TIMELINE_X:
             raise ValueError(f"x must be one of {TIMELINE_X}, got {x!r}")
         self.x = x
-        self.ts = [e["t"] for e in events]
+        self.ts = [e.t for e in events]
 
     def events(self) -> list[float]:
         return list(self.ts) if self.x == "time" else list(range(len(self.ts)))
@@ -120,21 +120,21 @@ class _XMap:
         return "seconds since the rank started" if self.x == "time" else "lifecycle event (index)"
 
 
-def _decorate(ax, events: list[dict], marks: list[dict], xm: _XMap, annotate: bool) -> set[str]:
+def _decorate(ax, events: list[Event], marks: list[Event], xm: _XMap, annotate: bool) -> set[str]:
     """Backward bands, optimizer-step lines, unshard/reshard ticks, recompute ticks; returns the
     kinds drawn (for the legend)."""
     drawn = set()
     begin = None
-    for m in sorted(marks, key=lambda m: m["t"]):
+    for m in sorted(marks, key=lambda m: m.t):
         kind = lifecycle_kind(m)
         if kind == EventKind.BACKWARD_BEGIN:
-            begin = m["t"]
+            begin = m.t
         elif kind == EventKind.BACKWARD_END and begin is not None:
-            ax.axvspan(xm.at(begin), xm.at(m["t"]), color=BACKWARD_COLOR, zorder=0, linewidth=0)
+            ax.axvspan(xm.at(begin), xm.at(m.t), color=BACKWARD_COLOR, zorder=0, linewidth=0)
             drawn.add("backward")
             begin = None
         elif kind == EventKind.RECOMPUTE:
-            ax.plot([xm.at(m["t"])], [0.9], marker="|", markersize=10, markeredgewidth=1.5, color=RECOMPUTE_COLOR,
+            ax.plot([xm.at(m.t)], [0.9], marker="|", markersize=10, markeredgewidth=1.5, color=RECOMPUTE_COLOR,
                     transform=ax.get_xaxis_transform(), clip_on=False, linestyle="none")
             drawn.add("recompute")
     xs = xm.events()
@@ -150,7 +150,7 @@ def _decorate(ax, events: list[dict], marks: list[dict], xm: _XMap, annotate: bo
             ax.plot([x], [0.975], marker=marker, markersize=5, color=color, transform=ax.get_xaxis_transform(),
                     clip_on=False, linestyle="none")
             drawn.add(kind)
-            u = e.get("unit")
+            u = e.unit
             if annotate and marker == "^" and u is not None:
                 low = last_label is not None and x - last_label < 0.025 * span and not low
                 ax.annotate(str(u), (x, 0.975), xycoords=ax.get_xaxis_transform(), xytext=(0, -13 if low else -5),
@@ -181,14 +181,14 @@ def _legend_handles(drawn: set[str]) -> list:
     return out
 
 
-def timeline_axes(ax, events_by_rank: dict[int, list[dict]], predicted_total: dict[int, float] | None,
-                  title: str = "", *, x: str = "time", marks_by_rank: dict[int, list[dict]] | None = None,
+def timeline_axes(ax, events_by_rank: dict[int, list[Event]], predicted_total: dict[int, float] | None,
+                  title: str = "", *, x: str = "time", marks_by_rank: dict[int, list[Event]] | None = None,
                   legend: str = "outside") -> None:
     """Draw total bytes held per rank over time on `ax` (shared by `memory_timeline` and the live
     run panel, which calls it with partial event lists while a run streams). The predicted model
     states are each rank's dashed baseline; lifecycle moments are marked (module docstring) from
     the first rank's events and marks. `legend`: "outside" (right of the data), "inside", None."""
-    allv = [sum(e["bytes"].values()) for evs in events_by_rank.values() for e in evs]
+    allv = [sum(e.bytes.values()) for evs in events_by_rank.values() for e in evs]
     allv += list((predicted_total or {}).values())
     div, unit = byte_scale(allv or [1])
     drawn: set[str] = set()
@@ -198,7 +198,7 @@ def timeline_axes(ax, events_by_rank: dict[int, list[dict]], predicted_total: di
         if not evs:
             continue
         xm = _XMap(evs, x)
-        tot = [sum(e["bytes"].values()) / div for e in evs]
+        tot = [sum(e.bytes.values()) / div for e in evs]
         line, = ax.step(xm.events(), tot, where="post", label=f"rank {r}", linewidth=1.2, color=rank_color(r))
         if predicted_total and r in predicted_total:
             ax.axhline(predicted_total[r] / div, color=line.get_color(), linestyle="--", linewidth=0.9)
@@ -229,9 +229,9 @@ def _stacked(ax, rank_report: RankReport, x: str, steps, annotate: bool | None, 
     events = _select(tl.events, steps)
     marks = _select(tl.marks, steps)
     xm = _XMap(events, x)
-    cats = [c for c in _categories(events) if any(e["bytes"].get(c, 0) for e in events)]
+    cats = [c for c in _categories(events) if any(e.bytes.get(c, 0) for e in events)]
     if events and cats:
-        ax.stackplot(xm.events(), *[[e["bytes"].get(c, 0) / div for e in events] for c in cats],
+        ax.stackplot(xm.events(), *[[e.bytes.get(c, 0) / div for e in events] for c in cats],
                      labels=cats, colors=[_color(c, cats) for c in cats], step="post")
     if baseline:
         ax.axhline(rank_report.predicted.total / div, color="black", linestyle="--", linewidth=1,
@@ -239,7 +239,7 @@ def _stacked(ax, rank_report: RankReport, x: str, steps, annotate: bool | None, 
     if annotate is None:
         annotate = len(events) <= 80
     drawn = _decorate(ax, events, marks, xm, annotate)
-    top = max([sum(e["bytes"].values()) for e in events] + [rank_report.predicted.total])
+    top = max([sum(e.bytes.values()) for e in events] + [rank_report.predicted.total])
     _headroom(ax, top / div, x)
     return cats, drawn
 
@@ -282,7 +282,7 @@ def memory_timeline(report: RunReport, ranks: Sequence[int] | None = None, stack
         width = {1: 6.4, 2: 3.8}.get(cols, 2.6)  # one chosen rank gets a full-width panel
         fig = new_figure(width * cols + 1.8, (3.0 if rows == 1 and cols <= 2 else 2.3) * rows + 0.4)
         axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
-        allv = [sum(e["bytes"].values()) for r in ranks
+        allv = [sum(e.bytes.values()) for r in ranks
                 for e in _select(report.ranks[r].timeline.events, steps)]
         allv += [report.ranks[r].predicted.total for r in ranks]
         div, unit = byte_scale(allv or [1])
@@ -318,7 +318,7 @@ def memory_timeline(report: RunReport, ranks: Sequence[int] | None = None, stack
         ax = axes[1]
         rr = report.ranks[stacked_rank]
         shown = _select(rr.timeline.events, steps)
-        div, unit = byte_scale([sum(e["bytes"].values()) for e in shown] + [rr.predicted.total])
+        div, unit = byte_scale([sum(e.bytes.values()) for e in shown] + [rr.predicted.total])
         _, drawn = _stacked(ax, rr, x, steps, annotate, div)
         ax.set_xlabel(_XMap([], x).label)
         ax.set_ylabel(f"{unit} held")
@@ -341,29 +341,29 @@ def overlap_timeline(report: RunReport, rank: int = 0, step: int | None = None) 
     tl = r.timeline
     step = report.steps - 1 if step is None else step
     windows = analysis.backward_windows(tl, step)
-    comm = [c for c in tl.comm if c["step"] == step]
+    comm = [c for c in tl.comm if c.step == step]
     fig = new_figure(7.5, 1.4 + 0.22 * max(len(comm), 1))
     ax = fig.add_subplot()
-    t0 = min([c["t_start"] for c in comm] + [b for b, _ in windows] + [float("inf")])
+    t0 = min([c.t_start for c in comm] + [b for b, _ in windows] + [float("inf")])
     t0 = 0.0 if t0 == float("inf") else t0
     ms = 1e3
     for b, e in windows:
         ax.axvspan((b - t0) * ms, (e - t0) * ms, color="#DDDDDD")
     for i, c in enumerate(comm):
-        te = c["t_end"] if c["t_end"] is not None else c["t_start"]
-        ax.broken_barh([((c["t_start"] - t0) * ms, max((te - c["t_start"]) * ms, 1e-3))], (i - 0.4, 0.8),
-                       facecolor=COLORS.get(c["op"], "#4C72B0"), edgecolor="black" if c.get("blocking") else "none",
-                       hatch="///" if c.get("blocking") else None, linewidth=0.3)
-    ax.set_yticks(range(len(comm)), [c["tag"] for c in comm], fontsize=7.5)
+        te = c.t_end if c.t_end is not None else c.t_start
+        ax.broken_barh([((c.t_start - t0) * ms, max((te - c.t_start) * ms, 1e-3))], (i - 0.4, 0.8),
+                       facecolor=COLORS.get(c.op, "#4C72B0"), edgecolor="black" if c.blocking else "none",
+                       hatch="///" if c.blocking else None, linewidth=0.3)
+    ax.set_yticks(range(len(comm)), [c.tag for c in comm], fontsize=7.5)
     ax.invert_yaxis()
     ax.set_xlabel("milliseconds since the step's first collective or backward")
     frac = analysis.overlap_fraction(tl, step)
     ax.set_title(f"{report.strategy}, rank {rank}, step {step}: collectives against backward"
                  + (f"\nthis rank and step: {100 * frac:.0f} % of the gradient reductions' time inside backward"
                     if frac is not None else ""), fontsize=9)
-    ops = sorted({c["op"] for c in comm})
+    ops = sorted({c.op for c in comm})
     extra = ([Patch(facecolor="white", edgecolor="black", hatch="///", label="synchronous (stalls backward)")]
-             if any(c.get("blocking") for c in comm) else [])
+             if any(c.blocking for c in comm) else [])
     outside_legend(ax, [Patch(color="#DDDDDD", label="backward")] +
                    [Patch(color=COLORS.get(o, "#4C72B0"), label=o) for o in ops] + extra)
     return fig

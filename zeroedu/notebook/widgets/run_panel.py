@@ -26,7 +26,7 @@ from ...recipes import RECIPES
 from .. import viz
 from ..report import CATS
 from .common import BAD_STYLE, DEFAULT_RECIPE, OK_STYLE, message, png
-from ...reports import RunReport
+from ...reports import Event, RunReport
 
 
 def _ranks_text(ranks: list[int], world: int) -> str:
@@ -150,7 +150,7 @@ class RunPanel:
             self.x, self.progress, self.status, self.message, self.image, self.table,
         ])
         self.report: RunReport | None = None
-        self.events: dict[int, list[dict]] = {}
+        self.events: dict[int, list[Event]] = {}
         self.events_received = 0
         self.live_redraws = 0
         self._predicted: dict[int, float] = {}
@@ -196,7 +196,7 @@ class RunPanel:
         if msg.get("type") != "event":
             return
         r = msg["rank"]
-        self.events.setdefault(r, []).append(msg)
+        self.events.setdefault(r, []).append(Event.from_plain({k: v for k, v in msg.items() if k not in ("type", "rank")}))
         self.events_received += 1
         self._last_step[r] = max(self._last_step.get(r, -1), msg.get("step", -1))
         done = min(self._last_step.get(q, -1) for q in range(self._world)) + 1
