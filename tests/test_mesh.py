@@ -4,7 +4,7 @@ and what each configuration builds."""
 import pytest
 import torch
 
-from zeroedu.kinds import DP_OUTER, DP_SHARD, TP, WORLD, Mesh
+from zeroedu.kinds import DP_OUTER, DP_SHARD, PP, TP, WORLD, Mesh
 
 pytestmark = pytest.mark.fast
 
@@ -56,7 +56,8 @@ def test_what_each_configuration_builds():
     (((TP, 2), (DP_SHARD, 2)), "outermost first"),
     (((DP_OUTER, 2),), "dp_shard"),
     (((DP_SHARD, 2), (DP_SHARD, 2)), "distinct"),
-    ((("pp", 2), (DP_SHARD, 2)), "distinct names"),
+    ((("cp", 2), (DP_SHARD, 2)), "distinct names"),
+    (((DP_SHARD, 2), (PP, 2)), "outermost first"),
     (((DP_SHARD, 0),), ">= 1"),
 ])
 def test_a_mesh_that_cannot_exist_is_refused(shape, msg):

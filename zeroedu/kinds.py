@@ -152,11 +152,12 @@ class EventKind(str, Enum):
 # coordinates of r, so the innermost axis holds contiguous ranks (under torchrun, the ranks of one
 # node: where tensor parallelism's blocking collectives belong). The axes, in their fixed order:
 #
+#     pp         pipeline parallel: one replica's layers cut into stages (`strategies.pipeline`)
 #     dp_outer   data parallel across domains (a hybrid strategy's replicas or outer shards)
 #     dp_shard   data parallel inside a domain: the axis a strategy shards over
 #     tp         tensor parallel: one model replica split over these ranks
 #
-# Pipeline, context and expert axes take their place in `AXIS_ORDER` when they arrive. The data
+# Context and expert axes take their place in `AXIS_ORDER` when they arrive. The data
 # axes (dp_outer, dp_shard) split the global batch; the others split the model, so the ranks along
 # them hold one replica between them (`replica_groups`).
 #
@@ -165,8 +166,10 @@ class EventKind(str, Enum):
 # read sizes and coordinates from it. Plain data, no torch: it crosses layers and processes freely.
 
 
-DP_OUTER, DP_SHARD, TP = "dp_outer", "dp_shard", "tp"
-AXIS_ORDER = (DP_OUTER, DP_SHARD, TP)  # outermost first
+PP, DP_OUTER, DP_SHARD, TP = "pp", "dp_outer", "dp_shard", "tp"
+# outermost first: pipeline stages across the widest links (one send per boundary and micro-batch),
+# tensor parallel innermost (its blocking collectives inside a node), as Megatron-LM orders them
+AXIS_ORDER = (PP, DP_OUTER, DP_SHARD, TP)
 DATA_AXES = (DP_OUTER, DP_SHARD)  # the axes that split the batch; the rest split the model
 WORLD = "world"  # the default group, every rank: a hybrid's one all-reduce over both data axes
 

@@ -19,7 +19,7 @@ import sys
 
 from ..runtime.cluster import RankError, RunStopped
 
-SUBCOMMANDS = ["memory", "run", "tour", "quiz"]
+SUBCOMMANDS = ["memory", "run", "tour", "pipeline", "quiz"]
 
 
 def build_parser() -> argparse.ArgumentParser:

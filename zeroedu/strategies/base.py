@@ -38,7 +38,7 @@ what `torch.nn.utils.clip_grad_norm_` does on one process.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -247,6 +247,32 @@ class Strategy:
         self.micro_batches += 1
         self.after_backward()
         return loss.item()
+
+    # ---------------------------------------------------------------- a pipeline stage's halves
+    # A pipeline runs a micro-batch's forward and its backward at different times, with other
+    # micro-batches' between (`strategies.pipeline`): the same lifecycle as `forward_backward`,
+    # cut in two. The model's hooks (unshard, gradient ready) fire as they do there.
+    def forward_only(self, x: torch.Tensor, y: torch.Tensor | None = None) -> torch.Tensor:
+        """This rank's model on `x` (and its loss against `y`, if given), autograd saving what
+        backward needs (counted as activations); the backward comes later (`backward_only`)."""
+        x = x.to(self.dist.device, self.param_dtype) if x.is_floating_point() else x.to(self.dist.device)
+        with self.ledger.saving_activations():
+            out = self.model(x)
+            if y is not None:
+                out = self.loss_fn(out, y.to(self.dist.device))  # the graph keeps what backward needs
+        self.ledger.event(EventKind.FORWARD_END)
+        return out
+
+    def backward_only(self, out: torch.Tensor, grad: torch.Tensor | None = None, *, sync: bool = True) -> None:
+        """Backward from `out` (a loss, or an output with its gradient `grad`), gradients
+        accumulated as one micro-batch's; `sync=False`: inside `no_sync()` (not the step's last)."""
+        self.before_micro_batch()
+        with self.no_sync() if not sync else nullcontext():
+            self.ledger.mark(EventKind.BACKWARD_BEGIN)
+            out.backward(grad)
+            self.ledger.mark(EventKind.BACKWARD_END)
+            self.micro_batches += 1
+            self.after_backward()
 
     def before_micro_batch(self) -> None:
         """Finish what the previous micro-batch left in flight (strategies that need to)."""

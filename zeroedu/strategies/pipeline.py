@@ -1,0 +1,165 @@
+"""Pipeline parallelism from scratch: zeroedu's GPT cut into p stages on a `pp` axis, GPipe and
+1F1B schedules over m micro-batches, activations and their gradients sent point to point.
+
+Algorithm (Huang et al. 2019, GPipe §2.2; Narayanan et al. 2021, §2.2, 1F1B / PipeDream-Flush).
+Stage s runs L/p contiguous blocks; the first also the embedding, the last also the final
+LayerNorm, the LM head and the loss. Each optimizer step's batch is cut into m micro-batches, and
+every stage runs the actions `theory.pipeline.schedule` lists for it, in order:
+
+    F i   receive micro-batch i's activation from stage s-1 (the first stage embeds the tokens),
+          run the stage with autograd saving what backward needs, send the output to stage s+1
+          (the last stage computes the loss, scaled by 1/m so the m backwards sum to the
+          full batch's mean-loss gradient)
+    B i   receive the gradient of micro-batch i's output from stage s+1 (the last stage starts
+          from its loss), run backward through the stage, send the input's gradient to s-1
+
+Gradients accumulate in each parameter's `.grad` over the m backwards; the optimizer step after
+them is each stage's own (its parameters live on it alone). Sends are asynchronous and receives
+block, so a stage never waits on a send and the schedules cannot deadlock: every receive's
+matching send was issued by a stage that needed nothing further from the receiver.
+
+GPipe holds all m micro-batches' activations on every stage before its first backward; 1F1B starts
+backward as soon as the last stage can, so stage s holds at most min(p - s, m): p on the first
+stage, whatever m is (Korthikanti et al. 2022, §4.2.3). Both leave each stage idle for
+(p-1)/(m+p-1) of the step: the bubble.
+
+Bytes per step, per stage: m activations of b·s·h elements sent forward (not on the last stage)
+and m gradients of the same size backward (not on the first): 2·m·b·s·h·a across each boundary.
+`theory.pipeline` has the closed forms; `train.pipeline.pipeline_job` measures them.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..kinds import EventKind
+from ..runtime.comm import Axis, Comm, tag
+from ..runtime.ledger import Ledger
+from ..theory.pipeline import BACKWARD, FORWARD, SCHEDULES, schedule, stage_layers
+
+
+class Stage(nn.Module):
+    """Stage `stage` of `p` of a GPT: its blocks, with the embedding first and the head last."""
+
+    def __init__(self, model: nn.Module, p: int, stage: int):
+        super().__init__()
+        self.p, self.index = p, stage
+        layers = stage_layers(len(model.blocks), p, stage)
+        self.embed = model.embed if stage == 0 else None
+        self.blocks = nn.ModuleList(model.blocks[i] for i in layers)
+        self.head = model.head if stage == p - 1 else None
+        mine = {id(q) for q in self.parameters()}
+        # the full model's names of this stage's parameters, in the model's order
+        self.names = [n for n, q in model.named_parameters() if id(q) in mine]
+        self.params = [q for _, q in model.named_parameters() if id(q) in mine]
+
+    @property
+    def first(self) -> bool:
+        return self.index == 0
+
+    @property
+    def last(self) -> bool:
+        return self.index == self.p - 1
+
+    def units(self) -> list[nn.Module]:
+        """The stage's units, for a data-parallel strategy over it: the GPT's, cut to the stage."""
+        return [u for u in (self.embed, *self.blocks, self.head) if u is not None]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.embed is not None:
+            x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x) if self.head is not None else x
+
+
+class Pipeline:
+    """One rank's stage of a GPT on the `pp` axis (`axis.rank` is the stage), run by a schedule.
+
+    `data_parallel`: a function that wraps the stage module in a data-parallel strategy over the
+    ranks holding the same stage (`Strategy(stage, DistState(dp axis), ...)`): each micro-batch's
+    forward and backward then go through the strategy (`Strategy.forward_only` / `backward_only`,
+    its hooks firing as in plain data parallelism), every backward but the step's last inside
+    `no_sync()`, and the strategy's own `step()` updates the stage. Without it the stage runs bare,
+    its gradients accumulating in `.grad` for the caller's optimizer."""
+
+    def __init__(self, model: nn.Module, axis: Axis, comm: Comm, ledger: Ledger, schedule_kind: str = "1f1b",
+                 data_parallel=None):
+        if schedule_kind not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule_kind!r}")
+        self.stage = Stage(model, axis.size, axis.rank)
+        self.stage_layers = stage_layers(len(model.blocks), axis.size, axis.rank)
+        self.stage.loss = model.loss
+        self.axis, self.comm, self.ledger, self.kind = axis, comm, ledger, schedule_kind
+        self.loss_fn = model.loss
+        self.d_model = model.cfg.d_model
+        self.strategy = data_parallel(self.stage) if data_parallel is not None else None
+        self.dtype = self.strategy.param_dtype if self.strategy is not None else self.stage.params[0].dtype
+        if self.strategy is None:
+            for q in self.stage.params:  # the stage's weights are model states, not activations, when saved
+                ledger.track(q, "param")
+
+    def _tag(self, what: str, i: int):
+        return tag("pipeline", f"stage{self.axis.rank}", "data", f"{what}{i}")
+
+    def _forward(self, inp: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
+        """The stage on one micro-batch; on the last stage its loss (the graph keeps what
+        backward needs, not the logits)."""
+        st = self.stage
+        if self.strategy is not None:
+            out = self.strategy.forward_only(inp, y if st.last else None)
+            return out  # the strategy takes the mean over micro-batches (`grad_scale`)
+        with self.ledger.saving_activations():
+            out = st(inp)
+            if st.last:
+                out = self.loss_fn(out, y) / m  # the m backwards sum to the step's mean
+        self.ledger.event(EventKind.FORWARD_END)
+        return out
+
+    def _backward(self, out: torch.Tensor, grad: torch.Tensor | None, last: bool) -> None:
+        if self.strategy is not None:
+            self.strategy.backward_only(out, grad, sync=last)
+            return
+        self.ledger.mark(EventKind.BACKWARD_BEGIN)
+        out.backward(grad)
+        self.ledger.mark(EventKind.BACKWARD_END)
+
+    def forward_backward(self, micro: list[tuple[torch.Tensor, torch.Tensor]]) -> float | None:
+        """One optimizer step's forwards and backwards over the micro-batches `micro`, in this
+        stage's schedule order; gradients accumulate in the stage (or its strategy). The mean loss
+        on the last stage, None on the others."""
+        st, m, ax = self.stage, len(micro), self.axis
+        inputs, outputs, losses, sends = {}, {}, {}, []
+        for what, i in schedule(self.kind, ax.size, m, ax.rank):
+            x, y = micro[i]
+            shape = (x.shape[0], x.shape[1], self.d_model)
+            if what == FORWARD:
+                if st.first:
+                    inp = x
+                else:
+                    inp = torch.empty(shape, dtype=self.dtype)
+                    self.comm.recv(inp, ax.rank - 1, ax, self._tag("act", i))
+                    inp.requires_grad_()
+                out = self._forward(inp, y, m)
+                if st.last:
+                    losses[i] = out
+                else:
+                    sends.append(self.comm.isend(out.detach(), ax.rank + 1, ax, self._tag("act", i)))
+                    outputs[i] = out
+                inputs[i] = inp
+            else:
+                if st.last:
+                    self._backward(losses[i], None, i == m - 1)
+                else:
+                    grad = torch.empty(shape, dtype=self.dtype)
+                    self.comm.recv(grad, ax.rank + 1, ax, self._tag("grad", i))
+                    self._backward(outputs.pop(i), grad, i == m - 1)
+                inp = inputs.pop(i)
+                if not st.first:
+                    sends.append(self.comm.isend(inp.grad, ax.rank - 1, ax, self._tag("grad", i)))
+        for h in sends:  # every message delivered before the step's update
+            h.wait()
+        if not st.last:
+            return None
+        total = sum(v.item() for v in losses.values())
+        return float(total / m if self.strategy is not None else total)
