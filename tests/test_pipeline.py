@@ -59,8 +59,8 @@ def test_the_schedules_cannot_deadlock_when_sends_do_not_block():
                 assert moved, (kind, p, m, todo)
 
 
-@pytest.mark.parametrize("p, m, kind", [(2, 4, "gpipe"), (2, 4, "1f1b"), (4, 8, "1f1b"), (4, 2, "gpipe"),
-                                        (4, 2, "1f1b")])
+@pytest.mark.parametrize("p, m, kind", [(2, 1, "1f1b"), (2, 4, "gpipe"), (2, 4, "1f1b"), (2, 8, "gpipe"),
+                                        (4, 1, "gpipe"), (4, 2, "gpipe"), (4, 2, "1f1b"), (4, 8, "1f1b")])
 def test_a_pipeline_trains_like_one_process_and_sends_and_holds_what_the_closed_forms_say(p, m, kind):
     from zeroedu.train.pipeline import reference
 
@@ -151,17 +151,18 @@ def _composed(strategy, m, steps=2):
         "lr": LR, "dp": 2, "strategy": strategy})
 
 
-def test_with_data_parallelism_zero1_reduces_once_per_step_and_zero2_once_per_micro_batch():
+def test_with_data_parallelism_zero1_reduces_once_per_step_zero2_and_fsdp_once_per_micro_batch():
     """A (pp = 2, dp = 2) mesh, each stage data-parallel under zeroedu's own strategy: training equals one
     process; the bytes each rank sends on dp equal `theory.exact_comm` for its stage with m micro-batches;
     ZeRO-1's are the same for every m (one reduce-scatter after the step's last backward) while ZeRO-2's
     reduce-scatter grows as m (a gradient shard per micro-batch: it keeps no whole gradient to
-    accumulate in), which is why a pipeline pairs with ZeRO-1."""
+    accumulate in), and FSDP's all-gathers grow as m too (every micro-batch's forward and backward
+    gather the stage's weights again), which is why a pipeline pairs with ZeRO-1."""
     from zeroedu.train.pipeline import reference
 
     ref_losses, ref_params = reference(MODEL, 2, BATCH, LR)
     dp_bytes = {}
-    for strategy in ("zero1", "zero2"):
+    for strategy in ("zero1", "zero2", "fsdp1", "fsdp2"):
         for m in (1, 2, 4):
             ranks = _composed(strategy, m)
             last = [r for r in ranks if r["losses"] is not None]
@@ -181,3 +182,7 @@ def test_with_data_parallelism_zero1_reduces_once_per_step_and_zero2_once_per_mi
     rs = {m: dp_bytes["zero2", m]["reduce_scatter"] for m in (1, 2, 4)}
     assert rs[2] == 2 * rs[1] and rs[4] == 4 * rs[1]
     assert dp_bytes["zero2", 4]["all_gather"] == dp_bytes["zero1", 1]["all_gather"]
+    for fsdp in ("fsdp1", "fsdp2"):  # gather, gather again, reduce-scatter: all three per micro-batch
+        for m in (2, 4):
+            assert dp_bytes[fsdp, m] == {k: m * v for k, v in dp_bytes[fsdp, 1].items()}
+        assert dp_bytes[fsdp, 1]["all_gather"] == 2 * dp_bytes[fsdp, 1]["reduce_scatter"]

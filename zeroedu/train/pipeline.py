@@ -111,9 +111,10 @@ def pipeline_job(ctx, model: dict, schedule: str, microbatches: int, steps: int,
     axis = axes[PP]
     ledger = Ledger(ctx.rank, wire=ctx.wire, mesh=mesh)
     comm = Comm(ledger, "auto", ctx.backend, ctx.wire)
-    wrap = None
+    wrap, shapes = None, []
     if strategy is not None:
         def wrap(stage):
+            shapes.append(unit_shapes(stage))  # the stage's own shapes, before the strategy shards them
             dist = DistState(ctx.rank, ctx.world_size, ctx.device, axes[DP_SHARD], comm, ledger, mesh=mesh, axes=axes)
             return strategy_class(strategy)(stage, dist, "fp32", AdamConfig(lr=lr))
     pipe = Pipeline(cfg.build(), axis, comm, ledger, schedule, data_parallel=wrap)
@@ -140,7 +141,7 @@ def pipeline_job(ctx, model: dict, schedule: str, microbatches: int, steps: int,
         if r.step == last and r.axis == DP_SHARD and r.sent:
             dp_sent[r.op] = dp_sent.get(r.op, 0.0) + float(r.sent)
     predicted_dp = ({} if strategy is None else
-                    {k: float(v) for k, v in theory_comm.exact_comm(strategy, unit_shapes(pipe.stage), dp, recipe="fp32",
+                    {k: float(v) for k, v in theory_comm.exact_comm(strategy, shapes[0], dp, recipe="fp32",
                                                                     micro_batches=m).by_collective().items() if v})
     report = StageReport(
         stage=s, layers=(pipe.stage_layers.start, pipe.stage_layers.stop),
