@@ -89,8 +89,56 @@ def test_a_pipeline_trains_like_one_process_and_sends_and_holds_what_the_closed_
         # exact: the most activation bytes held == micro-batches in flight x one's saved tensors
         assert st.peak_activations == st.predicted_peak_activations, st
         assert st.match
+        # the timeline's actions, in the order they ran, are the stage's schedule, one after another
+        assert [(w.what, w.micro) for w in st.work] == P.schedule(kind, p, m, st.stage)
+        assert all(a.end <= b.start for a, b in zip(st.work, st.work[1:]))
+    # causality on the shared clock: a stage's work on a micro-batch starts after its neighbour's
+    # that it needs has ended (forward from the stage before, backward from the stage after)
+    work = {(w.stage, w.what, w.micro): w for r in ranks for w in r["stage"].work}
+    for (s, what, i), w in work.items():
+        need = (s - 1, "F", i) if what == "F" else (s + 1, "B", i)
+        if need in work:
+            assert work[need].end <= w.start, (s, what, i)
     one = P.boundary_bytes(BATCH // m, MODEL.seq_len, MODEL.d_model, 4)
     assert sum(r["stage"].sent for r in ranks) == 2 * m * one * (p - 1)
+
+
+@pytest.mark.fast
+def test_the_bubble_is_read_off_the_stages_actions():
+    """p = 2, m = 2, forward 1 s, backward 2 s, GPipe written out by hand: the step spans
+    (m + p - 1)(1 + 2) = 9 s and each stage works 6 s of it, idle 1/3 = (p-1)/(m+p-1)."""
+    from zeroedu.train.pipeline import Work, measured_bubble
+
+    s0 = [Work(0, "F", 0, 0, 1), Work(0, "F", 1, 1, 2), Work(0, "B", 0, 5, 7), Work(0, "B", 1, 7, 9)]
+    s1 = [Work(1, "F", 0, 1, 2), Work(1, "F", 1, 2, 3), Work(1, "B", 0, 3, 5), Work(1, "B", 1, 5, 7)]
+    assert measured_bubble([s0, s1]) == [pytest.approx(1 / 3), pytest.approx(1 / 3)]
+    assert float(P.bubble_fraction(2, 2)) == pytest.approx(1 / 3)
+    # a stage that works less than the others (here stage 1 loses its last 2 s) idles more
+    assert measured_bubble([s0, s1[:3]])[1] == pytest.approx(1 - 4 / 9)
+
+
+@pytest.mark.fast
+def test_an_emulated_device_paces_an_action_and_refuses_a_zero_length():
+    import time
+
+    from zeroedu.strategies.pipeline import EmulatedCompute
+
+    dev = EmulatedCompute(0.05, 0.1)
+    t = time.perf_counter()
+    dev.hold("B", t)
+    assert time.perf_counter() - t >= 0.1
+    with pytest.raises(ValueError, match="lasts > 0 s"):
+        EmulatedCompute(0.0, 0.1)
+
+
+@pytest.mark.fast
+def test_a_micro_batch_mark_round_trips_with_its_index():
+    from zeroedu.kinds import EventKind
+    from zeroedu.reports import Event
+
+    e = Event(1.5, EventKind.MICRO_BACKWARD_BEGIN, 2, micro=3)
+    assert e.label == "backward begins on micro-batch 3"
+    assert Event.from_plain(e.plain()) == e
 
 
 @pytest.mark.fast

@@ -126,11 +126,20 @@ class EventKind(str, Enum):
     GRADS_REDUCE_SCATTERED = "grads reduce-scattered"
     GRADS_ALL_GATHERED = "grads all-gathered"
     OUTER_GRADS_SYNCED = "outer grad sync done"
+    # a pipeline stage's work on one micro-batch (with `micro`): between begin and end the stage
+    # computes; outside them it waits for a neighbour (`strategies.pipeline`)
+    MICRO_FORWARD_BEGIN = "forward begins on micro-batch"
+    MICRO_FORWARD_END = "forward ends on micro-batch"
+    MICRO_BACKWARD_BEGIN = "backward begins on micro-batch"
+    MICRO_BACKWARD_END = "backward ends on micro-batch"
     OTHER = "other"                       # a point of a user's own strategy (its `note` says what)
 
     def label(self, *, unit: int | None = None, bucket: int | None = None, block: int | None = None,
-              note: str = "") -> str:
-        """The text people read: "unit 3 unshard", "bucket 2 ready", "recompute 1", "replicas built"."""
+              note: str = "", micro: int | None = None) -> str:
+        """The text people read: "unit 3 unshard", "bucket 2 ready", "recompute 1", "replicas built",
+        "forward begins on micro-batch 2"."""
+        if micro is not None:
+            return f"{self.value} {micro}"
         if unit is not None:
             return f"unit {unit} {self.value}"
         if bucket is not None:

@@ -213,10 +213,12 @@ class Event:
     bucket: int | None = None
     block: int | None = None
     note: str = ""  # what an `EventKind.OTHER` point (or a `BUILT` one) is
+    micro: int | None = None  # the micro-batch a pipeline stage's work point is about
 
     @property
     def label(self) -> str:
-        return self.kind.label(unit=self.unit, bucket=self.bucket, block=self.block, note=self.note)
+        return self.kind.label(unit=self.unit, bucket=self.bucket, block=self.block, note=self.note,
+                               micro=self.micro)
 
     @property
     def total(self) -> int:
@@ -232,6 +234,8 @@ class Event:
              "block": self.block, "label": self.label, "step": self.step}
         if self.note:
             d["note"] = self.note
+        if self.micro is not None:
+            d["micro"] = self.micro
         if self.bytes is not None:
             d["bytes"] = self.bytes
         return d

@@ -465,12 +465,12 @@ class Ledger:
         return ev
 
     def mark(self, kind: EventKind, *, bucket: int | None = None, block: int | None = None,
-             unit: int | None = None) -> None:
+             unit: int | None = None, micro: int | None = None) -> None:
         """A point in time with no memory change worth measuring (e.g. backward's end).
         BACKWARD_BEGIN inside `saving_activations` starts watching backward's tensors
         (full timeline); the block's end stops it."""
         kind = _kind(kind)
-        self.marks.append(Event(self.now(), kind, self.step, unit=unit, bucket=bucket, block=block))
+        self.marks.append(Event(self.now(), kind, self.step, unit=unit, bucket=bucket, block=block, micro=micro))
         if kind is EventKind.BACKWARD_BEGIN:
             self._start_watch()
         elif kind is EventKind.BACKWARD_END:

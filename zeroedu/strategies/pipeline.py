@@ -23,11 +23,23 @@ backward as soon as the last stage can, so stage s holds at most min(p - s, m): 
 stage, whatever m is (Korthikanti et al. 2022, §4.2.3). Both leave each stage idle for
 (p-1)/(m+p-1) of the step: the bubble.
 
+Time. With every action lasting t_f (forward) or t_b (backward) on every stage, a step takes
+(m + p - 1)(t_f + t_b) and each stage works m(t_f + t_b) of it. Two CPU cores cannot run four
+stages at once at full speed, so a measurement of the bubble runs on an emulated device
+(`EmulatedCompute`): each action computes for real and then sleeps until it has lasted t_f or t_b,
+a stated model of the device's speed as `runtime.links` is of the network's. The stage marks each
+action's begin (after its input arrived) and end (before its output is sent) on the timeline
+(`EventKind.MICRO_FORWARD_BEGIN`, ...), and the idle fraction is read from those marks
+(`train.pipeline.measured_bubble`).
+
 Bytes per step, per stage: m activations of b·s·h elements sent forward (not on the last stage)
 and m gradients of the same size backward (not on the first): 2·m·b·s·h·a across each boundary.
 `theory.pipeline` has the closed forms; `train.pipeline.pipeline_job` measures them.
 """
 from __future__ import annotations
+
+import time
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -36,6 +48,26 @@ from ..kinds import EventKind
 from ..runtime.comm import Axis, Comm, tag
 from ..runtime.ledger import Ledger
 from ..theory.pipeline import BACKWARD, FORWARD, SCHEDULES, schedule, stage_layers
+
+
+@dataclass(frozen=True)
+class EmulatedCompute:
+    """A device whose forward on one micro-batch takes `forward` seconds and backward `backward`,
+    on every stage: each action computes for real, then sleeps (costing no core) to that length.
+    Set them above the real compute's time, or the measured action is the real one."""
+    forward: float
+    backward: float
+
+    def __post_init__(self):
+        if not (self.forward > 0 and self.backward > 0):
+            raise ValueError(f"an emulated action lasts > 0 s, got forward {self.forward}, backward {self.backward}")
+
+    def hold(self, what: str, since: float) -> None:
+        """Sleep until the action begun at `since` (time.perf_counter) has lasted its length."""
+        length = self.forward if what == FORWARD else self.backward
+        rest = since + length - time.perf_counter()
+        if rest > 0:
+            time.sleep(rest)
 
 
 class Stage(nn.Module):
@@ -81,16 +113,18 @@ class Pipeline:
     forward and backward then go through the strategy (`Strategy.forward_only` / `backward_only`,
     its hooks firing as in plain data parallelism), every backward but the step's last inside
     `no_sync()`, and the strategy's own `step()` updates the stage. Without it the stage runs bare,
-    its gradients accumulating in `.grad` for the caller's optimizer."""
+    its gradients accumulating in `.grad` for the caller's optimizer.
+    `compute`: an `EmulatedCompute` to pace every action to a device's speed (time lessons)."""
 
     def __init__(self, model: nn.Module, axis: Axis, comm: Comm, ledger: Ledger, schedule_kind: str = "1f1b",
-                 data_parallel=None):
+                 data_parallel=None, compute: EmulatedCompute | None = None):
         if schedule_kind not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule_kind!r}")
         self.stage = Stage(model, axis.size, axis.rank)
         self.stage_layers = stage_layers(len(model.blocks), axis.size, axis.rank)
         self.stage.loss = model.loss
         self.axis, self.comm, self.ledger, self.kind = axis, comm, ledger, schedule_kind
+        self.compute = compute
         self.loss_fn = model.loss
         self.d_model = model.cfg.d_model
         self.strategy = data_parallel(self.stage) if data_parallel is not None else None
@@ -101,6 +135,17 @@ class Pipeline:
 
     def _tag(self, what: str, i: int):
         return tag("pipeline", f"stage{self.axis.rank}", "data", f"{what}{i}")
+
+    def _begin(self, what: str, i: int) -> float:
+        """The action's input is here: the stage starts working (a mark on the timeline)."""
+        self.ledger.mark(EventKind.MICRO_FORWARD_BEGIN if what == FORWARD else EventKind.MICRO_BACKWARD_BEGIN, micro=i)
+        return time.perf_counter()
+
+    def _end(self, what: str, i: int, since: float) -> None:
+        """The action's output is ready to send (on an emulated device, once it has lasted its length)."""
+        if self.compute is not None:
+            self.compute.hold(what, since)
+        self.ledger.mark(EventKind.MICRO_FORWARD_END if what == FORWARD else EventKind.MICRO_BACKWARD_END, micro=i)
 
     def _forward(self, inp: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
         """The stage on one micro-batch; on the last stage its loss (the graph keeps what
@@ -140,7 +185,9 @@ class Pipeline:
                     inp = torch.empty(shape, dtype=self.dtype)
                     self.comm.recv(inp, ax.rank - 1, ax, self._tag("act", i))
                     inp.requires_grad_()
+                since = self._begin(what, i)
                 out = self._forward(inp, y, m)
+                self._end(what, i, since)
                 if st.last:
                     losses[i] = out
                 else:
@@ -149,11 +196,14 @@ class Pipeline:
                 inputs[i] = inp
             else:
                 if st.last:
+                    since = self._begin(what, i)
                     self._backward(losses[i], None, i == m - 1)
                 else:
                     grad = torch.empty(shape, dtype=self.dtype)
                     self.comm.recv(grad, ax.rank + 1, ax, self._tag("grad", i))
+                    since = self._begin(what, i)
                     self._backward(outputs.pop(i), grad, i == m - 1)
+                self._end(what, i, since)
                 inp = inputs.pop(i)
                 if not st.first:
                     sends.append(self.comm.isend(inp.grad, ax.rank - 1, ax, self._tag("grad", i)))
