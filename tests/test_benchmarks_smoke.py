@@ -157,3 +157,17 @@ def test_gpu_memory_check_says_it_needs_a_gpu_and_fails_loudly_on_an_unread_term
     monkeypatch.delattr(torch._C, "_cuda_clearCublasWorkspaces", raising=False)
     with pytest.raises(RuntimeError, match="cannot be read"):
         torch_private.cublas_workspace_bytes("cuda:0")
+
+
+def test_pipeline(bench):
+    load, out = bench
+    res = load("bench_pipeline").main(["--model", "gpt-tiny", "--stages", "2", "--micro", "2", "--dp-micro", "1",
+                                       "--forward-ms", "5", "--backward-ms", "10"])
+    assert [(r["p"], r["schedule"], r["m"]) for r in res["equality"]] == [(2, "gpipe", 2), (2, "1f1b", 2)]
+    assert all(r["exact"] for r in res["equality"] + res["dp"])
+    assert [r["strategy"] for r in res["dp"]] == ["zero1", "zero2", "fsdp1", "fsdp2"]
+    from zeroedu.notebook.time_lessons import pipeline_results
+
+    rows = pipeline_results(str(out / "pipeline.json"))
+    assert [(r.p, r.schedule, r.m) for r in rows] == [(2, "gpipe", 2), (2, "1f1b", 2)]
+    assert all(len(r.measured) == 2 and r.predicted == pytest.approx(1 / 3) for r in rows)

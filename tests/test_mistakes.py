@@ -99,6 +99,8 @@ CASES = [
     # mixed-bf16 without its fp32 master: 2 + 2 + 8; ZeRO-3 over DDP with gathers as all-reduces
     (M.master_forgotten("mixed-bf16"), 2 + 2 + 8, "fp32 master"),
     (M.gathers_counted_as_allreduces(7e9, 8), 2.0, "double"),
+    # pipelines: p = 4 stages, m = 8 micro-batches; (p-1)/(m+p-1) = 3/11 is right
+    (M.bubble_over_busy(4, 8), 3 / 8, "slots long"),
 ]
 
 

@@ -234,3 +234,38 @@ def test_with_data_parallelism_zero1_reduces_once_per_step_zero2_and_fsdp_once_p
         for m in (2, 4):
             assert dp_bytes[fsdp, m] == {k: m * v for k, v in dp_bytes[fsdp, 1].items()}
         assert dp_bytes[fsdp, 1]["all_gather"] == 2 * dp_bytes[fsdp, 1]["reduce_scatter"]
+
+
+@pytest.mark.fast
+def test_the_timed_schedule_spans_m_plus_p_minus_1_slots_and_idles_the_bubble():
+    """With every forward t_f and backward t_b, both schedules take (m+p-1)(t_f+t_b), each stage
+    works m(t_f+t_b) of it (so idles (p-1)/(m+p-1)), and no action starts before its input exists."""
+    from fractions import Fraction as F
+
+    for kind in P.SCHEDULES:
+        for p, m in ((2, 1), (2, 4), (4, 8), (4, 2), (3, 5), (8, 3)):
+            for t_f, t_b in ((F(1), F(2)), (F(2), F(3))):
+                rows = P.timed_schedule(kind, p, m, t_f, t_b)
+                span = max(a[3] for r in rows for a in r)
+                assert span == (m + p - 1) * (t_f + t_b), (kind, p, m)
+                for s, r in enumerate(rows):
+                    assert [(w, i) for w, i, _, _ in r] == P.schedule(kind, p, m, s)
+                    assert 1 - sum(e - b for _, _, b, e in r) / span == P.bubble_fraction(p, m)
+                    assert all(a[3] <= b[2] for a, b in zip(r, r[1:]))
+    # GPipe, p = 2, m = 2, t_f = 1, t_b = 2, by hand: stage 1 runs F0 [1, 2), F1 [2, 3), B0 [3, 5), B1 [5, 7)
+    assert P.timed_schedule("gpipe", 2, 2, 1, 2)[1] == [("F", 0, 1, 2), ("F", 1, 2, 3), ("B", 0, 3, 5), ("B", 1, 5, 7)]
+
+
+def test_the_figures_draw_every_action_the_timeline_holds():
+    from zeroedu.notebook import viz
+    from zeroedu.notebook.time_lessons import BubbleRow
+    from zeroedu.train.pipeline import run
+
+    rep = run(MODEL, 2, 3, "1f1b", steps=1, global_batch=6, compute=(0.01, 0.02))
+    assert rep.compute == (0.01, 0.02) and len(rep.measured_bubble) == 2
+    fig = viz.pipeline_schedule(rep)
+    measured, predicted = fig.axes[:2]
+    assert len(measured.collections) == len(predicted.collections) == 2 * 2 * 3  # p stages x 2m actions
+    rows = [BubbleRow(2, "1f1b", m, float(P.bubble_fraction(2, m)), [0.5, 0.5], [0.1, 0.2]) for m in (1, 2)]
+    assert rows[0].worst == 0.0 and rows[1].worst == pytest.approx(0.5)
+    assert len(viz.bubble_figure(rows).axes[0].lines) == 2  # the closed form's line and the 1F1B markers

@@ -108,6 +108,7 @@ EXPECTED = {
     "loss_scaling": {"rs_fp32": 7 / 8 * 4 * P7, "rs_bf16": RS8},
     "checkpoint_reshard": {"opt": 12 * P7, "total": 16 * P7},
     "fsdp_tp": {"ms": 16 * P70 / 64, "dp_sent": 3 * 7 / 8 * 2 * P70 / 8},
+    "pp_bubble": {"b48": 3 / 11, "b432": 3 / 35, "inflight": 4},  # (p-1)/(m+p-1); 1F1B's first stage: p
     "pp_zero": {"z1": 2 * 7 / 8 * 2 * P7 / 4, "z2": 17 * 7 / 8 * 2 * P7 / 4, "z3": 16 * 3 * 7 / 8 * 2 * P7 / 4},
 }
 

@@ -171,6 +171,34 @@ def results(name: str, path: str | None = None) -> list[TimedRun]:
     return [TimedRun(**r) for r in data["lessons"][name]]
 
 
+@dataclass(frozen=True)
+class BubbleRow:
+    """One pipeline shape's bubble as `benchmarks/bench_pipeline.py` measured it: each stage's idle
+    fraction of the step (its timeline, on an emulated device) beside (p-1)/(m+p-1)."""
+    p: int
+    schedule: str
+    m: int
+    predicted: float
+    measured: list[float]
+    compute: list[float]  # the emulated device's t_f, t_b (seconds)
+
+    @property
+    def mean(self) -> float:
+        return sum(self.measured) / len(self.measured)
+
+    @property
+    def worst(self) -> float:
+        """The stage furthest from the closed form, relative."""
+        return max((abs(b / self.predicted - 1) for b in self.measured), default=0.0)
+
+
+def pipeline_results(path: str | None = None) -> list[BubbleRow]:
+    """The bubble rows committed in benchmarks/results/pipeline.json."""
+    with open(path or os.path.join(RESULTS_DIR, "pipeline.json")) as f:
+        data = json.load(f)
+    return [BubbleRow(**r) for r in data["bubble"]]
+
+
 def check_prediction(rows: list[TimedRun], tolerance: float) -> None:
     """Every row's prediction within `tolerance` (relative) of its measurement."""
     off = [f"{r.label}: predicted {1e3 * r.predicted:.0f} ms, measured {1e3 * r.measured:.0f} ms" for r in rows

@@ -17,6 +17,7 @@ from fractions import Fraction
 
 from .. import recipes, theory
 from ..theory import activations, hybrid
+from ..theory import pipeline as pipeline_theory
 
 LINKS = ("dp_shard", "dp_outer")  # the links' presets: inside an NVLink domain, across domains
 
@@ -178,7 +179,19 @@ def adam_step_temporaries(implementation: str, psi, n: int):
     return theory.memory.adam_step_temporaries(implementation, [int(psi) // n], copied=implementation == "zeroedu")
 
 
-FIGURES = {f.__name__: f for f in (
+def pipeline_bubble(p: int, m: int):
+    """The share of a step each of p pipeline stages idles with m micro-batches, (p-1)/(m+p-1)
+    (`theory.pipeline.bubble_fraction`)."""
+    return pipeline_theory.bubble_fraction(p, m)
+
+
+def pipeline_in_flight(schedule: str, p: int, m: int, stage: int = 0):
+    """The most micro-batches whose activations a stage holds at once (`theory.pipeline.in_flight`):
+    m under GPipe, min(p - stage, m) under 1F1B."""
+    return pipeline_theory.in_flight(schedule, p, m, stage)
+
+
+FIGURES = {f.__name__: f for f in (pipeline_bubble, pipeline_in_flight,
     given, recipe_bytes, model_states, comm_total, comm_collective, comm_ratio, zeropp_ratio, sent_bytes,
     recipe_sent, bandwidth, bandwidth_ratio, alpha, all_gather_time, ring_allreduce_time, min_bucket_bytes,
     comm_time, tokens_to_hide, cross_domain_bytes, cross_domain_ratio, step_comm_time, layer_activations,

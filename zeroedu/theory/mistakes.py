@@ -485,7 +485,15 @@ def one_latency_per_collective(n: int, bandwidth, alpha, efficiency) -> Mistake:
                    "a ring all-reduce pays α at each of its 2(N-1) steps, not once")
 
 
-MISTAKES = (whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
+# ----------------------------------------------------------------- pipelines
+def bubble_over_busy(p: int, m: int) -> Mistake:
+    """The pipeline's idle slots divided by its busy ones, (p-1)/m, where their share of the step,
+    (p-1)/(m+p-1), was asked."""
+    return Mistake("bubble_over_busy", float(Fraction(p - 1, m)),
+                   f"that divides the {p - 1} idle slots by the {m} busy ones; a step is m + p - 1 = {m + p - 1} slots long")
+
+
+MISTAKES = (bubble_over_busy, whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
             optimizer_forgotten, parameters_only, other_recompute, one_layer_only, even_split,
             full_chunk_everywhere, floor_rows, unpadded_buffer, one_padded_chunk, only_optimizer_shard, missing_gradients, ring_factor_dropped,
             allreduce_counted_once, other_stage_comm, fp32_gradients, sign_flipped, upside_down, complement,

@@ -74,6 +74,40 @@ def bubble_fraction(p: int, m: int) -> Fraction:
     return Fraction(p - 1, m + p - 1)
 
 
+def timed_schedule(kind: str, p: int, m: int, t_f, t_b) -> list[list[tuple[str, int, object, object]]]:
+    """When each action runs, per stage, with every forward lasting t_f and every backward t_b and
+    nothing else taking time: ("F" or "B", micro-batch, start, end). Each stage runs its
+    `schedule` in order; an action starts when the stage is free and its input exists (F i on
+    stage s after F i on s-1; B i on s after B i on s+1). The picture the measured timeline is set
+    against; its span is (m + p - 1)(t_f + t_b) for both schedules."""
+    _check(p, m)
+    orders = [schedule(kind, p, m, s) for s in range(p)]
+    done: dict[tuple[int, str, int], object] = {}
+    out: list[list] = [[] for _ in range(p)]
+    free = [0] * p
+    nxt = [0] * p
+    while any(nxt[s] < len(orders[s]) for s in range(p)):
+        moved = False
+        for s in range(p):
+            if nxt[s] == len(orders[s]):
+                continue
+            what, i = orders[s][nxt[s]]
+            need = (s - 1, FORWARD, i) if what == FORWARD else (s + 1, BACKWARD, i)
+            if not 0 <= need[0] < p:
+                need = None
+            if need is not None and need not in done:
+                continue
+            start = max(free[s], done[need]) if need is not None else free[s]
+            end = start + (t_f if what == FORWARD else t_b)
+            done[s, what, i] = free[s] = end
+            out[s].append((what, i, start, end))
+            nxt[s] += 1
+            moved = True
+        if not moved:  # cannot happen for the two schedules (tests/test_pipeline.py simulates both)
+            raise RuntimeError(f"{kind} with p = {p}, m = {m} waits on itself")
+    return out
+
+
 def stage_layers(n_layers: int, p: int, stage: int) -> range:
     """The blocks stage `stage` runs: L/p contiguous ones (L must divide by p)."""
     _check(p, 1, stage)
