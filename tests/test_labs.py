@@ -130,7 +130,7 @@ def test_no_solution_in_the_installed_package():
 # ------------------------------------------------------------------ key: full points, stubs: none
 def _check_schema(g: dict) -> None:
     assert set(g) == {"schema", "seed", "hidden", "n", "points", "max_points", "labs"}
-    assert g["schema"] == SCHEMA and g["max_points"] == TOTAL_POINTS == 100
+    assert g["schema"] == SCHEMA and g["max_points"] == TOTAL_POINTS == 125
     assert [lab["lab"] for lab in g["labs"]] == list(LABS)
     for lab in g["labs"]:
         assert set(lab) == {"lab", "name", "title", "path", "status", "points", "max_points", "minutes",
@@ -155,7 +155,7 @@ def test_key_gets_full_points_on_visible_and_hidden_cases(key_dir, monkeypatch):
     monkeypatch.setattr(generate, "default_source", lambda: Path("/nonexistent"))
     g = checks.grade(directory=key_dir, hidden=1, seed=SEED)
     _check_schema(g)
-    assert g["points"] == 100, json.dumps([lab["messages"] for lab in g["labs"]], indent=1)
+    assert g["points"] == 125, json.dumps([lab["messages"] for lab in g["labs"]], indent=1)
     for lab in g["labs"]:
         assert lab["status"] == "passed"
         hidden = {c["case"] for t in lab["tests"] for c in t["cases"] if c["hidden"]}
@@ -262,6 +262,19 @@ MISTAKES = [
     # lab 6: resharding after forward whatever the option says (one all-gather too many)
     (6, "    if fsdp.reshard_after_forward:\n        reshard(unit)", "    reshard(unit)", "bytes",
      "(2× the prediction)"),
+    # lab 7: the optimizer reads the buckets without waiting for their all-reduces
+    (7, "        ddp.inflight.pop(k).wait()", "        ddp.inflight.pop(k)", "waited", "bucket 0's all-reduce was not waited for"),
+    # lab 7: a bucket reduced twice (its gradient summed over ranks twice)
+    (7, "        ddp.inflight[b.index] = all_reduce_bucket(ddp, b)\n",
+     "        all_reduce_bucket(ddp, b).wait()\n        ddp.inflight[b.index] = all_reduce_bucket(ddp, b)\n", "bytes",
+     "2 all-reduces of it"),
+    # lab 7: every all-reduce waited for at once: in order, once each, and hiding nothing
+    (7, "        ddp.inflight[b.index] = all_reduce_bucket(ddp, b)\n", "        all_reduce_bucket(ddp, b).wait()\n",
+     "overlap", "hides nothing"),
+    # lab 7: reducing inside no_sync (every micro-batch, not once per step)
+    (7, "    if not ddp.require_sync:\n        return", "    pass", "bytes", "inside no_sync()"),
+    # lab 7: nothing launched until finish: one big reduction after backward
+    (7, "    if b.pending == 0:\n        launch_ready(ddp)", "    pass", "overlap", "0 of 3 bucket all-reduces started"),
     # lab 6: a prefetch past limit_all_gathers
     (6, "    if fsdp.limit_all_gathers is not None and busy >= fsdp.limit_all_gathers:\n        return", "",
      "prefetch", "limit_all_gathers=1"),
@@ -338,7 +351,7 @@ def test_cli_json_exit_status_and_usage_errors(key_dir, capsys):  # lab 4 runs o
     capsys.readouterr()
     assert main(["list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert listed["max_points"] == 100 and [r["lab"] for r in listed["labs"]] == list(LABS)
+    assert listed["max_points"] == 125 and [r["lab"] for r in listed["labs"]] == list(LABS)
     assert all(r["minutes"] > 0 and r["notebook"].startswith("notebooks/") for r in listed["labs"])
 
 

@@ -49,12 +49,13 @@ FORBIDDEN_MODULES = {
     4: _EVERY_LAB + ("zeroedu.theory",),
     5: _EVERY_LAB + ("zeroedu.strategies",),
     6: _EVERY_LAB + ("zeroedu.strategies",),
+    7: _EVERY_LAB + ("zeroedu.strategies",),
 }
 # What a skeleton itself imports from a forbidden package: (module, names allowed)
 ALLOWED_FROM = {6: {"zeroedu.strategies.fsdp_units": {"SHARDED", "UNSHARDED", "UNSHARDING"}}}
 # Of the package, what each lab's skeleton imports (module -> names; None: the module itself).
 ALLOWED_ZEROEDU = {1: set(), 2: {"zeroedu.shard"}, 3: {"zeroedu.shard"}, 4: {"zeroedu.recipes"}, 5: set(),
-                   6: {"zeroedu.strategies.fsdp_units"}}
+                   6: {"zeroedu.strategies.fsdp_units"}, 7: set()}
 RUN_TIME_IMPORT = {"importlib", "runpy"}
 # Outside zeroedu, what a lab may import (top-level names): computing, not reaching the process
 # (sys, os, gc, ctypes, inspect, operator's attrgetter, threading, subprocess are not here).

@@ -97,6 +97,17 @@ LABS: dict[int, Lab] = {lab.number: lab for lab in [
          Test("prefetch", "forward/backward prefetch issued when allowed, never past the limit", 6),
          Test("memory", "no unsharded bytes at the optimizer step (or after forward, when resharding)", 5)),
         ("unshard", "reshard", "prefetch", "pre_forward", "post_forward", "pre_backward")),
+    Lab(7, "lab7_ddp_buckets.py", "bucketed DDP with overlap",
+        "write bucketed DDP's gradient hooks (count each bucket down, all-reduce every ready bucket "
+        "in order while backward goes on, nothing inside no_sync, wait for all before the step) "
+        "inside the real bucketed DDP, trained on real ranks",
+        "notebooks/02_ddp.ipynb", 45,
+        (Test("params", "final parameters equal single-process training (fp32), with accumulation too", 6),
+         Test("bytes", "each bucket all-reduced once per step: theory.exact_comm('ddp_bucketed')", 5),
+         Test("order", "buckets launched in bucket order, each once", 4),
+         Test("overlap", "every bucket's all-reduce starts during backward and hides behind it", 6),
+         Test("waited", "every all-reduce seen finished before the optimizer reads the gradients", 4)),
+        ("post_accumulate", "launch_ready", "all_reduce_bucket", "finish")),
 ]}
 
 TOTAL_POINTS = sum(lab.points for lab in LABS.values())

@@ -1,9 +1,11 @@
-"""Where the student's code plugs into the real strategies (labs 5 and 6).
+"""Where the student's code plugs into the real strategies (labs 5, 6 and 7).
 
 `ZeRO2Lab` is `zeroedu.strategies.zero2.ZeRO2` whose backward hooks call the student's four
 functions (`pre_accumulate`, `post_accumulate`, `reduce_scatter_unit`, `free_finished`);
 `FSDPLab` is `zeroedu.strategies.fsdp1.FSDP1` whose unit lifecycle calls the student's six
-(`unshard`, `reshard`, `prefetch`, `pre_forward`, `post_forward`, `pre_backward`). Everything
+(`unshard`, `reshard`, `prefetch`, `pre_forward`, `post_forward`, `pre_backward`); `DDPBucketedLab` is
+`zeroedu.strategies.ddp_bucketed.DDPBucketed` whose gradient hooks and final sync call the student's four
+(`post_accumulate`, `launch_ready`, `all_reduce_bucket`, `finish`). Everything
 else (flat units, Adam on the shard, the optimizer step, the all-gathers after it, the runner's
 loop) is the package's own code, so a student's version is graded inside the real algorithm.
 
@@ -33,6 +35,7 @@ import torch
 
 from ..kinds import EventKind as Ev
 from ..runtime.comm import Comm, Handle
+from ..strategies.ddp_bucketed import DDPBucketed
 from ..strategies.fsdp1 import FSDP1, FlatParamUnit
 from ..strategies.fsdp_units import SHARDED, UNSHARDED
 from ..strategies.zero2 import ZeRO2
@@ -359,3 +362,106 @@ class FSDPLab(FSDP1):
 
 
 __all__ = ["FSDPLab", "LabFlatUnit", "Watched", "WatchingComm", "ZeRO2Lab"]
+
+
+# ====================================================================== lab 7: bucketed DDP's hooks
+class DDPBucketedLab(DDPBucketed):
+    """The real bucketed DDP with the student's hook functions. What the student's code sees:
+
+    ``ddp.buckets[k]`` (a `Bucket`: ``index``, ``buffer``, ``param_ids``, ``pending``),
+    ``ddp.bucket_of[i]``, ``ddp.next_bucket``, ``ddp.inflight`` (bucket index -> handle of its
+    all-reduce), ``ddp.require_sync``, ``ddp.comm``, ``ddp.dist.inner``, ``ddp.tag(...)``.
+
+    The scaffold keeps its own count of each bucket's gradients (the student's `pending` is theirs
+    to get wrong) and emits `GRADS_READY` (with the bucket's index) when a bucket is complete, so
+    the timeline shows where backward was while each all-reduce flew. It records, per step, the
+    order in which buckets were reduced (by the buffer each collective read) and whether every
+    collective was seen finished before the optimizer reads the gradients."""
+
+    name = "ddp_bucketed"
+
+    def __init__(self, model, dist, recipe, adam=None, *, student, **options):
+        if not isinstance(dist.comm, WatchingComm):
+            raise TypeError("DDPBucketedLab needs a DistState whose comm is a WatchingComm")
+        self.student = student
+        self.violations: list[dict] = []
+        self._inflight: dict = {}
+        self._noted_no_sync = False
+        super().__init__(model, dist, recipe, adam, **options)
+        self._own_pending = [len(b.param_ids) for b in self.buckets]
+        self._bucket_at = {_ptr(b.buffer): b.index for b in self.buckets}
+
+    @property
+    def inflight(self) -> dict:
+        return self._inflight
+
+    def _post_accumulate_hook(self, i: int):
+        def hook(_p):
+            if self.require_sync:
+                b = self.bucket_of[i]
+                self._own_pending[b.index] -= 1
+                if self._own_pending[b.index] == 0:
+                    self.ledger.event(Ev.GRADS_READY, b.index)
+            before = len(self.comm.launched)
+            self.student.post_accumulate(self, i)
+            if not self.require_sync and len(self.comm.launched) > before and not self._noted_no_sync:
+                self._noted_no_sync = True
+                self._violate("bytes", self.bucket_of[i].index, "an all-reduce was launched inside no_sync(): "
+                              "while micro-batches accumulate (ddp.require_sync is False) the hooks must do "
+                              "nothing, and the next synchronised backward reduces the sum once")
+            self._check_inflight()
+        return hook
+
+    def _check_inflight(self) -> None:
+        for k, h in self._inflight.items():
+            if not isinstance(h, Watched):
+                raise LabViolation("overlap", f"ddp.inflight[{k}] is {h!r}, not the handle of bucket {k}'s "
+                                              "all-reduce: launch it with async_op=True and store the handle "
+                                              "it returns", unit=k)
+
+    def _violate(self, test: str, bucket: int | None, message: str) -> None:
+        self.violations.append({"test": test, "unit": bucket, "step": self.ledger.step, "message": message})
+
+    def _settle(self, why: str) -> None:
+        """Wait for every collective the student left unwaited (so the run goes on), naming each."""
+        for w in self.comm.launched:
+            if not w.seen_done:
+                k = self._bucket_at.get(w.ptr)
+                self._violate("waited", k, f"bucket {k}'s all-reduce was not waited for {why}: the "
+                                           "optimizer would read a gradient the collective is still "
+                                           "writing (handle.wait() on every bucket in finish)")
+                w.wait()
+        self.comm.launched = []
+
+    def before_micro_batch(self):
+        if self.require_sync:
+            self._own_pending = [len(b.param_ids) for b in self.buckets]
+            self._settle("before the next backward")
+            self._inflight.clear()
+        elif self.comm.launched:
+            self._settle("before the next micro-batch")
+        super().before_micro_batch()
+
+    def finish_grad_sync(self) -> None:
+        self.student.finish(self)
+        self._check_inflight()
+        order = [self._bucket_at.get(w.ptr) for w in self.comm.launched if w.op == "all_reduce"]
+        want = list(range(len(self.buckets)))
+        if order != want:
+            twice = sorted({k for k in order if order.count(k) > 1})
+            missing = [k for k in want if k not in order]
+            if twice:
+                why = f"bucket {twice[0]} was all-reduced {order.count(twice[0])} times in one step"
+            elif missing:
+                why = f"bucket {missing[0]} was never all-reduced in this step"
+            else:
+                first = next(a for a, b in zip(order, want) if a != b)
+                why = (f"bucket {first} was launched out of order (order {order}): every rank must issue "
+                       "the buckets' collectives in the same order, bucket 0 first")
+            self._violate("order", None, why)
+        self._settle("before the optimizer step")
+        if self._inflight:
+            self._violate("waited", min(self._inflight), f"finish returned with buckets {sorted(self._inflight)} "
+                                                         "still in ddp.inflight: wait for each and remove it")
+            self._inflight.clear()
+        self.ledger.mark(Ev.GRADS_SYNCED)

@@ -1,4 +1,4 @@
-"""Labs 5 and 6: the student's hooks inside the real ZeRO-2 / FSDP1, trained on real ranks.
+"""Labs 5, 6 and 7: the student's hooks inside the real ZeRO-2 / FSDP1 / bucketed DDP, trained on real ranks.
 
 Each case is a short training run (a small MLP, fp32, a few steps) through the package's own
 runner: `zeroedu.train.runner.dist_state` for the axes, `RankRun` + `train_steps` for the loop
@@ -39,16 +39,20 @@ from ..train.runner import RankRun, dist_state, local_micro_batches, train_steps
 from .basic import HIDDEN_N, compare
 from .grading import Case, Diagnosis, LabResult
 from .registry import LABS
-from .scaffolds import FSDPLab, WatchingComm, ZeRO2Lab
+from .scaffolds import DDPBucketedLab, FSDPLab, WatchingComm, ZeRO2Lab
 from .student import run_cases
 
-STRATEGY = {5: "zero2", 6: "fsdp1"}
-SCAFFOLD = {5: ZeRO2Lab, 6: FSDPLab}
+STRATEGY = {5: "zero2", 6: "fsdp1", 7: "ddp_bucketed"}
+SCAFFOLD = {5: ZeRO2Lab, 6: FSDPLab, 7: DDPBucketedLab}
 RECIPE = "fp32"  # parameters are compared with single-process fp32 training
 # fp32 sums in another order (ring vs one process) and Adam's division differ by ~1e-7 relative;
 # any real mistake is orders of magnitude larger.
 TOL = 1e-4
 VISIBLE_STEPS = 3
+
+# Lab 7: the default MLP's 6 parameters in three buckets of 512 bytes and more; then two micro-batches
+# per step (the first backward inside no_sync) with two buckets.
+LAB7_VISIBLE = [{"options": {"bucket_bytes": 512}}, {"options": {"bucket_bytes": 1200}, "micro_batches": 2}]
 
 LAB6_VISIBLE = [
     {"reshard_after_forward": True, "forward_prefetch": False, "backward_prefetch": True, "limit_all_gathers": None},
@@ -71,6 +75,8 @@ def cases(lab: int, n: int, hidden: int, rng: random.Random) -> list[Case]:
     out = []
     if lab == 5:
         out.append(Case("visible-1", False, n, dict(default)))
+    elif lab == 7:
+        out += [Case(f"visible-{k + 1}", False, n, {**default, **v}) for k, v in enumerate(LAB7_VISIBLE)]
     else:
         out += [Case(f"visible-{k + 1}", False, n, {**default, "options": dict(o)}) for k, o in enumerate(LAB6_VISIBLE)]
     for k in range(hidden):
@@ -78,6 +84,10 @@ def cases(lab: int, n: int, hidden: int, rng: random.Random) -> list[Case]:
         model = MLPConfig(d_in=rng.randint(3, 16), hidden=rng.randint(3, 24), depth=rng.randint(2, 4),
                           d_out=rng.randint(1, 9), seed=rng.randint(1, 10**6))
         p = {"model": _model_dict(model), "steps": rng.randint(2, 3), "global_batch": nn * rng.randint(2, 5)}
+        if lab == 7:
+            mb = rng.choice([1, 1, 2])
+            p["micro_batches"], p["global_batch"] = mb, nn * mb * rng.randint(1, 3)
+            p["options"] = {"bucket_bytes": rng.choice([64, 200, 512, 1500, 1 << 20])}
         if lab == 6:
             p["options"] = {"reshard_after_forward": rng.random() < 0.6, "forward_prefetch": rng.random() < 0.5,
                             "backward_prefetch": rng.random() < 0.7, "limit_all_gathers": rng.choice([None, None, 1, 2])}
@@ -88,7 +98,8 @@ def cases(lab: int, n: int, hidden: int, rng: random.Random) -> list[Case]:
 def config(lab: int, case_params: dict, n: int) -> ResolvedConfig:
     p = case_params
     return RunConfig(STRATEGY[lab], n, steps=p["steps"], recipe=RECIPE, model=MLPConfig(**p["model"]),
-                     global_batch=p["global_batch"], options=dict(p.get("options", {}))).resolved()
+                     global_batch=p["global_batch"], options=dict(p.get("options", {})),
+                     micro_batches=p.get("micro_batches", 1)).resolved()
 
 
 # ------------------------------------------------------------------ the rank side
@@ -115,7 +126,13 @@ def _run_case(lab: int, mod, ctx, case: dict) -> dict:
             per_unit[r.step][key] = per_unit[r.step].get(key, Fraction(0)) + r.sent
     timeline = ledger.timeline()
     params = strategy.full_parameters()  # every rank: a collective for FSDP
+    per_tag = [{} for _ in range(cfg.steps)]  # lab 7: bytes per bucket, by its collective's tag
+    for r in ledger.comm:
+        if 0 <= r.step < cfg.steps:
+            per_tag[r.step][str(r.tag)] = per_tag[r.step].get(str(r.tag), Fraction(0)) + r.sent
+    buckets = [b.buffer.numel() * b.buffer.element_size() for b in getattr(strategy, "buckets", [])]
     return {"losses": losses, "per_step": per_step, "per_unit": per_unit, "timeline": timeline,
+            "per_tag": per_tag, "buckets": buckets,
             "violations": list(strategy.violations), "params": params if ctx.rank == 0 else None,
             "grad_snapshot": getattr(strategy, "grad_snapshot", None)}
 
@@ -347,6 +364,57 @@ def grade_fsdp(res: LabResult, case: Case, results: list[dict]) -> None:
     res.record(case, "memory", memory)
 
 
-GRADE = {5: grade_zero2, 6: grade_fsdp}
+def grade_ddp(res: LabResult, case: Case, results: list[dict]) -> None:
+    cfg = config(7, case.params, case.n)
+    n = case.n
+    _grade_params(res, case, cfg, results)
+    _grade_bytes(res, case, cfg, results, "ddp_bucketed")
+    v = _violations(results, ("bytes", "order", "waited"))
+    per_bucket = []
+    for r, out in enumerate(results):
+        for s, got in enumerate(out["per_tag"]):
+            for k, nbytes in enumerate(out["buckets"]):
+                tag = f"ddp_bucketed/bucket{k}/grads"
+                want = theory.sent_bytes("all_reduce", nbytes, n)
+                g = got.get(tag, Fraction(0))
+                if g != want:
+                    times = f" ({float(g / want):g} all-reduces of it)" if want and g else ""
+                    per_bucket.append(Diagnosis(
+                        f"rank {r}, step {s}, bucket {k} ({nbytes} bytes): sent {float(g):g} bytes, one ring "
+                        f"all-reduce of it sends 2(N-1)/N x {nbytes} = {float(want):g}{times}", rank=r, unit=k,
+                        expected=float(want), got=float(g)))
+                    break
+            if per_bucket:
+                break
+        if per_bucket:
+            break
+    prior = next((c.diagnosis for c in res.tests["bytes"].cases if c.case.id == case.id), [])
+    res.record(case, "bytes", list(prior) + per_bucket + v["bytes"])
+    overlap = []
+    for r, out in enumerate(results):
+        b = len(out["buckets"])
+        for s in range(cfg.steps):
+            k = analysis.launched_in_backward(out["timeline"], step=s)
+            if k != b:
+                overlap.append(Diagnosis(
+                    f"rank {r}, step {s}: {k} of {b} bucket all-reduces started during backward; launch each "
+                    "bucket as soon as its last gradient is accumulated (post_accumulate), so it overlaps the "
+                    "backward of earlier layers", rank=r, expected=b, got=k))
+                break
+            hid = analysis.overlapped_by_backward(out["timeline"], s, (EventKind.GRADS_READY,))
+            if hid < b - 1:
+                overlap.append(Diagnosis(
+                    f"rank {r}, step {s}: only {hid} of {b} bucket all-reduces were still in flight when backward "
+                    f"completed the next bucket (expected {b - 1}: all but the last); one waited for right after "
+                    "its launch hides nothing: wait only in finish", rank=r, expected=b - 1, got=hid))
+                break
+        if overlap:
+            break
+    res.record(case, "overlap", overlap[:3])
+    res.record(case, "order", v["order"])
+    res.record(case, "waited", v["waited"])
+
+
+GRADE = {5: grade_zero2, 6: grade_fsdp, 7: grade_ddp}
 
 __all__ = ["GRADE", "LAB6_VISIBLE", "cases", "config", "summed_local_grads", "train_lab_job"]
