@@ -360,3 +360,36 @@ def test_readme_lists_every_lab():
     text = (ROOT / "labs" / "README.md").read_text()
     for lab in LABS.values():
         assert lab.command in text and lab.file in text and f"{lab.points} points" in text
+
+
+def test_a_class_folder_grades_into_one_csv_row_per_student(tmp_path, capsys):
+    """Two students, lab 4 only (one rank, quick): the key earns every point and every hidden case;
+    the skeleton none; a table fitted to the visible cases loses the criteria the hidden cases break,
+    and its hidden columns read 0. The CSV says so, one row per student, one column per lab and hidden case."""
+    import csv
+
+    from zeroedu import theory
+
+    cls = tmp_path / "class"
+    (cls / "ada" / "labs" / "student").mkdir(parents=True)  # the published layout
+    (cls / "ada" / "labs" / "student" / LABS[4].file).write_text(_key_text(4))
+    (cls / "bob").mkdir()  # the files at the top of the folder
+    (cls / "bob" / LABS[4].file).write_text(generate.render(generate.default_source() / LABS[4].file, "student"))
+    table = {(psi, n, m, r): theory.model_states("hfsdp", psi, n, m, r).as_dict()
+             for psi, n, m, r in checks.basic.LAB4_CASES}
+    (cls / "cy").mkdir()
+    (cls / "cy" / LABS[4].file).write_text(
+        f"TABLE = {table!r}\n"
+        "def hfsdp_bytes_per_gpu(psi, n, m, recipe='mixed-bf16'):\n"
+        "    return TABLE.get((psi, n, m, recipe), dict(param=0, grad=0, optim=0, total=0))\n")
+    out = tmp_path / "grades.csv"
+    assert main(["class", str(cls), "--csv", str(out), "--labs", "4", "--hidden", "2", "--seed", str(SEED)]) == 0
+    rows = list(csv.reader(out.open()))
+    assert rows[0] == ["student", "points", "max_points", "lab4", "lab4 hidden-1", "lab4 hidden-2"]
+    assert rows[1] == ["ada", "10", "10", "10", "1", "1"]
+    assert rows[2] == ["bob", "0", "10", "0", "0", "0"]
+    assert rows[3][0] == "cy" and rows[3][4:] == ["0", "0"] and int(rows[3][3]) < 10
+    printed = capsys.readouterr().out
+    assert "ada" in printed and "every lab passed" in printed and f"seed {SEED}" in printed
+    with pytest.raises(SystemExit):  # the grade book inside the submissions is refused
+        main(["class", str(cls), "--csv", str(cls / "ada" / "g.csv"), "--labs", "4"])

@@ -11,6 +11,10 @@
                                                 autograder (schema in zeroedu.labs.grading), --out
                                                 writes it to FILE, signed with --sign
     verify --key KEYFILE FILE... [--json]       the points of each signed grade file, or NOT VERIFIED
+    class DIR --csv FILE [--labs 1,7] [--hidden [K]] [--seed S] [--n N]
+                                                grade every student folder of DIR on the same cases;
+                                                one CSV row per student, a column per lab and per
+                                                hidden case
 
 Exit status: 0 when the command ran (with --json, also when tests fail: the JSON says so); without
 --json, `check` exits 1 when a lab is not fully passed; 2 on a usage error.
@@ -58,6 +62,14 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--sign", default=None, metavar="KEYFILE",
                    help="with --out: sign the grade (HMAC-SHA256) with the key in KEYFILE, kept outside "
                         "every submission folder; `verify` checks it")
+    cl = sub.add_parser("class", help="grade a folder of submissions (one sub-folder per student) into one CSV")
+    cl.add_argument("dir", metavar="DIR", help="the class folder: one sub-folder per student, named for them")
+    cl.add_argument("--csv", required=True, metavar="FILE", help="write the grade book here (outside DIR)")
+    cl.add_argument("--labs", default=None, help="which labs, e.g. 1,5,7 (default all)")
+    cl.add_argument("--hidden", nargs="?", type=int, const=checks.DEFAULT_HIDDEN, default=0, metavar="K",
+                    help=f"K hidden randomized cases per lab, the same for every student (default K={checks.DEFAULT_HIDDEN})")
+    cl.add_argument("--seed", type=int, default=None, help="seed of the hidden cases (default: a fresh one, printed)")
+    cl.add_argument("--n", type=int, default=checks.DEFAULT_N, help=f"ranks of the visible cases (default {checks.DEFAULT_N})")
     v = sub.add_parser("verify", help="check the signatures of grade files written with --sign")
     v.add_argument("--key", required=True, metavar="KEYFILE", help="the key the grades were signed with")
     v.add_argument("files", nargs="+", metavar="FILE")
@@ -84,6 +96,29 @@ def _verify(key_file: str, files: list[str], as_json: bool) -> int:
         for f, (g, why) in rows.items():
             print(f"{f}: {why}" if why else f"{f}: {g['points']:g}/{g['max_points']} points, verified")
     return 1 if any(why for _, why in rows.values()) else 0
+
+
+def _class(p, args) -> int:
+    from . import classroom
+
+    try:
+        labs = None if args.labs is None else [checks.get_lab(k).number for k in args.labs.split(",")]
+        _check_out(args.csv)
+        root = os.path.realpath(args.dir)
+        if os.path.commonpath([root, os.path.realpath(args.csv)]) == root:
+            raise ValueError(f"--csv {args.csv} lies inside {args.dir}: write the grade book outside the "
+                             "submissions (their ranks may read that folder)")
+        classroom.students(args.dir)
+    except ValueError as e:
+        p.error(str(e))
+    seed = args.seed if args.seed is not None or not args.hidden else checks.new_seed()
+    grades = classroom.grade_class(args.dir, labs, hidden=args.hidden, seed=seed, n=args.n,
+                                   progress=lambda who: print(f"grading {who} ...", file=sys.stderr, flush=True))
+    _write_out(args.csv, classroom.to_csv(grades))
+    print(classroom.summary(grades))
+    print(f"wrote {args.csv} ({len(grades)} students" + (f"; hidden cases: {args.hidden}, seed {seed}" if args.hidden else "")
+          + ")")
+    return 0
 
 
 def _list(as_json: bool) -> int:
@@ -157,6 +192,8 @@ def main(argv=None) -> int:
         for path in written:
             print(f"wrote {path}")
         return 0
+    if args.cmd == "class":
+        return _class(p, args)
     if args.cmd == "build":
         try:
             if args.key is not None:
