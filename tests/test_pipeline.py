@@ -179,18 +179,18 @@ def test_gradients_equal_torchs_own_pipeline_and_one_process(p, m, kind):
 
 def test_the_command_line_prints_every_stage_beside_its_closed_forms():
     import json
-    import subprocess
-    import sys
 
-    out = subprocess.run([sys.executable, "-m", "zeroedu", "pipeline", "--stages", "2", "--microbatches", "2",
-                          "--steps", "1", "--json"], capture_output=True, text=True, timeout=300)
+    from .cli_inprocess import zeroedu  # on the session's warm pools (tests/cli_inprocess.py)
+
+    out = zeroedu("pipeline", "--stages", "2", "--microbatches", "2", "--steps", "1", "--json")
     assert out.returncode == 0, out.stderr
     rep = json.loads(out.stdout)
     assert [s["in_flight"] for s in rep["per_stage"]] == [2, 1]
     assert all(s["sent"] == s["predicted_sent"] for s in rep["per_stage"])
-    bad = subprocess.run([sys.executable, "-m", "zeroedu", "pipeline", "--stages", "2", "--microbatches", "3"],
-                         capture_output=True, text=True, timeout=300)
+    bad = zeroedu("pipeline", "--stages", "2", "--microbatches", "3")
     assert bad.returncode == 2 and "does not split into 3 micro-batches" in bad.stderr
+    bad = zeroedu("pipeline", "--emulate", "5")
+    assert bad.returncode == 2 and "--emulate takes FORWARD_MS,BACKWARD_MS" in bad.stderr
 
 
 def _composed(strategy, m, steps=2):
