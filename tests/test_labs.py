@@ -130,7 +130,7 @@ def test_no_solution_in_the_installed_package():
 # ------------------------------------------------------------------ key: full points, stubs: none
 def _check_schema(g: dict) -> None:
     assert set(g) == {"schema", "seed", "hidden", "n", "points", "max_points", "labs"}
-    assert g["schema"] == SCHEMA and g["max_points"] == TOTAL_POINTS == 125
+    assert g["schema"] == SCHEMA and g["max_points"] == TOTAL_POINTS == 155
     assert [lab["lab"] for lab in g["labs"]] == list(LABS)
     for lab in g["labs"]:
         assert set(lab) == {"lab", "name", "title", "path", "status", "points", "max_points", "minutes",
@@ -155,7 +155,7 @@ def test_key_gets_full_points_on_visible_and_hidden_cases(key_dir, monkeypatch):
     monkeypatch.setattr(generate, "default_source", lambda: Path("/nonexistent"))
     g = checks.grade(directory=key_dir, hidden=1, seed=SEED)
     _check_schema(g)
-    assert g["points"] == 125, json.dumps([lab["messages"] for lab in g["labs"]], indent=1)
+    assert g["points"] == 155, json.dumps([lab["messages"] for lab in g["labs"]], indent=1)
     for lab in g["labs"]:
         assert lab["status"] == "passed"
         hidden = {c["case"] for t in lab["tests"] for c in t["cases"] if c["hidden"]}
@@ -275,6 +275,19 @@ MISTAKES = [
     (7, "    if not ddp.require_sync:\n        return", "    pass", "bytes", "inside no_sync()"),
     # lab 7: nothing launched until finish: one big reduction after backward
     (7, "    if b.pending == 0:\n        launch_ready(ddp)", "    pass", "overlap", "0 of 3 bucket all-reduces started"),
+    # lab 8: a wrong shard offset (floor instead of ceil: 7 rows over 4 ranks kept 1 row each)
+    (8, "    c = -(-d0 // n)", "    c = d0 // n or 1", "shards", "rank 0, unit 2, 4.weight (7 rows): this rank keeps rows [0, 1)"),
+    # lab 8: a backward prefetch that gathers every earlier unit at once
+    (8, "        unshard(fsdp.units[j], async_op=True)  # one ahead: two units gathered at most",
+     "        for i in range(j + 1):\n            unshard(fsdp.units[i], async_op=True)", "memory",
+     "(units [0, 1, 2]), more than two neighbouring units"),
+    # lab 8: a reshard that frees the full gradients still being reduce-scattered
+    (8, "    unit.wait_unshard()  # never free memory an all-gather is still writing into\n",
+     "    unit.wait_unshard()  # never free memory an all-gather is still writing into\n    unit.free_grads()\n",
+     "no_early_free", "unit 2, parameter 0: its full gradient was freed while its reduce-scatter was still in flight"),
+    # lab 8: the prefetch waited for at once (issued during the unit's backward, hiding nothing)
+    (8, "        unshard(fsdp.units[j], async_op=True)  # one ahead: two units gathered at most",
+     "        unshard(fsdp.units[j])", "prefetch", "unit 1's all-gather was issued during unit 2's backward but waited for"),
     # lab 6: a prefetch past limit_all_gathers
     (6, "    if fsdp.limit_all_gathers is not None and busy >= fsdp.limit_all_gathers:\n        return", "",
      "prefetch", "limit_all_gathers=1"),
@@ -351,7 +364,7 @@ def test_cli_json_exit_status_and_usage_errors(key_dir, capsys):  # lab 4 runs o
     capsys.readouterr()
     assert main(["list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert listed["max_points"] == 125 and [r["lab"] for r in listed["labs"]] == list(LABS)
+    assert listed["max_points"] == 155 and [r["lab"] for r in listed["labs"]] == list(LABS)
     assert all(r["minutes"] > 0 and r["notebook"].startswith("notebooks/") for r in listed["labs"])
 
 

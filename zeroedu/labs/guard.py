@@ -50,12 +50,13 @@ FORBIDDEN_MODULES = {
     5: _EVERY_LAB + ("zeroedu.strategies",),
     6: _EVERY_LAB + ("zeroedu.strategies",),
     7: _EVERY_LAB + ("zeroedu.strategies",),
+    8: _EVERY_LAB + ("zeroedu.strategies",),
 }
 # What a skeleton itself imports from a forbidden package: (module, names allowed)
-ALLOWED_FROM = {6: {"zeroedu.strategies.fsdp_units": {"SHARDED", "UNSHARDED", "UNSHARDING"}}}
+ALLOWED_FROM = {lab: {"zeroedu.strategies.fsdp_units": {"SHARDED", "UNSHARDED", "UNSHARDING"}} for lab in (6, 8)}
 # Of the package, what each lab's skeleton imports (module -> names; None: the module itself).
 ALLOWED_ZEROEDU = {1: set(), 2: {"zeroedu.shard"}, 3: {"zeroedu.shard"}, 4: {"zeroedu.recipes"}, 5: set(),
-                   6: {"zeroedu.strategies.fsdp_units"}, 7: set()}
+                   6: {"zeroedu.strategies.fsdp_units"}, 7: set(), 8: {"zeroedu.strategies.fsdp_units"}}
 RUN_TIME_IMPORT = {"importlib", "runpy"}
 # Outside zeroedu, what a lab may import (top-level names): computing, not reaching the process
 # (sys, os, gc, ctypes, inspect, operator's attrgetter, threading, subprocess are not here).

@@ -108,6 +108,18 @@ LABS: dict[int, Lab] = {lab.number: lab for lab in [
          Test("overlap", "every bucket's all-reduce starts during backward and hides behind it", 6),
          Test("waited", "every all-reduce seen finished before the optimizer reads the gradients", 4)),
         ("post_accumulate", "launch_ready", "all_reduce_bucket", "finish")),
+    Lab(8, "lab8_fsdp2_prefetch.py", "FSDP2 with prefetch",
+        "write FSDP2's per-parameter shard rows, unshard and reshard, the backward prefetch of the "
+        "previous unit and an asynchronous reduce-scatter finished by the next unit, inside the real "
+        "FSDP2, trained on real ranks", "notebooks/08_fsdp1_vs_fsdp2.ipynb", 60,
+        (Test("params", "final parameters equal single-process training (fp32), with accumulation too", 6),
+         Test("shards", "every rank keeps FSDP2's rows; parameter bytes per rank == theory.exact_model_states", 4),
+         Test("bytes", "the ledger's bytes per step equal theory.exact_comm('fsdp2'): 3Ψ", 5),
+         Test("memory", "at most two neighbouring units gathered at once, none at the step, no full gradient left", 5),
+         Test("prefetch", "on the timeline, the previous unit's all-gather and this unit's reduce-scatter overlap "
+                          "backward's compute", 6),
+         Test("no_early_free", "no full gradient dropped before its reduce-scatter was seen finished", 4)),
+        ("shard_rows", "unshard", "reshard", "pre_backward", "post_backward", "finish_reduce")),
 ]}
 
 TOTAL_POINTS = sum(lab.points for lab in LABS.values())

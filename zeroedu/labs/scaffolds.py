@@ -1,11 +1,14 @@
-"""Where the student's code plugs into the real strategies (labs 5, 6 and 7).
+"""Where the student's code plugs into the real strategies (labs 5 to 8).
 
 `ZeRO2Lab` is `zeroedu.strategies.zero2.ZeRO2` whose backward hooks call the student's four
 functions (`pre_accumulate`, `post_accumulate`, `reduce_scatter_unit`, `free_finished`);
 `FSDPLab` is `zeroedu.strategies.fsdp1.FSDP1` whose unit lifecycle calls the student's six
 (`unshard`, `reshard`, `prefetch`, `pre_forward`, `post_forward`, `pre_backward`); `DDPBucketedLab` is
 `zeroedu.strategies.ddp_bucketed.DDPBucketed` whose gradient hooks and final sync call the student's four
-(`post_accumulate`, `launch_ready`, `all_reduce_bucket`, `finish`). Everything
+(`post_accumulate`, `launch_ready`, `all_reduce_bucket`, `finish`); `FSDP2Lab` is
+`zeroedu.strategies.fsdp2.FSDP2` (one collective per parameter) whose shard rows, unshard / reshard,
+backward prefetch and asynchronous reduce-scatter are the student's six (`shard_rows`, `unshard`,
+`reshard`, `pre_backward`, `post_backward`, `finish_reduce`). Everything
 else (flat units, Adam on the shard, the optimizer step, the all-gathers after it, the runner's
 loop) is the package's own code, so a student's version is graded inside the real algorithm.
 
@@ -33,10 +36,12 @@ from __future__ import annotations
 
 import torch
 
+from .. import shard
 from ..kinds import EventKind as Ev
 from ..runtime.comm import Comm, Handle
 from ..strategies.ddp_bucketed import DDPBucketed
 from ..strategies.fsdp1 import FSDP1, FlatParamUnit
+from ..strategies.fsdp2 import FSDP2, Dim0Unit
 from ..strategies.fsdp_units import SHARDED, UNSHARDED
 from ..strategies.zero2 import ZeRO2
 from .student import LabViolation
@@ -361,7 +366,6 @@ class FSDPLab(FSDP1):
                                               f"{a.value}")
 
 
-__all__ = ["FSDPLab", "LabFlatUnit", "Watched", "WatchingComm", "ZeRO2Lab"]
 
 
 # ====================================================================== lab 7: bucketed DDP's hooks
@@ -465,3 +469,173 @@ class DDPBucketedLab(DDPBucketed):
                                                          "still in ddp.inflight: wait for each and remove it")
             self._inflight.clear()
         self.ledger.mark(Ev.GRADS_SYNCED)
+
+
+# ====================================================================== lab 8: FSDP2 with prefetch
+class LabDim0Unit(Dim0Unit):
+    """FSDP2's per-parameter unit (one collective per parameter) whose shard rows, `unshard` and
+    `reshard` are the student's (`lab`, the `FSDP2Lab` around it, watches every call); it offers
+    `padded_shard(j)` and `free_grads()`."""
+
+    lab = None  # set on a per-run subclass: the shard rows are asked for inside __init__
+
+    def _shard_rows(self, d0: int, n: int, r: int) -> shard.Range:
+        got = self.lab.student.shard_rows(d0, n, r)
+        c = shard.dim0_chunk_rows(d0, n)
+        try:
+            start, end = (int(v) for v in got)
+        except (TypeError, ValueError):
+            raise LabViolation("shards", f"shard_rows({d0}, {n}, {r}) returned {got!r}, not a pair (start, end) "
+                                         "of row numbers") from None
+        if not (0 <= start <= end <= d0) or end - start > c:
+            raise LabViolation("shards", f"shard_rows({d0}, {n}, {r}) returned rows [{start}, {end}): a rank keeps "
+                                         f"at most ceil(d0/N) = {c} of the parameter's {d0} rows, inside [0, {d0})")
+        return shard.Range(start, end)
+
+    def padded_shard(self, j: int) -> torch.Tensor:
+        """Parameter j's shard with zero rows added up to c_j rows: what this rank sends in its
+        all-gather (every rank sends the same size; only the wire is padded)."""
+        return self._padded(self.shards[j], self.chunk_rows[j])
+
+    def free_grads(self) -> None:
+        """Drop the unit's full gradients (every leaf's .grad)."""
+        for leaf in self.leaves:
+            leaf.grad = None
+
+    def unshard(self, async_op: bool = False) -> None:
+        self.lab.call("unshard", self, async_op)
+        if not async_op and self.state != UNSHARDED:
+            raise LabViolation("lifecycle", f"unshard(unit {self.index}, async_op=False) returned with the unit "
+                                            f"{self.state.value}: wait for its all-gathers (unit.wait_unshard()) "
+                                            "before returning", unit=self.index)
+
+    def reshard(self) -> None:
+        self.lab.call("reshard", self)
+
+
+class FSDP2Lab(FSDP2):
+    """The real FSDP2 (one all-gather and one reduce-scatter per parameter) with the student's
+    shard rows, unshard / reshard, backward prefetch and asynchronous reduce-scatter. What the
+    student's code sees: ``fsdp.units`` (`LabDim0Unit`s: ``state``, ``leaves``, ``shards``,
+    ``grad_shards``, ``chunk_rows``, ``padded_shard(j)``, ``handles``, ``wait_unshard()``,
+    ``free_grads()``, ``comm``, ``axis``, ``tag``), ``fsdp.backward_prefetch``, ``fsdp.inflight``
+    (theirs to set), ``fsdp.accumulate``.
+
+    Every call into the student's code is watched (`call`): a unit that went from sharded to
+    not gets `UNSHARD` on the timeline, one that went back `RESHARD` (and must hold no bytes);
+    each unit's `POST_BACKWARD` (its full gradients all there: its backward computed) is marked
+    before the student's post_backward, so the grader can see whether the previous unit's
+    all-gather was in flight while this unit computed; a full gradient dropped while the
+    reduce-scatter reading it was not seen finished is a violation (`_check_frees`)."""
+
+    name = "fsdp2"
+
+    def __init__(self, model, dist, recipe, adam=None, *, student, **options):
+        if not isinstance(dist.comm, WatchingComm):
+            raise TypeError("FSDP2Lab needs a DistState whose comm is a WatchingComm")
+        self.student = student
+        self.violations: list[dict] = []
+        self.inflight = None
+        self._grad_ptr: dict[tuple[int, int], int] = {}  # (unit, param) -> its full gradient's storage
+        super().__init__(model, dist, recipe, adam, **{**options, "batched": False, "async_reduce_scatter": False})
+
+    def make_unit(self, index, module):
+        cls = type("LabDim0Unit", (LabDim0Unit,), {"lab": self})
+        return cls(index, module, self.shard_axis(), self.comm, self.ledger, self.param_dtype, self.grad_dtype,
+                   tag=self.tag, batched=False)
+
+    @property
+    def accumulate(self) -> bool:
+        """True from the step's second micro-batch on: add the reduced rows to the grad shards."""
+        return self._shards_hold_sum
+
+    def _violate(self, test: str, unit: int | None, message: str) -> None:
+        self.violations.append({"test": test, "unit": unit, "step": self.ledger.step, "message": message})
+
+    # ---------------------------------------------------------------- watching the student
+    def call(self, fn: str, *args):
+        before = [u.state for u in self.units] if hasattr(self, "units") else []
+        out = getattr(self.student, fn)(*args)
+        for u, b in zip(self.units, before):
+            held = sum(leaf.untyped_storage().nbytes() for leaf in u.leaves)
+            if b == SHARDED and u.state != SHARDED:
+                self.ledger.event(Ev.UNSHARD, u.index)
+                if any(leaf.untyped_storage().nbytes() == 0 for leaf in u.leaves):
+                    raise LabViolation("lifecycle", f"{fn}: unit {u.index} is {u.state.value} but a leaf has no "
+                                                    "storage: resize each leaf's storage to its full size before "
+                                                    "the all-gather writes into it", unit=u.index)
+            elif b != SHARDED and u.state == SHARDED:
+                self.ledger.event(Ev.RESHARD, u.index)
+                if held:
+                    self._violate("memory", u.index, f"{fn}: unit {u.index} is sharded but its leaves still hold "
+                                                     f"{held} bytes: resize each leaf's storage to 0 (autograd keeps "
+                                                     "views of it, so dropping a reference frees nothing)")
+        self._check_frees()
+        # Gathers seen finished hold only their padded send buffers now: let them go.
+        self.comm.launched = [w for w in self.comm.launched if w.op != "all_gather" or not w.seen_done]
+        return out
+
+    def _check_frees(self) -> None:
+        for (k, j), ptr in list(self._grad_ptr.items()):
+            leaf = self.units[k].train_leaves[j]
+            if leaf.grad is not None and _ptr(leaf.grad) == ptr:
+                continue  # still there
+            mine = [w for w in self.comm.launched if w.op == "reduce_scatter" and w.ptr == ptr]
+            if not mine:
+                self._violate("no_early_free", k, f"unit {k}, parameter {j}: its full gradient was freed before "
+                                                  "any reduce-scatter read it")
+            elif not all(w.seen_done for w in mine):
+                self._violate("no_early_free", k, f"unit {k}, parameter {j}: its full gradient was freed while its "
+                                                  "reduce-scatter was still in flight: free it only after "
+                                                  "handle.wait() returned (with NCCL the caching allocator would "
+                                                  "hand that memory to the next layer while the collective "
+                                                  "still reads it)")
+            del self._grad_ptr[(k, j)]
+            self.comm.launched = [w for w in self.comm.launched if w.ptr != ptr]
+
+    # ---------------------------------------------------------------- the hooks
+    def pre_backward(self, u):
+        self.call("pre_backward", self, u)
+        if u.state != UNSHARDED:
+            raise LabViolation("lifecycle", f"pre_backward: unit {u.index} is {u.state.value} when its backward "
+                                            "runs: unshard it and wait for its all-gathers first", unit=u.index)
+
+    def post_backward(self, u):
+        for j, leaf in enumerate(u.train_leaves):
+            self._grad_ptr[(u.index, j)] = _ptr(leaf.grad)
+            self.ledger.track(leaf.grad, "comm_buffer")
+        self.ledger.event(Ev.POST_BACKWARD, u.index)
+        self.call("post_backward", self, u)
+        if u.state != SHARDED:
+            self._violate("memory", u.index, f"post_backward left unit {u.index} {u.state.value}: reshard it once "
+                                             "its reduce-scatters are launched")
+        return u.grad_shards
+
+    def _finish(self, when: str) -> None:
+        self.call("finish_reduce", self)
+        if self.inflight is not None:
+            raise LabViolation("waited", f"finish_reduce returned with fsdp.inflight still set {when}: wait for "
+                                         "the reduce-scatters, copy the rows out and set it to None")
+
+    def after_backward(self) -> None:
+        self.reduce_unused_units()
+        self._finish("at the end of backward")  # before the sum flag: this micro-batch's rows
+        self._shards_hold_sum = True
+
+    def finish_grad_sync(self) -> None:
+        if self.micro_batches == 0:
+            self.reduce_unused_units()
+            self._finish("before the optimizer step")
+        alive = sorted({k for (k, _j) in self._grad_ptr})
+        if alive:
+            self._violate("memory", alive[0], f"the full gradients of unit(s) {alive} are still alive at the "
+                                              "optimizer step: free them (unit.free_grads()) once their "
+                                              "reduce-scatter finished")
+            for u in self.units:
+                u.free_grads()
+            self._grad_ptr.clear()
+        self.comm.launched = []
+
+
+__all__ = ["DDPBucketedLab", "FSDP2Lab", "FSDPLab", "LabDim0Unit", "LabFlatUnit", "Watched", "WatchingComm",
+           "ZeRO2Lab"]

@@ -58,6 +58,7 @@ def error(e: BaseException, path: str) -> dict:
 # strategies they extend, and the measuring core whose records the grade reads.
 _GUARDED_MODULES = ("zeroedu.labs.scaffolds", "zeroedu.labs.student", "zeroedu.strategies.base",
                     "zeroedu.strategies.zero2", "zeroedu.strategies.fsdp1", "zeroedu.strategies.fsdp_units",
+                    "zeroedu.strategies.fsdp2", "zeroedu.strategies.ddp_bucketed",
                     "zeroedu.runtime.comm", "zeroedu.runtime.ledger", "zeroedu.runtime.ring", "zeroedu.shard")
 
 

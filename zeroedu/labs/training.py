@@ -1,4 +1,4 @@
-"""Labs 5, 6 and 7: the student's hooks inside the real ZeRO-2 / FSDP1 / bucketed DDP, trained on real ranks.
+"""Labs 5 to 8: the student's hooks inside the real ZeRO-2 / FSDP1 / bucketed DDP / FSDP2, trained on real ranks.
 
 Each case is a short training run (a small MLP, fp32, a few steps) through the package's own
 runner: `zeroedu.train.runner.dist_state` for the axes, `RankRun` + `train_steps` for the loop
@@ -16,7 +16,10 @@ read from the run and compared with independent oracles:
 * overlap (lab 5): `runtime.analysis.launched_in_backward`, one reduce-scatter per unit per step,
   and `runtime.analysis.overlapped_by_backward`: each but the last still in flight when the
   next unit's gradient arrived (on the timeline, not from how it was issued);
-* the lifecycle contract (both): the scaffolds' violations.
+* prefetch (lab 8): in each backward, unit i-1's all-gathers start before unit i's gradients
+  are done (its `POST_BACKWARD`) and are first waited for after it; the reduce-scatters of every
+  unit but the last in backward are in flight when the next unit's gradients arrive;
+* the lifecycle contract: the scaffolds' violations.
 """
 from __future__ import annotations
 
@@ -39,11 +42,11 @@ from ..train.runner import RankRun, dist_state, local_micro_batches, train_steps
 from .basic import HIDDEN_N, compare
 from .grading import Case, Diagnosis, LabResult
 from .registry import LABS
-from .scaffolds import DDPBucketedLab, FSDPLab, WatchingComm, ZeRO2Lab
+from .scaffolds import DDPBucketedLab, FSDP2Lab, FSDPLab, WatchingComm, ZeRO2Lab
 from .student import run_cases
 
-STRATEGY = {5: "zero2", 6: "fsdp1", 7: "ddp_bucketed"}
-SCAFFOLD = {5: ZeRO2Lab, 6: FSDPLab, 7: DDPBucketedLab}
+STRATEGY = {5: "zero2", 6: "fsdp1", 7: "ddp_bucketed", 8: "fsdp2"}
+SCAFFOLD = {5: ZeRO2Lab, 6: FSDPLab, 7: DDPBucketedLab, 8: FSDP2Lab}
 RECIPE = "fp32"  # parameters are compared with single-process fp32 training
 # fp32 sums in another order (ring vs one process) and Adam's division differ by ~1e-7 relative;
 # any real mistake is orders of magnitude larger.
@@ -53,6 +56,11 @@ VISIBLE_STEPS = 3
 # Lab 7: the default MLP's 6 parameters in three buckets of 512 bytes and more; then two micro-batches
 # per step (the first backward inside no_sync) with two buckets.
 LAB7_VISIBLE = [{"options": {"bucket_bytes": 512}}, {"options": {"bucket_bytes": 1200}, "micro_batches": 2}]
+
+# Lab 8: the default MLP (20, 20 and 7 rows: at N = 4 the last layer's shards are 2, 2, 2 and 1 rows)
+# with backward prefetch; then forward prefetch too, over two micro-batches.
+LAB8_VISIBLE = [{"options": {"forward_prefetch": False}},
+                {"options": {"forward_prefetch": True}, "micro_batches": 2}]
 
 LAB6_VISIBLE = [
     {"reshard_after_forward": True, "forward_prefetch": False, "backward_prefetch": True, "limit_all_gathers": None},
@@ -75,8 +83,9 @@ def cases(lab: int, n: int, hidden: int, rng: random.Random) -> list[Case]:
     out = []
     if lab == 5:
         out.append(Case("visible-1", False, n, dict(default)))
-    elif lab == 7:
-        out += [Case(f"visible-{k + 1}", False, n, {**default, **v}) for k, v in enumerate(LAB7_VISIBLE)]
+    elif lab in (7, 8):
+        visible = LAB7_VISIBLE if lab == 7 else LAB8_VISIBLE
+        out += [Case(f"visible-{k + 1}", False, n, {**default, **v}) for k, v in enumerate(visible)]
     else:
         out += [Case(f"visible-{k + 1}", False, n, {**default, "options": dict(o)}) for k, o in enumerate(LAB6_VISIBLE)]
     for k in range(hidden):
@@ -84,10 +93,13 @@ def cases(lab: int, n: int, hidden: int, rng: random.Random) -> list[Case]:
         model = MLPConfig(d_in=rng.randint(3, 16), hidden=rng.randint(3, 24), depth=rng.randint(2, 4),
                           d_out=rng.randint(1, 9), seed=rng.randint(1, 10**6))
         p = {"model": _model_dict(model), "steps": rng.randint(2, 3), "global_batch": nn * rng.randint(2, 5)}
-        if lab == 7:
+        if lab in (7, 8):
             mb = rng.choice([1, 1, 2])
             p["micro_batches"], p["global_batch"] = mb, nn * mb * rng.randint(1, 3)
+        if lab == 7:
             p["options"] = {"bucket_bytes": rng.choice([64, 200, 512, 1500, 1 << 20])}
+        if lab == 8:
+            p["options"] = {"forward_prefetch": rng.random() < 0.5}
         if lab == 6:
             p["options"] = {"reshard_after_forward": rng.random() < 0.6, "forward_prefetch": rng.random() < 0.5,
                             "backward_prefetch": rng.random() < 0.7, "limit_all_gathers": rng.choice([None, None, 1, 2])}
@@ -131,14 +143,16 @@ def _run_case(lab: int, mod, ctx, case: dict) -> dict:
         if 0 <= r.step < cfg.steps:
             per_tag[r.step][str(r.tag)] = per_tag[r.step].get(str(r.tag), Fraction(0)) + r.sent
     buckets = [b.buffer.numel() * b.buffer.element_size() for b in getattr(strategy, "buckets", [])]
-    return {"losses": losses, "per_step": per_step, "per_unit": per_unit, "timeline": timeline,
+    # lab 8: the rows this rank keeps of each parameter, unit by unit
+    rows = [[(r.start, r.end) for r in u.rows] for u in strategy.units] if lab == 8 else None
+    return {"rows": rows, "losses": losses, "per_step": per_step, "per_unit": per_unit, "timeline": timeline,
             "per_tag": per_tag, "buckets": buckets,
             "violations": list(strategy.violations), "params": params if ctx.rank == 0 else None,
             "grad_snapshot": getattr(strategy, "grad_snapshot", None)}
 
 
 def train_lab_job(ctx, lab: int, path: str, cases: list[dict]) -> list[dict]:
-    """Runs on every rank: each case of lab `lab` (5 or 6) with the student's functions."""
+    """Runs on every rank: each case of lab `lab` (5 to 8) with the student's functions."""
     return run_cases(ctx, path, cases, lambda mod, c, case: _run_case(lab, mod, c, case), LABS[lab].functions)
 
 
@@ -415,6 +429,130 @@ def grade_ddp(res: LabResult, case: Case, results: list[dict]) -> None:
     res.record(case, "waited", v["waited"])
 
 
-GRADE = {5: grade_zero2, 6: grade_fsdp, 7: grade_ddp}
+def _gathered_bound(shapes, n: int, itemsize: int) -> tuple[int, list[int]]:
+    """Bytes of each unit's gathered (row-padded) parameters, and the most two neighbouring
+    units hold together: the one computing and the one prefetched."""
+    per_unit = [sum(n * shard.dim0_chunk_rows(s[0], n) * shard.numel(s[1:]) for s in u) * itemsize for u in shapes]
+    pairs = [a + b for a, b in zip(per_unit, per_unit[1:])] or per_unit
+    return max(pairs), per_unit
+
+
+def _grade_shards(res: LabResult, case: Case, cfg: ResolvedConfig, results: list[dict], shapes) -> list:
+    n, diags = case.n, []
+    model = cfg.model.build()
+    names = _param_names(model)
+    for r, out in enumerate(results):
+        for k, (unit_rows, unit_shapes_) in enumerate(zip(out["rows"] or [], shapes)):
+            for j, ((a, b), s) in enumerate(zip(unit_rows, unit_shapes_)):
+                want = shard.dim0_rows(s[0], n, r)
+                if (a, b) != (want.start, want.end):
+                    c = shard.dim0_chunk_rows(s[0], n)
+                    diags.append(Diagnosis(
+                        f"rank {r}, unit {k}, {names[k][j]} ({s[0]} rows): this rank keeps rows [{a}, {b}); FSDP2's "
+                        f"chunks of ceil({s[0]}/{n}) = {c} rows give rank {r} rows [{want.start}, {want.end})",
+                        rank=r, unit=k, shard=(want.start, want.end)))
+                    break
+            if diags:
+                break
+        want_bytes = theory.exact_model_states("fsdp2", shapes, n, rank=r, recipe=cfg.recipe).param
+        e = next(iter(_events(out["timeline"], EventKind.OPTIMIZER_STEP)), None)
+        if not diags and e is not None and e.bytes["param"] != want_bytes:
+            diags.append(Diagnosis(f"rank {r}: {e.bytes['param']} bytes of parameter shards at the optimizer step, "
+                                   f"theory.exact_model_states('fsdp2', rank={r}) predicts {want_bytes}", rank=r,
+                                   expected=want_bytes, got=e.bytes["param"]))
+        if diags:
+            break
+    return diags
+
+
+def _unsharded_at(timeline: Timeline, event: Event) -> list[int]:
+    """The units the timeline's UNSHARD / RESHARD events say are gathered at `event`, with the
+    unshards recorded right after it (one call can gather several units: its events follow
+    each other, each measuring the bytes of all of them)."""
+    held: set[int] = set()
+    seen = False
+    for e in timeline.events:
+        seen = seen or e is event
+        if seen and e is not event and e.kind != EventKind.UNSHARD:
+            break
+        if e.kind == EventKind.UNSHARD:
+            held.add(e.unit)
+        elif e.kind == EventKind.RESHARD:
+            held.discard(e.unit)
+    return sorted(held)
+
+
+def _grade_prefetch(timeline: Timeline, r: int, step: int, n_units: int, n_params: list[int]) -> Diagnosis | None:
+    """Backward prefetch and the reduce-scatter behind backward, read from the timeline."""
+    posts = [e for e in _events(timeline, EventKind.POST_BACKWARD) if e.step == step]
+    for lo, hi in analysis.backward_windows(timeline, step):
+        done = {e.unit: e.t for e in posts if lo <= e.t <= hi}
+        gathers = [c for c in timeline.comm if c.op == "all_gather" and c.step == step and lo <= c.t_start <= hi]
+        for i in range(n_units - 1, 0, -1):
+            if i not in done:
+                continue
+            mine = [c for c in gathers if c.unit == i - 1]
+            if not mine:
+                continue  # unit i-1 never gathered for backward here: the bytes say so
+            late = [c for c in mine if c.t_start > done[i]]
+            if late:
+                return Diagnosis(f"rank {r}, step {step}: unit {i - 1}'s all-gather for backward started after unit "
+                                 f"{i}'s gradients were done, so nothing computed while it travelled: prefetch unit "
+                                 f"{i - 1} (async) in unit {i}'s pre_backward", rank=r, unit=i - 1)
+            waited = [c for c in mine if (c.waited if c.waited is not None else c.t_end or 0) < done[i]]
+            if waited:
+                return Diagnosis(f"rank {r}, step {step}: unit {i - 1}'s all-gather was issued during unit {i}'s "
+                                 f"backward but waited for before unit {i}'s gradients were done: a prefetch "
+                                 f"waited for at once hides nothing (unshard(unit, async_op=True), waited for in "
+                                 f"unit {i - 1}'s own pre_backward)", rank=r, unit=i - 1)
+    # Each unit's reduce-scatters but the first unit's (the last in backward) should still be in
+    # flight when the next unit's gradients arrive.
+    want = len(analysis.backward_windows(timeline, step)) * sum(n_params[1:])
+    hid = analysis.overlapped_by_backward(timeline, step, (EventKind.POST_BACKWARD,), ops=("reduce_scatter",))
+    if hid < want:
+        return Diagnosis(f"rank {r}, step {step}: only {hid} of {want} reduce-scatters of units 1 and up were still "
+                         "in flight when backward finished the next unit; a reduce-scatter waited for in the "
+                         "post_backward that launched it hides nothing: finish it in the next unit's post_backward",
+                         rank=r, expected=want, got=hid)
+    return None
+
+
+def grade_fsdp2(res: LabResult, case: Case, results: list[dict]) -> None:
+    cfg = config(8, case.params, case.n)
+    n, k = case.n, cfg.micro_batches
+    shapes = unit_shapes(cfg.model.build())
+    _grade_params(res, case, cfg, results)
+    _grade_bytes(res, case, cfg, results, "fsdp2", micro_batches=k)
+    v = _violations(results, ("shards", "memory", "no_early_free", "lifecycle", "waited"))
+    res.record(case, "shards", v["shards"] + _grade_shards(res, case, cfg, results, shapes))
+    bound, per_unit = _gathered_bound(shapes, n, 4)
+    memory, prefetch = list(v["memory"]), []
+    for r, out in enumerate(results):
+        tl = out["timeline"]
+        for e in tl.events:
+            if e.step < 0 or e.bytes is None:
+                continue
+            over = e.bytes["gathered"] > bound or (e.kind == EventKind.OPTIMIZER_STEP and e.bytes["gathered"])
+            if over and len(memory) < 3:
+                held = _unsharded_at(tl, e)
+                what = (f"at the optimizer step: every unit must be resharded by then" if e.kind == EventKind.OPTIMIZER_STEP
+                        else f"more than two neighbouring units hold ({bound} bytes at most): prefetch one unit "
+                             "ahead, not all of them")
+                memory.append(Diagnosis(f"rank {r}, step {e.step}, {e.label}: {e.bytes['gathered']} bytes of gathered "
+                                        f"parameters (units {held}), {what}", rank=r, expected=bound,
+                                        got=e.bytes["gathered"]))
+                break
+        if not prefetch and cfg.options.get("backward_prefetch", True):
+            for s in range(cfg.steps):
+                d = _grade_prefetch(tl, r, s, len(shapes), [len(u) for u in shapes])
+                if d is not None:
+                    prefetch.append(d)
+                    break
+    res.record(case, "memory", memory + v["waited"])
+    res.record(case, "prefetch", prefetch + v["lifecycle"])
+    res.record(case, "no_early_free", v["no_early_free"])
+
+
+GRADE = {5: grade_zero2, 6: grade_fsdp, 7: grade_ddp, 8: grade_fsdp2}
 
 __all__ = ["GRADE", "LAB6_VISIBLE", "cases", "config", "summed_local_grads", "train_lab_job"]

@@ -89,7 +89,7 @@ class Dim0Unit(Unit):
         for (_, p), trains in zip(self.params, self.trainable):
             if p.dim() == 0:
                 raise ValueError("a 0-dim parameter cannot be sharded on dim 0")
-            rows, c = shard.dim0_rows(p.shape[0], n, r), shard.dim0_chunk_rows(p.shape[0], n)
+            rows, c = self._shard_rows(p.shape[0], n, r), shard.dim0_chunk_rows(p.shape[0], n)
             self.shapes.append(tuple(p.shape))
             self.rows.append(rows)
             self.chunk_rows.append(c)
@@ -109,6 +109,10 @@ class Dim0Unit(Unit):
         self.grad_shard_numel = sum(self.grad_padded_sizes)
         self._gather_buffer = None  # the batched all-gather's output while it is in flight
         self._detach_module_params()
+
+    def _shard_rows(self, d0: int, n: int, r: int) -> shard.Range:
+        """The rows of a (d0, ...) parameter this rank keeps: chunks of ceil(d0/N) rows."""
+        return shard.dim0_rows(d0, n, r)
 
     # ---------------------------------------------------------------- all-gather
     def _padded(self, t: torch.Tensor, c: int) -> torch.Tensor:
