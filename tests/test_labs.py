@@ -130,7 +130,7 @@ def test_no_solution_in_the_installed_package():
 # ------------------------------------------------------------------ key: full points, stubs: none
 def _check_schema(g: dict) -> None:
     assert set(g) == {"schema", "seed", "hidden", "n", "points", "max_points", "labs"}
-    assert g["schema"] == SCHEMA and g["max_points"] == TOTAL_POINTS == 155
+    assert g["schema"] == SCHEMA and g["max_points"] == TOTAL_POINTS == 161
     assert [lab["lab"] for lab in g["labs"]] == list(LABS)
     for lab in g["labs"]:
         assert set(lab) == {"lab", "name", "title", "path", "status", "points", "max_points", "minutes",
@@ -155,7 +155,7 @@ def test_key_gets_full_points_on_visible_and_hidden_cases(key_dir, monkeypatch):
     monkeypatch.setattr(generate, "default_source", lambda: Path("/nonexistent"))
     g = checks.grade(directory=key_dir, hidden=1, seed=SEED)
     _check_schema(g)
-    assert g["points"] == 155, json.dumps([lab["messages"] for lab in g["labs"]], indent=1)
+    assert g["points"] == 161, json.dumps([lab["messages"] for lab in g["labs"]], indent=1)
     for lab in g["labs"]:
         assert lab["status"] == "passed"
         hidden = {c["case"] for t in lab["tests"] for c in t["cases"] if c["hidden"]}
@@ -364,7 +364,7 @@ def test_cli_json_exit_status_and_usage_errors(key_dir, capsys):  # lab 4 runs o
     capsys.readouterr()
     assert main(["list", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
-    assert listed["max_points"] == 155 and [r["lab"] for r in listed["labs"]] == list(LABS)
+    assert listed["max_points"] == 161 and [r["lab"] for r in listed["labs"]] == list(LABS)
     assert all(r["minutes"] > 0 and r["notebook"].startswith("notebooks/") for r in listed["labs"])
 
 
@@ -406,3 +406,50 @@ def test_a_class_folder_grades_into_one_csv_row_per_student(tmp_path, capsys):
     assert "ada" in printed and "every lab passed" in printed and f"seed {SEED}" in printed
     with pytest.raises(SystemExit):  # the grade book inside the submissions is refused
         main(["class", str(cls), "--csv", str(cls / "ada" / "g.csv"), "--labs", "4"])
+
+
+# ------------------------------------------------------------------ per-student variants
+@pytest.mark.fast
+def test_variants_follow_the_student_id_and_the_key_predicts_them(tmp_path):
+    from zeroedu.labs import variants
+    from zeroedu.models import MLPConfig
+
+    a, b = variants.variant("alice"), variants.variant("bob")
+    assert a == variants.variant("alice") and a != b and a != variants.variant("alice", course="2027")
+    drawn = [variants.variant(f"s{i}") for i in range(60)]
+    assert {v.n for v in drawn} == {2, 3, 4} and len({v.model for v in drawn}) == 60
+    assert {v.model.depth for v in drawn} == {3, 4} and len({v.bucket_bytes for v in drawn}) > 1
+    # the source's by-hand numbers (its comments show the sums) == the closed forms, for the
+    # visible case a check without an id runs: the MLP 12-20-20-7 at N = 4, buckets of 512 bytes
+    default = variants.Variant("", "", 4, MLPConfig(), 512)
+    for lab in variants.PREDICTED:
+        p = tmp_path / LABS[lab].file
+        p.write_text(_key_text(lab))
+        assert variants.read_prediction(p, lab) == (variants.predictions(lab, default), "")
+        # a computed prediction, or none, is refused with the reason
+        p.write_text(_key_text(lab).replace('return {"step_bytes": ', 'return {"step_bytes": 2 * '))
+        assert "not a computation" in variants.read_prediction(p, lab)[1]
+        p.write_text(generate.render(generate.default_source() / LABS[lab].file, "student"))
+        assert variants.read_prediction(p, lab)[1].startswith("not yet")
+    assert variants.predictions(7, default) == {"step_bytes": 4962, "buckets": 3}
+    assert variants.predictions(8, default) == {"step_bytes": 7632, "peak_gathered": 2720}
+
+
+def test_a_key_for_one_variant_loses_points_as_another(tmp_path, capsys):
+    """The key built for alice scores full marks as alice; graded as bob, whose N and MLP differ,
+    its algorithm still passes but its prediction (alice's numbers) loses the points."""
+    key = tmp_path / "key"
+    assert main(["build", "--key", str(key), "--for", "alice", "--student", str(tmp_path / "s")]) == 0
+    capsys.readouterr()
+    ok = checks.check(8, directory=key, student="alice", quiet=True)
+    assert ok.points == LABS[8].points and {c.n for c in ok.cases} == {variants_n("alice")}
+    other = checks.check(8, directory=key, student="bob", quiet=True)
+    assert other.points == LABS[8].points - 3
+    assert [t for t, r in other.tests.items() if not r.passed] == ["predict"]
+    assert any("predicted step_bytes = " in m for m in _messages(other, "predict")), str(other)
+
+
+def variants_n(student: str) -> int:
+    from zeroedu.labs import variants
+
+    return variants.variant(student).n

@@ -89,3 +89,21 @@ def finish(ddp):
     for k in sorted(ddp.inflight):
         ddp.inflight.pop(k).wait()
     # END SOLUTION
+
+
+def predicted():
+    """Your variant's numbers, worked out by hand before you run anything, for the first visible
+    case (`python -m zeroedu.labs variant YOUR_ID` prints your N, MLP and bucket size; without an
+    id: the MLP 12→20→20→7 at N = 4 with buckets of 512 bytes), fp32, one micro-batch:
+
+        step_bytes   bytes each rank sends per optimizer step (ring all-reduces, to the byte)
+        buckets      how many buckets the parameters fill (reverse order, a bucket closes once
+                     it holds at least bucket_bytes)
+
+    Write plain numbers: the grader reads them from this file's text, never runs this function."""
+    # BEGIN SOLUTION predict your variant: return {"step_bytes": ..., "buckets": ...} as plain numbers
+    # Ψ = (12·20 + 20) + (20·20 + 20) + (20·7 + 7) = 827 fp32 = 3308 bytes; the buckets together
+    # are every gradient once, 2(N-1)/N of it each: 2·3/4·3308 = 4962. Reverse order: 4.bias +
+    # 4.weight = 588 B closes bucket 0, 2.* = 1680 B bucket 1, 0.* = 1040 B bucket 2.
+    return {"step_bytes": 4962, "buckets": 3}
+    # END SOLUTION

@@ -104,3 +104,16 @@ def finish_reduce(fsdp):
     add) this rank's real rows into its grad shards, free its full gradients, and set
     fsdp.inflight to None."""
     raise NotImplementedError('write finish_reduce: wait, copy the real rows out, then free')
+
+
+def predicted():
+    """Your variant's numbers, worked out by hand before you run anything, for the first visible
+    case (`python -m zeroedu.labs variant YOUR_ID` prints your N and MLP; without an id: the MLP
+    12→20→20→7 at N = 4), fp32, one micro-batch, forward prefetch off:
+
+        step_bytes     bytes each rank sends per optimizer step (two all-gathers and one
+                       reduce-scatter of every parameter, row-padded to N·c rows, (N-1)/N each)
+        peak_gathered  the most bytes of gathered (row-padded) parameters alive at once
+
+    Write plain numbers: the grader reads them from this file's text, never runs this function."""
+    raise NotImplementedError('predict your variant: return {"step_bytes": ..., "peak_gathered": ...} as plain numbers')

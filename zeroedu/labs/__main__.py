@@ -1,20 +1,25 @@
-"""python -m zeroedu.labs list | build | publish | check | verify
+"""python -m zeroedu.labs list | build | publish | check | verify | class | variant
 
     list [--json]                               the labs: objective, notebook, time, points, command
-    build [--student DIR] [--key DIR] [--source DIR]
+    build [--student DIR] [--key DIR [--for ID [--course C]]] [--source DIR]
                                                 student skeletons (default labs/student); the answer
-                                                key only with --key, only into DIR
+                                                key only with --key, only into DIR (--for: with the
+                                                predictions of student ID's variant)
     publish DIR                                 what to hand a class: DIR/labs/student (the
                                                 skeletons) and DIR/labs/README.md, no source, no key
-    check LAB|all [--path FILE | --dir DIR] [--hidden [K]] [--seed S] [--n N] [--json | --out FILE
-                  [--sign KEYFILE]]             grade on real ranks; --json prints the grade for an
-                                                autograder (schema in zeroedu.labs.grading), --out
+    check LAB|all [--path FILE | --dir DIR] [--hidden [K]] [--seed S] [--n N] [--student ID
+                  [--course C]] [--json | --out FILE [--sign KEYFILE]]
+                                                grade on real ranks; --student: the visible cases of
+                                                labs 5-8 are ID's variant; --json prints the grade for
+                                                an autograder (schema in zeroedu.labs.grading), --out
                                                 writes it to FILE, signed with --sign
     verify --key KEYFILE FILE... [--json]       the points of each signed grade file, or NOT VERIFIED
-    class DIR --csv FILE [--labs 1,7] [--hidden [K]] [--seed S] [--n N]
-                                                grade every student folder of DIR on the same cases;
+    class DIR --csv FILE [--labs 1,7] [--hidden [K]] [--seed S] [--n N] [--variants [--course C]]
+                                                grade every student folder of DIR on the same cases
+                                                (--variants: each on the variant of its folder's name);
                                                 one CSV row per student, a column per lab and per
                                                 hidden case
+    variant ID [--course C] [--json]            student ID's variant: N, the MLP, the bucket size
 
 Exit status: 0 when the command ran (with --json, also when tests fail: the JSON says so); without
 --json, `check` exits 1 when a lab is not fully passed; 2 on a usage error.
@@ -28,7 +33,7 @@ import os
 import sys
 import tempfile
 
-from . import checks, generate, signing
+from . import checks, generate, signing, variants
 from .grading import to_json
 from .registry import LABS, TOTAL_POINTS
 
@@ -43,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--student", metavar="DIR", default=None, help="student tree (default: labs/student)")
     b.add_argument("--key", metavar="DIR", default=None, help="write the answer key into DIR (instructors only)")
     b.add_argument("--source", metavar="DIR", default=None, help="lab sources (default: labs/source of the checkout)")
+    b.add_argument("--for", dest="for_student", metavar="ID", default=None,
+                   help="with --key: the key's predictions are student ID's variant's")
+    b.add_argument("--course", default="", help="the course name the variants are drawn with (default none)")
     pub = sub.add_parser("publish", help="write the tree to hand students: skeletons and README, no solution")
     pub.add_argument("dir", metavar="DIR", help="a fresh folder, outside this repository's labs/")
     c = sub.add_parser("check", help="grade a lab (or all) on real ranks")
@@ -55,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=None, help="seed of the hidden cases (default: a fresh one, "
                                                           "reported in the output)")
     c.add_argument("--n", type=int, default=checks.DEFAULT_N, help=f"ranks of the visible cases (default {checks.DEFAULT_N})")
+    c.add_argument("--student", default=None, metavar="ID",
+                   help="grade as student ID's variant (labs 5-8: N, the MLP, the bucket size; labs 7-8: the "
+                        "prediction)")
+    c.add_argument("--course", default="", help="the course name the variants are drawn with (default none)")
     c.add_argument("--json", action="store_true", help="print the grade as JSON (exit 0 even when tests fail)")
     c.add_argument("--out", default=None, metavar="FILE",
                    help="write the JSON grade to FILE (written by this process, which never runs the "
@@ -70,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
                     help=f"K hidden randomized cases per lab, the same for every student (default K={checks.DEFAULT_HIDDEN})")
     cl.add_argument("--seed", type=int, default=None, help="seed of the hidden cases (default: a fresh one, printed)")
     cl.add_argument("--n", type=int, default=checks.DEFAULT_N, help=f"ranks of the visible cases (default {checks.DEFAULT_N})")
+    cl.add_argument("--variants", action="store_true",
+                    help="grade each student on the variant of their folder's name (see `variant`)")
+    cl.add_argument("--course", default="", help="with --variants: the course name the variants are drawn with")
+    va = sub.add_parser("variant", help="a student's variant: what their visible cases of labs 5-8 run")
+    va.add_argument("student", metavar="ID")
+    va.add_argument("--course", default="")
+    va.add_argument("--json", action="store_true")
     v = sub.add_parser("verify", help="check the signatures of grade files written with --sign")
     v.add_argument("--key", required=True, metavar="KEYFILE", help="the key the grades were signed with")
     v.add_argument("files", nargs="+", metavar="FILE")
@@ -113,12 +132,41 @@ def _class(p, args) -> int:
         p.error(str(e))
     seed = args.seed if args.seed is not None or not args.hidden else checks.new_seed()
     grades = classroom.grade_class(args.dir, labs, hidden=args.hidden, seed=seed, n=args.n,
-                                   progress=lambda who: print(f"grading {who} ...", file=sys.stderr, flush=True))
+                                   variants=args.variants, course=args.course, progress=lambda who: print(f"grading {who} ...", file=sys.stderr, flush=True))
     _write_out(args.csv, classroom.to_csv(grades))
     print(classroom.summary(grades))
     print(f"wrote {args.csv} ({len(grades)} students" + (f"; hidden cases: {args.hidden}, seed {seed}" if args.hidden else "")
           + ")")
     return 0
+
+
+def _variant(p, args) -> int:
+    try:
+        v = variants.variant(args.student, args.course)
+    except ValueError as e:
+        p.error(str(e))
+    if args.json:
+        print(json.dumps({"student": v.student, "course": v.course, "n": v.n, "model": v.model.as_dict(),
+                          "global_batch": v.global_batch, "bucket_bytes": v.bucket_bytes}, indent=2))
+    else:
+        print(v.describe()[0].upper() + v.describe()[1:])
+        print(f"check with: python -m zeroedu.labs check all --student {args.student}"
+              + (f" --course {args.course}" if args.course else ""))
+    return 0
+
+
+def _key_for(key_dir: str, student: str, course: str) -> list:
+    """Rewrite the key's predicted() of labs 7 and 8 with student's variant's numbers."""
+    from pathlib import Path
+
+    v = variants.variant(student, course)
+    out = []
+    for lab in variants.PREDICTED:
+        path = Path(key_dir) / LABS[lab].file
+        path.write_text(variants.with_prediction(path.read_text(encoding="utf-8"), variants.predictions(lab, v)),
+                        encoding="utf-8")
+        out.append(f"{path} (predictions of the {v.describe()})")
+    return out
 
 
 def _list(as_json: bool) -> int:
@@ -194,6 +242,8 @@ def main(argv=None) -> int:
         return 0
     if args.cmd == "class":
         return _class(p, args)
+    if args.cmd == "variant":
+        return _variant(p, args)
     if args.cmd == "build":
         try:
             if args.key is not None:
@@ -201,6 +251,10 @@ def main(argv=None) -> int:
             written = generate.build_student(args.student, args.source)
             if args.key is not None:
                 written += generate.build_key(args.key, args.source)
+                if args.for_student is not None:
+                    written = [*written, *_key_for(args.key, args.for_student, args.course)]
+            elif args.for_student is not None:
+                raise ValueError("--for writes a variant's predictions into the key: give --key DIR too")
         except ValueError as e:
             p.error(str(e))
         for path in written:
@@ -224,15 +278,16 @@ def main(argv=None) -> int:
         if args.out:
             _check_out(args.out)  # before grading: a grade is never lost to its output path
         if args.json or args.out:
-            grade = checks.grade(labs, path=args.path, directory=args.dir, n=args.n, hidden=args.hidden, seed=seed)
+            grade = checks.grade(labs, path=args.path, directory=args.dir, n=args.n, hidden=args.hidden, seed=seed,
+                                 student=args.student, course=args.course)
             if args.out:
                 _write_out(args.out, to_json(signing.sign(grade, key) if key else grade) + "\n")
                 print(f"wrote {args.out}: {grade['points']:g}/{grade['max_points']} points")
             else:
                 print(to_json(grade))
             return 0
-        results = [checks.check(k, args.path, n=args.n, hidden=args.hidden, seed=seed, directory=args.dir)
-                   for k in labs]
+        results = [checks.check(k, args.path, n=args.n, hidden=args.hidden, seed=seed, directory=args.dir,
+                                student=args.student, course=args.course) for k in labs]
     except ValueError as e:
         p.error(str(e))
     finally:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..runtime import cluster, strays
 from ..runtime.rank import Limits
-from . import basic, guard, training
+from . import basic, guard, training, variants
 from .generate import repo_labs
 from .grading import Case, Diagnosis, LabResult, grade_dict
 from .registry import LABS, get_lab  # noqa: F401 (get_lab: re-exported)
@@ -68,11 +68,14 @@ def new_seed() -> int:
     return int.from_bytes(os.urandom(16), "little")
 
 
-def cases_for(lab: int, n: int = DEFAULT_N, hidden: int = 0, seed: int | None = None) -> list[Case]:
-    """The cases a check runs: visible ones, then `hidden` drawn from `seed` (same seed, same cases)."""
+def cases_for(lab: int, n: int = DEFAULT_N, hidden: int = 0, seed: int | None = None,
+              variant: variants.Variant | None = None) -> list[Case]:
+    """The cases a check runs: visible ones (the training labs': a student's `variant`, when
+    given), then `hidden` drawn from `seed` (same seed, same cases)."""
     rng = random.Random(f"zeroedu-labs/{seed}/{lab}")
-    module = training if lab in training.GRADE else basic
-    return module.cases(lab, n, hidden, rng)
+    if lab in training.GRADE:
+        return training.cases(lab, n, hidden, rng, variant)
+    return basic.cases(lab, n, hidden, rng)
 
 
 # ------------------------------------------------------------------ running on ranks
@@ -207,10 +210,13 @@ def _readable(lab: int, p: Path) -> tuple[str | None, str]:
 
 # ------------------------------------------------------------------ public API
 def check(lab, path: str | Path | None = None, *, n: int = DEFAULT_N, hidden: int = 0, seed: int | None = None,
-          directory: str | Path | None = None, quiet: bool = False) -> LabResult:
-    """Grade lab `lab` (1-6) in `path` (default: `lab_path(lab, directory)`); print unless `quiet`.
+          directory: str | Path | None = None, quiet: bool = False, student: str | None = None,
+          course: str = "") -> LabResult:
+    """Grade lab `lab` (1-8) in `path` (default: `lab_path(lab, directory)`); print unless `quiet`.
 
-    `hidden` randomized cases per lab are added (drawn from `seed`; a fresh seed when None)."""
+    `hidden` randomized cases per lab are added (drawn from `seed`; a fresh seed when None).
+    `student`: the training labs' visible cases are that student's variant (`variants`, with
+    `course`), and labs 7 and 8 grade the file's prediction against it."""
     info = get_lab(lab)
     if not isinstance(n, int) or not 2 <= n <= cluster.MAX_LOCAL_RANKS:
         raise ValueError(f"n must be an integer in [2, {cluster.MAX_LOCAL_RANKS}], got {n!r}")
@@ -220,9 +226,12 @@ def check(lab, path: str | Path | None = None, *, n: int = DEFAULT_N, hidden: in
         seed = new_seed()
     p = Path(path) if path is not None else lab_path(info.number, directory)
     res = LabResult(info, str(p))
-    cases = cases_for(info.number, n, hidden, seed)
+    variant = variants.variant(student, course) if student is not None else None
+    cases = cases_for(info.number, n, hidden, seed, variant)
     for c in cases:
         res.add_case(c)
+    if variant is not None and info.number in training.GRADE:
+        res.notes.append(f"visible cases: the {variant.describe()}")
     if p.is_dir():
         raise ValueError(f"{p} is a folder: --path names one lab's file (e.g. labs/student/{info.file}); "
                          "for a folder of labs use --dir")
@@ -256,7 +265,7 @@ def check_all(directory: str | Path | None = None, *, n: int = DEFAULT_N, hidden
 
 
 def grade(labs=None, *, path: str | Path | None = None, directory: str | Path | None = None, n: int = DEFAULT_N,
-          hidden: int = 0, seed: int | None = None) -> dict:
+          hidden: int = 0, seed: int | None = None, student: str | None = None, course: str = "") -> dict:
     """The machine-readable grade (`grading.SCHEMA`) of `labs` (default all)."""
     if hidden and seed is None:
         seed = new_seed()
@@ -265,7 +274,8 @@ def grade(labs=None, *, path: str | Path | None = None, directory: str | Path | 
         raise ValueError("a path names one lab's file; use directory= for several labs")
     results = []
     for k in labs:
-        results.append(check(k, path, n=n, hidden=hidden, seed=seed, directory=directory, quiet=True))
+        results.append(check(k, path, n=n, hidden=hidden, seed=seed, directory=directory, quiet=True,
+                             student=student, course=course))
         # Fresh ranks for the next lab: nothing one lab's file did to a rank process (a patched
         # function, a leaked thread) reaches the next lab's run.
         cluster.shutdown_pools()

@@ -53,15 +53,18 @@ def students(directory: str | Path) -> list[Path]:
 
 
 def grade_class(directory: str | Path, labs=None, *, hidden: int = 0, seed: int | None = None,
-                n: int = checks.DEFAULT_N, progress=None) -> list[StudentGrade]:
-    """Grade every student of the class folder on the same cases (one seed for all)."""
+                n: int = checks.DEFAULT_N, variants: bool = False, course: str = "",
+                progress=None) -> list[StudentGrade]:
+    """Grade every student of the class folder on the same hidden cases (one seed for all);
+    with `variants`, each student's visible cases are the variant of their folder's name."""
     if hidden and seed is None:
         seed = checks.new_seed()
     out = []
     for folder in students(directory):
         if progress is not None:
             progress(folder.name)
-        g = checks.grade(labs, directory=_lab_dir(folder), n=n, hidden=hidden, seed=seed)
+        g = checks.grade(labs, directory=_lab_dir(folder), n=n, hidden=hidden, seed=seed,
+                         student=folder.name if variants else None, course=course)
         out.append(StudentGrade(folder.name, str(folder), g))
     return out
 

@@ -44,6 +44,7 @@ from .grading import Case, Diagnosis, LabResult
 from .registry import LABS
 from .scaffolds import DDPBucketedLab, FSDP2Lab, FSDPLab, WatchingComm, ZeRO2Lab
 from .student import run_cases
+from .variants import PREDICTED, Variant, read_prediction
 
 STRATEGY = {5: "zero2", 6: "fsdp1", 7: "ddp_bucketed", 8: "fsdp2"}
 SCAFFOLD = {5: ZeRO2Lab, 6: FSDPLab, 7: DDPBucketedLab, 8: FSDP2Lab}
@@ -76,15 +77,21 @@ def _model_dict(m: MLPConfig) -> dict:
     return d
 
 
-def cases(lab: int, n: int, hidden: int, rng: random.Random) -> list[Case]:
+def cases(lab: int, n: int, hidden: int, rng: random.Random, variant: Variant | None = None) -> list[Case]:
+    """The visible cases (a student's `variant`: its N, MLP and bucket size), then `hidden` drawn from `rng`."""
     default = {"model": _model_dict(MLPConfig()), "steps": VISIBLE_STEPS, "global_batch": 24}
     if 24 % n:
         default["global_batch"] = 6 * n
+    if variant is not None:
+        n = variant.n
+        default = {"model": _model_dict(variant.model), "steps": VISIBLE_STEPS, "global_batch": variant.global_batch}
     out = []
     if lab == 5:
         out.append(Case("visible-1", False, n, dict(default)))
     elif lab in (7, 8):
-        visible = LAB7_VISIBLE if lab == 7 else LAB8_VISIBLE
+        visible = [dict(v) for v in (LAB7_VISIBLE if lab == 7 else LAB8_VISIBLE)]
+        if variant is not None and lab == 7:
+            visible[0]["options"] = {"bucket_bytes": variant.bucket_bytes}
         out += [Case(f"visible-{k + 1}", False, n, {**default, **v}) for k, v in enumerate(visible)]
     else:
         out += [Case(f"visible-{k + 1}", False, n, {**default, "options": dict(o)}) for k, o in enumerate(LAB6_VISIBLE)]
@@ -427,6 +434,8 @@ def grade_ddp(res: LabResult, case: Case, results: list[dict]) -> None:
     res.record(case, "overlap", overlap[:3])
     res.record(case, "order", v["order"])
     res.record(case, "waited", v["waited"])
+    _grade_prediction(res, case, {"step_bytes": sum(results[0]["per_step"][0].values(), Fraction(0)),
+                                  "buckets": len(results[0]["buckets"])})
 
 
 def _gathered_bound(shapes, n: int, itemsize: int) -> tuple[int, list[int]]:
@@ -551,6 +560,31 @@ def grade_fsdp2(res: LabResult, case: Case, results: list[dict]) -> None:
     res.record(case, "memory", memory + v["waited"])
     res.record(case, "prefetch", prefetch + v["lifecycle"])
     res.record(case, "no_early_free", v["no_early_free"])
+    gathered = [e.bytes["gathered"] for e in results[0]["timeline"].events if e.step >= 0 and e.bytes is not None]
+    _grade_prediction(res, case, {"step_bytes": sum(results[0]["per_step"][0].values(), Fraction(0)),
+                                  "peak_gathered": max(gathered, default=0)})
+
+
+def _grade_prediction(res: LabResult, case: Case, measured: dict) -> None:
+    """Labs 7 and 8: the numbers the file's predicted() returns (read from its text) against
+    what the first visible case measured, each to the nearest byte (`variants`)."""
+    if case.id != "visible-1":
+        res.record(case, "predict")  # the prediction is about the first visible case only
+        return
+    lab = res.lab.number
+    got, why = read_prediction(res.path, lab)
+    if got is None:
+        res.record(case, "predict", Diagnosis(why))
+        return
+    diags = []
+    for key in PREDICTED[lab]:
+        m = measured[key]
+        if abs(Fraction(str(got[key])) - Fraction(m)) > Fraction(1, 2):
+            diags.append(Diagnosis(f"predicted {key} = {got[key]:g}, this case measured {float(m):g} (the ledger's "
+                                   f"records on rank 0): work it out for your variant's N, model and bucket size "
+                                   "(`python -m zeroedu.labs variant YOUR_ID`)", rank=0, expected=float(m),
+                                   got=float(got[key])))
+    res.record(case, "predict", diags)
 
 
 GRADE = {5: grade_zero2, 6: grade_fsdp, 7: grade_ddp, 8: grade_fsdp2}
