@@ -22,7 +22,7 @@ import pytest
 
 from zeroedu.labs import checks, generate
 from zeroedu.labs.__main__ import main
-from zeroedu.labs.grading import SCHEMA
+from zeroedu.labs.grading import SCHEMA, grade_dict
 from zeroedu.labs.registry import LABS, TOTAL_POINTS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,10 +150,17 @@ def _check_schema(g: dict) -> None:
     json.dumps(g)
 
 
+def _grade_warm(**where) -> dict:
+    """`checks.grade`'s JSON from `checks.check` of every lab on the session's warm rank pools
+    (`grade` gives each lab fresh ranks: eight pool start-ups more, tested through the CLI)."""
+    results = [checks.check(k, hidden=1, seed=SEED, quiet=True, **where) for k in LABS]
+    return grade_dict(results, seed=SEED, hidden=1, n=checks.DEFAULT_N)
+
+
 def test_key_gets_full_points_on_visible_and_hidden_cases(key_dir, monkeypatch):
     # with the sources out of reach: grading never reads them, only the file it is handed
     monkeypatch.setattr(generate, "default_source", lambda: Path("/nonexistent"))
-    g = checks.grade(directory=key_dir, hidden=1, seed=SEED)
+    g = _grade_warm(directory=key_dir)
     _check_schema(g)
     assert g["points"] == 161, json.dumps([lab["messages"] for lab in g["labs"]], indent=1)
     for lab in g["labs"]:
@@ -163,7 +170,7 @@ def test_key_gets_full_points_on_visible_and_hidden_cases(key_dir, monkeypatch):
 
 
 def test_skeletons_get_zero_points_with_a_helpful_message():
-    g = checks.grade(hidden=1, seed=SEED)
+    g = _grade_warm()
     _check_schema(g)
     assert g["points"] == 0
     for lab in g["labs"]:
@@ -373,6 +380,10 @@ def test_readme_lists_every_lab():
     text = (ROOT / "labs" / "README.md").read_text()
     for lab in LABS.values():
         assert lab.command in text and lab.file in text and f"{lab.points} points" in text
+    from zeroedu.labs import report
+
+    for r in report.RUBRIC:  # the rubric the collector prints is the one the README shows
+        assert f"| {r.section} | {r.points} | {r.earns.replace(chr(39), chr(34))} |" in text, r.section
 
 
 def test_a_class_folder_grades_into_one_csv_row_per_student(tmp_path, capsys):
@@ -453,3 +464,41 @@ def variants_n(student: str) -> int:
     from zeroedu.labs import variants
 
     return variants.variant(student).n
+
+
+# ------------------------------------------------------------------ the benchmarking report
+def test_the_report_collector_measures_each_students_code_and_lays_out_their_reasoning(key_dir, tmp_path, capsys):
+    """A class of two: ada hands in the key's labs 7 and 8 and a report with two sections written;
+    bob the skeletons and no report. The collector times each student's own code (quick: two
+    bucket sizes) and writes one report each: the measured tables (times are the machine's and
+    not asserted; the bucket counts and the gathered peak are exact), the student's text under
+    the template's headings, the rubric to mark."""
+    from zeroedu.labs import report
+
+    cls = tmp_path / "class"
+    (cls / "ada").mkdir(parents=True)
+    (cls / "bob").mkdir()
+    for lab in (7, 8):
+        (cls / "ada" / LABS[lab].file).write_text((key_dir / LABS[lab].file).read_text())
+        (cls / "bob" / LABS[lab].file).write_text(
+            generate.render(generate.default_source() / LABS[lab].file, "student"))
+    text = report.template().replace(f"## {report.SECTIONS[0].heading}\n",
+                                     f"## {report.SECTIONS[0].heading}\nk buckets pay k·2(N-1)·α; b ≈ 1 MiB.\n")
+    text = text.replace(f"## {report.SECTIONS[3].heading}\n",
+                        f"## {report.SECTIONS[3].heading}\nPrefetch doubles the gathered bytes.\n")
+    (cls / "ada" / "report.md").write_text(text)
+    out = tmp_path / "reports"
+    assert main(["collect", str(cls), "--out", str(out), "--quick"]) == 0
+    ada, bob = (out / "ada.md").read_text(), (out / "bob.md").read_text()
+    # 24 layers of 128·128 + 128 fp32 parameters: 64 KiB buckets close after each layer, and
+    # backward prefetch holds two such layers gathered at once instead of one
+    layer = (128 * 128 + 128) * 4
+    assert re.search(r"\| 64 KiB( \(fastest\))? \| 24 \|", ada) and re.search(r"\| one bucket( \(fastest\))? \| 1 \|", ada)
+    assert "| off |" in ada and f"| {layer:,} |" in ada and f"| {2 * layer:,} |" in ada
+    assert "k buckets pay k·2(N-1)·α; b ≈ 1 MiB." in ada and "Prefetch doubles the gathered bytes." in ada
+    assert ada.count("*(not written)*") == 2 and "<!--" not in ada
+    assert f"| total | {report.RUBRIC_POINTS} |" in ada and report.RUBRIC_POINTS == 10
+    assert "lab 7 does not pass its check yet (0/28)" in bob and "lab 8 does not pass" in bob
+    assert bob.count("*(not written)*") == len(report.SECTIONS) and "| 64 KiB" not in bob
+    with pytest.raises(SystemExit):  # the reports never go inside the submissions
+        main(["collect", str(cls), "--out", str(cls / "reports")])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from zeroedu.labs import checks, generate, guard
+from zeroedu.labs import checks, generate, guard, report
 from zeroedu.labs.__main__ import main
 from zeroedu.labs.registry import LABS
 
@@ -142,7 +142,8 @@ def test_publish_hands_out_no_solution_and_its_labs_still_grade(tmp_path, capsys
     out = tmp_path / "course"
     assert main(["publish", str(out)]) == 0
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert files == sorted(["labs/README.md"] + [f"labs/student/{LABS[k].file}" for k in LABS])
+    assert files == sorted(["labs/README.md", "labs/student/report.md"] + [f"labs/student/{LABS[k].file}" for k in LABS])
+    assert (out / "labs" / "student" / "report.md").read_text() == report.template()  # the blank report
     for k in LABS:  # the skeleton exactly, no solution region and no key header
         published = (out / "labs" / "student" / LABS[k].file).read_text()
         src = generate.default_source() / LABS[k].file

@@ -20,6 +20,11 @@
                                                 one CSV row per student, a column per lab and per
                                                 hidden case
     variant ID [--course C] [--json]            student ID's variant: N, the MLP, the bucket size
+    report (--dir DIR [--quick] | --template)   the benchmarking report's tables, measured with the
+                                                labs 7 and 8 in DIR; --template: the blank report.md
+    collect DIR --out FOLDER [--quick]          every student folder of DIR: measure their labs 7-8,
+                                                put the tables, their report.md and the rubric into
+                                                FOLDER/<student>.md
 
 Exit status: 0 when the command ran (with --json, also when tests fail: the JSON says so); without
 --json, `check` exits 1 when a lab is not fully passed; 2 on a usage error.
@@ -89,6 +94,15 @@ def _parser() -> argparse.ArgumentParser:
     va.add_argument("student", metavar="ID")
     va.add_argument("--course", default="")
     va.add_argument("--json", action="store_true")
+    rp = sub.add_parser("report", help="the benchmarking report's measured tables (or its blank template)")
+    what = rp.add_mutually_exclusive_group(required=True)
+    what.add_argument("--dir", default=None, help="the folder holding your lab 7 and lab 8 files")
+    what.add_argument("--template", action="store_true", help="print the blank report.md to fill in")
+    rp.add_argument("--quick", action="store_true", help="two bucket sizes instead of six")
+    co = sub.add_parser("collect", help="measure every student's labs 7-8 and collect their reports with the rubric")
+    co.add_argument("dir", metavar="DIR", help="the class folder: one sub-folder per student")
+    co.add_argument("--out", required=True, metavar="FOLDER", help="where the reports go (outside DIR)")
+    co.add_argument("--quick", action="store_true", help="two bucket sizes instead of six")
     v = sub.add_parser("verify", help="check the signatures of grade files written with --sign")
     v.add_argument("--key", required=True, metavar="KEYFILE", help="the key the grades were signed with")
     v.add_argument("files", nargs="+", metavar="FILE")
@@ -137,6 +151,33 @@ def _class(p, args) -> int:
     print(classroom.summary(grades))
     print(f"wrote {args.csv} ({len(grades)} students" + (f"; hidden cases: {args.hidden}, seed {seed}" if args.hidden else "")
           + ")")
+    return 0
+
+
+def _report(p, args) -> int:
+    from ..runtime import cluster
+    from . import report
+
+    if args.cmd == "report" and args.template:
+        print(report.template())
+        return 0
+    try:
+        if args.cmd == "report":
+            if not os.path.isdir(args.dir):
+                raise ValueError(f"--dir {args.dir} is not a folder")
+            print(report.tables_markdown(report.measure(args.dir, quick=args.quick)), end="")
+            return 0
+        root = os.path.realpath(args.dir)
+        if os.path.commonpath([root, os.path.realpath(args.out)]) == root:
+            raise ValueError(f"--out {args.out} lies inside {args.dir}: write the reports outside the submissions")
+        written = report.collect(args.dir, args.out, quick=args.quick,
+                                 progress=lambda who: print(f"measuring {who} ...", file=sys.stderr, flush=True))
+    except ValueError as e:
+        p.error(str(e))
+    finally:
+        cluster.shutdown_pools()
+    for path in written:
+        print(f"wrote {path}")
     return 0
 
 
@@ -244,6 +285,8 @@ def main(argv=None) -> int:
         return _class(p, args)
     if args.cmd == "variant":
         return _variant(p, args)
+    if args.cmd in ("report", "collect"):
+        return _report(p, args)
     if args.cmd == "build":
         try:
             if args.key is not None:

@@ -152,7 +152,11 @@ def publish(out: str | Path, source: str | Path | None = None) -> list[Path]:
     written = build_student(out / "labs" / "student", source)
     readme = out / "labs" / "README.md"
     readme.write_text((repo_labs() / "README.md").read_text())
-    return written + [readme]
+    from .rubric import template  # the benchmarking report's blank page, beside the skeletons
+
+    blank = out / "labs" / "student" / "report.md"
+    blank.write_text(template(), encoding="utf-8")
+    return written + [readme, blank]
 
 
 def check_key_dir(out: str | Path, source: str | Path | None = None) -> None:

@@ -116,9 +116,12 @@ def cases(lab: int, n: int, hidden: int, rng: random.Random, variant: Variant | 
 
 def config(lab: int, case_params: dict, n: int) -> ResolvedConfig:
     p = case_params
+    # `links` (the benchmarking report, `labs.report`): zeroedu's ring collectives on emulated links
+    links = p.get("links")
     return RunConfig(STRATEGY[lab], n, steps=p["steps"], recipe=RECIPE, model=MLPConfig(**p["model"]),
                      global_batch=p["global_batch"], options=dict(p.get("options", {})),
-                     micro_batches=p.get("micro_batches", 1)).resolved()
+                     micro_batches=p.get("micro_batches", 1), links=links,
+                     collectives="ring" if links else "auto").resolved()
 
 
 # ------------------------------------------------------------------ the rank side
