@@ -1,0 +1,239 @@
+"""Context parallelism: causal attention with the sequence split over a `cp` axis (ring attention).
+
+Algorithm (Liu, Zaharia, Abbeel 2023, "Ring Attention with Blockwise Transformers", §3; the
+online softmax of Milakov & Gimelshein 2018 and FlashAttention, Dao et al. 2022, §3.1). Each of
+the cp ranks holds S/cp of every sequence's positions (its *chunks*) and computes q, k, v for them
+only. Attention needs every key at or before each query, so the key/value blocks travel around the
+ring: in step i = 0 .. cp-1 rank r holds the K, V block of rank (r - i) mod cp, computes its
+queries' scores against it and folds them into a running maximum m, sum l and unnormalised output
+per query row (online softmax), while it sends the block on to rank r + 1. No rank ever holds more
+than its own block of S/cp × S/cp scores (here, one chunk pair at a time); the S × S matrix exists
+nowhere. The output is acc / l; the log-sum-exp m + log l is kept for backward.
+
+Backward recomputes each block's probabilities from q, k and the log-sum-exp (FlashAttention's
+backward, §3.1 and Alg. 4 of its appendix): dV_j += Pᵀ dO, dS = P ⊙ (dO Vⱼᵀ - rowsum(dO ⊙ O)),
+dQ += dS Kⱼ, dK_j += dSᵀ Q. The K, V block travels the ring again, now with its dK, dV
+accumulators, which after the last step are one hop from home and make one more hop back.
+
+Causal masking by global position: a chunk pair whose every key comes after every query is
+skipped (no compute), one whose every key comes first needs no mask, a chunk with itself is
+triangular. With the plain split (rank r holds positions [r·S/cp, (r+1)·S/cp)) rank r computes
+r + 1 of the cp blocks, so the last rank works cp times as long as the first while the others
+wait. The zig-zag split (`zigzag=True`) cuts the sequence into 2·cp chunks of c = S/(2cp) and
+gives rank r chunks r and 2cp - 1 - r: chunk x attends to chunks 0..x, so every rank computes (r + 1) + (2cp - r) = 2cp + 1
+chunk pairs, c² score elements each, per head: the same on every rank (`work_elements`).
+
+Bytes per rank per layer and micro-batch, b = B·H·(S/cp)·D_h·bytes (one K or V block):
+    forward    K and V sent cp - 1 times:                         2(cp - 1)·b
+    backward   K and V sent cp - 1 times, dK and dV cp times:     2(cp - 1)·b + 2·cp·b
+(`theory_bytes`); with cp = 1 nothing moves. Activations per rank: q, k, v, the output (each
+S/cp tokens wide) and one fp32 log-sum-exp per query row, never a score matrix.
+
+Everything goes through `comm` (isend/irecv on the `cp` axis, recorded by the ledger); the score
+elements each rank computed are counted from the tensors it multiplied (`RingStats`).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ..runtime.comm import Axis, Comm
+
+
+# ------------------------------------------------------------------ the split
+def chunks(seq_len: int, cp: int, rank: int, zigzag: bool = False) -> list[range]:
+    """The runs of positions rank `rank` holds: one of S/cp, or (zig-zag) chunks r and 2cp-1-r of S/(2cp)."""
+    parts = 2 * cp if zigzag else cp
+    if seq_len % parts:
+        raise ValueError(f"context parallelism splits the sequence into {parts} equal chunks"
+                         f"{' (zig-zag: 2 per rank)' if zigzag else ''}: seq_len {seq_len} is not divisible by {parts}")
+    c = seq_len // parts
+    ids = [rank, 2 * cp - 1 - rank] if zigzag else [rank]
+    return [range(i * c, (i + 1) * c) for i in ids]
+
+
+def positions(seq_len: int, cp: int, rank: int, zigzag: bool = False) -> torch.Tensor:
+    """Rank `rank`'s positions of the sequence, in the order it holds them."""
+    return torch.tensor([p for r in chunks(seq_len, cp, rank, zigzag) for p in r], dtype=torch.long)
+
+
+# ------------------------------------------------------------------ closed forms
+def theory_bytes(batch: int, heads: int, seq_len: int, d_head: int, cp: int, dtype_bytes: int = 4) -> dict[str, int]:
+    """Bytes one rank sends on the cp axis per attention layer and micro-batch (module docstring)."""
+    b = batch * heads * (seq_len // cp) * d_head * dtype_bytes
+    return {"forward": 2 * (cp - 1) * b, "backward": 2 * (cp - 1) * b + (2 * cp * b if cp > 1 else 0)}
+
+
+def work_elements(batch: int, heads: int, seq_len: int, cp: int, rank: int, zigzag: bool = False) -> int:
+    """Score elements rank `rank` computes in one attention forward: every chunk pair it cannot
+    skip, whole (a diagonal chunk is computed whole and masked)."""
+    mine = chunks(seq_len, cp, rank, zigzag)
+    total = 0
+    for j in range(cp):
+        for qc in mine:
+            for kc in chunks(seq_len, cp, j, zigzag):
+                if kc.start <= qc.stop - 1:  # some key at or before the last query
+                    total += len(qc) * len(kc)
+    return batch * heads * total
+
+
+# ------------------------------------------------------------------ the ring
+@dataclass
+class RingStats:
+    """What one rank's ring attention did, counted from the tensors it computed on."""
+    forward_elements: int = 0  # score elements computed in forward
+    backward_elements: int = 0
+    forward_seconds: float = 0.0  # wall time of the score/softmax/output compute in forward, sends excluded
+
+
+@dataclass(frozen=True)
+class RingContext:
+    comm: Comm
+    axis: Axis
+    seq_len: int
+    zigzag: bool
+    tag: str = "cp"
+    stats: RingStats | None = None
+
+    @property
+    def cp(self) -> int:
+        return self.axis.size
+
+    def my_chunks(self, rank: int | None = None) -> list[range]:
+        return chunks(self.seq_len, self.cp, self.axis.rank if rank is None else rank, self.zigzag)
+
+
+def _pairs(ctx: RingContext, owner: int):
+    """(query slice, key slice, mask kind) of every chunk pair to compute against rank `owner`'s
+    block: 'full' (no mask), 'diag' (triangular); pairs with every key after every query are left out."""
+    q_off = 0
+    for qc in ctx.my_chunks():
+        k_off = 0
+        for kc in ctx.my_chunks(owner):
+            if kc.start <= qc.stop - 1:
+                kind = "diag" if kc.start == qc.start else "full"
+                yield slice(q_off, q_off + len(qc)), slice(k_off, k_off + len(kc)), kind
+            k_off += len(kc)
+        q_off += len(qc)
+
+
+def _scores(q, k, kind):
+    s = q @ k.transpose(-2, -1)
+    if kind == "diag":
+        n = s.shape[-1]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    return s
+
+
+def _exchange(ctx: RingContext, tensors: list[torch.Tensor], what: str) -> list[torch.Tensor]:
+    """Send `tensors` to the next rank on the ring and receive the previous rank's."""
+    nxt, prv = (ctx.axis.rank + 1) % ctx.cp, (ctx.axis.rank - 1) % ctx.cp
+    out = [torch.empty_like(t) for t in tensors]
+    handles = []
+    # Sends and receives posted together: every rank sends and receives at once, no deadlock.
+    for t, o in zip(tensors, out):
+        handles.append(ctx.comm.isend(t.contiguous(), nxt, ctx.axis, f"{ctx.tag}/{what}"))
+        handles.append(ctx.comm.irecv(o, prv, ctx.axis, f"{ctx.tag}/{what}"))
+    for h in handles:
+        h.wait()
+    return out
+
+
+def _acc_dtype(q: torch.Tensor) -> torch.dtype:
+    # Running max, sum and output in fp32 at least: bf16/fp16 inputs would lose the online rescaling.
+    return torch.promote_types(q.dtype, torch.float32)
+
+
+class _RingAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(fctx, q, k, v, ctx: RingContext):
+        B, H, S, Dh = q.shape
+        acc_t = _acc_dtype(q)
+        m = torch.full((B, H, S, 1), float("-inf"), dtype=acc_t, device=q.device)
+        l = torch.zeros((B, H, S, 1), dtype=acc_t, device=q.device)
+        acc = torch.zeros((B, H, S, Dh), dtype=acc_t, device=q.device)
+        kb, vb = k, v
+        for i in range(ctx.cp):
+            owner = (ctx.axis.rank - i) % ctx.cp
+            t0 = time.perf_counter()
+            for qs, ks, kind in _pairs(ctx, owner):
+                s = _scores(q[:, :, qs].to(acc_t), kb[:, :, ks].to(acc_t), kind)
+                if ctx.stats is not None:
+                    ctx.stats.forward_elements += s.numel()
+                m_new = torch.maximum(m[:, :, qs], s.amax(-1, keepdim=True))
+                p = torch.exp(s - m_new)
+                scale = torch.exp(m[:, :, qs] - m_new)
+                l[:, :, qs] = l[:, :, qs] * scale + p.sum(-1, keepdim=True)
+                acc[:, :, qs] = acc[:, :, qs] * scale + p @ vb[:, :, ks].to(acc_t)
+                m[:, :, qs] = m_new
+            if ctx.stats is not None:
+                ctx.stats.forward_seconds += time.perf_counter() - t0
+            if i < ctx.cp - 1:
+                kb, vb = _exchange(ctx, [kb, vb], "kv")
+        out = (acc / l).to(q.dtype)
+        lse = m + torch.log(l)  # every query sees at least itself: l > 0
+        fctx.save_for_backward(q, k, v, out, lse)
+        fctx.ring = ctx
+        return out
+
+    @staticmethod
+    def backward(fctx, dout):
+        q, k, v, out, lse = fctx.saved_tensors
+        ctx: RingContext = fctx.ring
+        acc_t = _acc_dtype(q)
+        dout = dout.to(acc_t)
+        delta = (dout * out.to(acc_t)).sum(-1, keepdim=True)  # rowsum(dO ⊙ O)
+        dq = torch.zeros(q.shape, dtype=acc_t, device=q.device)
+        kb, vb = k, v
+        dkb = torch.zeros(k.shape, dtype=acc_t, device=k.device)
+        dvb = torch.zeros(v.shape, dtype=acc_t, device=v.device)
+        for i in range(ctx.cp):
+            owner = (ctx.axis.rank - i) % ctx.cp
+            for qs, ks, kind in _pairs(ctx, owner):
+                qf, kf, vf = q[:, :, qs].to(acc_t), kb[:, :, ks].to(acc_t), vb[:, :, ks].to(acc_t)
+                p = torch.exp(_scores(qf, kf, kind) - lse[:, :, qs])  # masked: exp(-inf) = 0
+                if ctx.stats is not None:
+                    ctx.stats.backward_elements += p.numel()
+                do = dout[:, :, qs]
+                dvb[:, :, ks] += p.transpose(-2, -1) @ do
+                ds = p * (do @ vf.transpose(-2, -1) - delta[:, :, qs])
+                dq[:, :, qs] += ds @ kf
+                dkb[:, :, ks] += ds.transpose(-2, -1) @ qf
+            if i < ctx.cp - 1:
+                kb, vb, dkb, dvb = _exchange(ctx, [kb, vb, dkb, dvb], "kv_grads")
+        if ctx.cp > 1:
+            # The accumulators hold the block of rank r + 1 (the next one): one hop home.
+            dkb, dvb = _exchange(ctx, [dkb, dvb], "dkv_home")
+        return dq.to(q.dtype), dkb.to(k.dtype), dvb.to(v.dtype), None
+
+
+def ring_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ctx: RingContext) -> torch.Tensor:
+    """Causal attention of this rank's queries over the whole sequence's keys (q scaled already);
+    q, k, v are (B, H, S/cp, D_h), this rank's positions in `ctx.my_chunks()` order."""
+    return _RingAttention.apply(q, k, v, ctx)
+
+
+class RingAttentionCore(torch.nn.Module):
+    """Drop-in for `models.gpt.AttentionCore` on a cp rank: the same softmax(q kᵀ + causal) v over
+    the whole sequence, with this rank holding only its positions."""
+
+    def __init__(self, ctx: RingContext):
+        super().__init__()
+        self.ctx = ctx
+
+    def forward(self, q, k, v):
+        return ring_attention(q, k, v, self.ctx)
+
+
+def reference_attention(q, k, v) -> torch.Tensor:
+    """One process, the whole sequence: softmax(q kᵀ + causal) v (the oracle)."""
+    S = q.shape[-2]
+    s = q @ k.transpose(-2, -1)
+    s = s.masked_fill(torch.ones(S, S, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+__all__ = ["RingAttentionCore", "RingContext", "RingStats", "chunks", "positions", "reference_attention",
+           "ring_attention", "theory_bytes", "work_elements"]

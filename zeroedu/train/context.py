@@ -1,0 +1,148 @@
+"""Training a GPT with context parallelism on real ranks, beside one process.
+
+The cp ranks hold one replica each (parameters replicated, as data parallelism does) but split
+every sequence: rank r keeps the positions `strategies.context_parallel.chunks` gives it (plain
+or zig-zag), embeds them with their own rows of the position table, runs every block with its
+attention core swapped for ring attention (`RingAttentionCore`), and takes the mean loss over its
+own tokens. Each rank holds the same number of tokens, so the mean over the whole batch is the mean
+of the ranks' means: the gradients are all-reduced (SUM) over cp and divided by cp, and Adam runs
+on every rank alike. The result equals one process training on the whole sequences.
+
+What the job measures on each rank (`CPRankResult`): the loss of each step, the bytes it sent on
+the cp axis by tag (the ledger's records: ring K/V forward, K/V with their gradients backward,
+the gradients' way home, the parameter gradients' all-reduce), the activation bytes autograd
+saved in the first forward (the ledger's `saving_activations`), the score elements its ring
+attention computed (counted from the tensors multiplied), and the wall time of its attention
+compute (forward, all steps; the causal imbalance shows in it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import torch
+
+from ..kinds import EventKind
+from ..models.gpt import GPTConfig
+from ..runtime import cluster
+from ..runtime.comm import Comm
+from ..runtime.ledger import Ledger
+from ..strategies.context_parallel import RingAttentionCore, RingContext, RingStats, chunks
+
+TAG = "cp"
+
+
+@dataclass(frozen=True)
+class CPRankResult:
+    rank: int
+    losses: list[float]
+    sent_by_tag: dict[str, Fraction]  # bytes per step (the first step), by tag
+    activation_bytes: int  # saved for backward in the first forward
+    forward_elements: int  # score elements ring attention computed in the first forward, all layers
+    attention_seconds: float  # wall time of ring attention's forward compute, all steps and layers (sends excluded)
+    params: list[torch.Tensor] | None  # rank 0 only
+    grads: list[torch.Tensor] | None  # rank 0 only: the first step's gradients, reduced over cp
+
+
+@dataclass(frozen=True)
+class CPReport:
+    cp: int
+    zigzag: bool
+    ranks: list[CPRankResult] = field(default_factory=list)
+
+    @property
+    def losses(self) -> list[float]:
+        """The global mean loss of each step: the mean of the ranks' means (equal token counts)."""
+        return [sum(r.losses[s] for r in self.ranks) / self.cp for s in range(len(self.ranks[0].losses))]
+
+
+def _cfg(d: dict) -> GPTConfig:
+    d = dict(d)
+    d.pop("kind", None)
+    return GPTConfig(**d)
+
+
+def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int) -> dict:
+    """One rank of a context-parallel run over the whole world (cp = world size)."""
+    cfg = _cfg(model)
+    ledger = Ledger(ctx.rank)
+    comm = Comm(ledger)
+    axis = ctx.world_axis()
+    cp = axis.size
+    stats = RingStats()
+    ring = RingContext(comm, axis, cfg.seq_len, zigzag, tag=TAG, stats=stats)
+    m = cfg.build()
+    for p in m.parameters():  # model states: what autograd saves of them is not an activation
+        ledger.track(p, "param")
+    for block in m.blocks:
+        block.attn.core = RingAttentionCore(ring)
+    mine = ring.my_chunks()
+    idx = torch.tensor([p for c in mine for p in c], dtype=torch.long)
+
+    def embed(tokens, e=m.embed):
+        # this rank's rows of the position table: slices, concatenated (saves nothing)
+        return e.tok(tokens) + torch.cat([e.pos.weight[c.start:c.stop] for c in mine])
+
+    m.embed.forward = embed
+    a = cfg.default_adam()
+    opt = torch.optim.Adam(m.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
+    losses, activation, elements, sent0, grads0 = [], None, None, None, None
+    for step in range(steps):
+        ledger.step = step
+        x, y = cfg.batch(step, global_batch)
+        x, y = x[:, idx].contiguous(), y[:, idx].contiguous()
+        with ledger.saving_activations():
+            loss = m.loss(m(x), y)
+            ev = ledger.event(EventKind.FORWARD_END)
+        if activation is None:
+            activation = ledger.timeline().events[-1].bytes["activation"] if ev is None else ev.bytes["activation"]
+            elements = stats.forward_elements
+        loss.backward()
+        for p in m.parameters():  # the mean over cp of the ranks' gradients of their own means
+            comm.all_reduce(p.grad, axis, f"{TAG}/grads")
+            p.grad /= cp
+        if step == 0 and ctx.rank == 0:
+            grads0 = [p.grad.detach().clone() for p in m.parameters()]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if sent0 is None:
+            sent0 = {}
+            for r in ledger.comm:
+                if r.step == 0:
+                    sent0[str(r.tag)] = sent0.get(str(r.tag), Fraction(0)) + r.sent
+    params = [p.detach().clone() for p in m.parameters()] if ctx.rank == 0 else None
+    return {"rank": ctx.rank, "losses": losses, "sent_by_tag": sent0, "activation_bytes": activation,
+            "forward_elements": elements, "attention_seconds": stats.forward_seconds, "params": params, "grads": grads0}
+
+
+def run_cp(model: GPTConfig, cp: int, *, zigzag: bool = False, steps: int = 3, global_batch: int = 4) -> CPReport:
+    """Train `model` for `steps` steps with context parallelism over `cp` local ranks (gloo)."""
+    if model.attention != "eager":
+        raise ValueError("context parallelism replaces the attention core: build the GPT with attention='eager'")
+    chunks(model.seq_len, cp, 0, zigzag)  # refuses a sequence that does not split, in the parent
+    out = cluster.get_pool(cp).run(cp_job, {"model": model.as_dict(), "zigzag": zigzag, "steps": steps,
+                                            "global_batch": global_batch})
+    return CPReport(cp, zigzag, [CPRankResult(**r) for r in out])
+
+
+def reference(model: GPTConfig, steps: int, global_batch: int
+              ) -> tuple[list[float], list[torch.Tensor], list[torch.Tensor]]:
+    """One process, whole sequences, the same Adam: losses, final parameters, the first step's gradients."""
+    m = model.build()
+    a = model.default_adam()
+    opt = torch.optim.Adam(m.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
+    losses, grads0 = [], None
+    for step in range(steps):
+        x, y = model.batch(step, global_batch)
+        loss = m.loss(m(x), y)
+        loss.backward()
+        if grads0 is None:
+            grads0 = [p.grad.detach().clone() for p in m.parameters()]
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses, [p.detach().clone() for p in m.parameters()], grads0
+
+
+__all__ = ["CPRankResult", "CPReport", "cp_job", "reference", "run_cp"]
