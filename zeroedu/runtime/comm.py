@@ -399,6 +399,26 @@ class Comm:
                                                   async_op=True) if axis.size > 1 else None)
         return self._finish(work, rec, False)
 
+    def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits: list[int], in_splits: list[int],
+                   axis: Axis, tag: str):
+        """Rows `inp[sum(in_splits[:j]) : ...]` go to axis rank j; `out` receives out_splits[j] rows
+        from rank j, in axis order. Sent: every row but the ones this rank keeps for itself."""
+        g = axis.size
+        if sum(in_splits) != inp.shape[0] or sum(out_splits) != out.shape[0] or len(in_splits) != g:
+            raise ValueError(f"all_to_all: splits {in_splits} -> {out_splits} do not match {inp.shape[0]} -> "
+                             f"{out.shape[0]} rows over {g} ranks")
+        row = inp[:1].numel() * inp.element_size() if inp.shape[0] else 0
+        rec = self._record("all_to_all", tag, axis, _nbytes(inp), Fraction(0), inp.numel(), inp.element_size())
+        rec.sent = Fraction((sum(in_splits) - in_splits[axis.rank]) * row)
+
+        def start():
+            if g == 1:
+                out.copy_(inp)
+                return None
+            return dist.all_to_all_single(out, inp, list(out_splits), list(in_splits), group=axis.group,
+                                          async_op=True)
+        return self._finish(_issue(rec, start), rec, False)
+
     # Point-to-point messages on a paced axis: the sender posts the start, the receiver's wait
     # holds the message until the link would have delivered it (`Handle.wait`).
     def send(self, t: torch.Tensor, dst_axis_rank: int, axis: Axis, tag: str):

@@ -133,6 +133,8 @@ def messages(op: str, numel: int, elem_size: int, group: int, implementation: st
         return 0
     if op in ("send", "recv", "broadcast"):
         return 1
+    if op == "all_to_all":  # one message to each other rank
+        return g - 1
     if implementation == Implementation.RING and op in ("reduce_scatter", "all_gather"):
         return g - 1
     if op == "all_gather":

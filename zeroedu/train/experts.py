@@ -1,0 +1,153 @@
+"""Training a mixture-of-experts GPT with expert parallelism on real ranks, beside one process.
+
+Every rank builds the same GPT whose MLPs are mixtures of E experts (`strategies.expert_parallel
+.moe_gpt`), keeps its E/ep experts, and trains on its share of the batch (rows [r·B/ep, (r+1)·B/ep)).
+Its loss is the mean over its tokens plus α times the layers' auxiliary losses. The step's loss is
+the ranks' mean, so: the gradients of what every rank holds whole (embeddings, attention, norms,
+routers) are all-reduced over ep and divided by ep; an expert's gradient already sums every rank's
+tokens (the all-to-alls carried them), so it is only divided by ep. Adam runs on what each rank
+holds. One process runs the same model whole, routing the batch in ep groups (the ranks' shares),
+and gets the same losses and parameters.
+
+Measured on each rank (`EPRankResult`): the losses; the bytes sent on the ep axis in the first step
+by tag (the ledger's records of the all-to-alls and the all-reduce); the router's own counts of the
+first forward, per layer (assignments chosen and kept per expert, tokens dropped); the parameter
+bytes it holds (the ledger's tracked storages).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import torch
+
+from ..models.gpt import GPTConfig
+from ..runtime import cluster
+from ..runtime.comm import Comm
+from ..runtime.ledger import Ledger
+from ..strategies.expert_parallel import EPContext, MoE, MoESpec, moe_gpt
+
+TAG = "ep"
+
+
+@dataclass(frozen=True)
+class EPRankResult:
+    rank: int
+    losses: list[float]
+    sent_by_tag: dict[str, Fraction]  # the first step's bytes, by tag
+    chosen: list[list[int]]  # per layer: this rank's assignments per expert in the first forward
+    kept: list[list[int]]
+    dropped: list[int]  # per layer
+    param_bytes: int  # what this rank holds, from the ledger
+    params: dict[str, torch.Tensor]  # this rank's parameters by name (its experts only)
+
+
+@dataclass(frozen=True)
+class EPReport:
+    spec: MoESpec
+    ep: int
+    ranks: list[EPRankResult] = field(default_factory=list)
+
+    @property
+    def losses(self) -> list[float]:
+        return [sum(r.losses[s] for r in self.ranks) / self.ep for s in range(len(self.ranks[0].losses))]
+
+    def routed(self, layer: int) -> list[list[int]]:
+        """n[s][d]: kept assignments rank s sent to rank d's experts in the first forward of `layer`."""
+        per = self.spec.experts // self.ep
+        return [[sum(r.kept[layer][d * per:(d + 1) * per]) for d in range(self.ep)] for r in self.ranks]
+
+
+def _cfg(d: dict) -> GPTConfig:
+    d = dict(d)
+    d.pop("kind", None)
+    return GPTConfig(**d)
+
+
+def _moe_layers(model) -> list[MoE]:
+    return [b.mlp for b in model.blocks]
+
+
+def _loss(model, x, y, spec: MoESpec):
+    lm = model.loss(model(x), y)
+    return lm + spec.aux_weight * sum(m.aux for m in _moe_layers(model))
+
+
+def ep_job(ctx, model: dict, spec: dict, steps: int, global_batch: int) -> dict:
+    cfg, spec = _cfg(model), MoESpec(**spec)
+    ledger = Ledger(ctx.rank)
+    comm = Comm(ledger)
+    axis = ctx.world_axis()
+    ep = axis.size
+    m = moe_gpt(cfg, spec, EPContext(comm, axis, TAG))
+    for p in m.parameters():
+        ledger.track(p, "param")
+    param_bytes = ledger.bytes_by_category()["param"]
+    shared = [p for n, p in m.named_parameters() if ".experts." not in n]
+    experts = [p for n, p in m.named_parameters() if ".experts." in n]
+    a = cfg.default_adam()
+    opt = torch.optim.Adam(m.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
+    b = global_batch // ep
+    losses, sent0 = [], None
+    for step in range(steps):
+        ledger.step = step
+        x, y = cfg.batch(step, global_batch)
+        x, y = x[ctx.rank * b:(ctx.rank + 1) * b], y[ctx.rank * b:(ctx.rank + 1) * b]
+        loss = _loss(m, x, y, spec)
+        loss.backward()
+        for p in shared:  # every rank's gradient of its own loss: their mean
+            comm.all_reduce(p.grad, axis, f"{TAG}/grads")
+            p.grad /= ep
+        for p in experts:  # already the sum over every rank's tokens (None: no rank routed a token to it)
+            if p.grad is not None:
+                p.grad /= ep
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+        if sent0 is None:
+            sent0 = {}
+            for r in ledger.comm:
+                sent0[str(r.tag)] = sent0.get(str(r.tag), Fraction(0)) + r.sent
+    layers = _moe_layers(m)
+    return {"rank": ctx.rank, "losses": losses, "sent_by_tag": sent0,
+            "chosen": [lay.stats.chosen[0] for lay in layers], "kept": [lay.stats.kept[0] for lay in layers],
+            "dropped": [lay.stats.dropped[0] for lay in layers], "param_bytes": param_bytes,
+            "params": {n: p.detach().clone() for n, p in m.named_parameters()}}
+
+
+def check(model: GPTConfig, spec: MoESpec, ep: int, global_batch: int) -> None:
+    """Refuse, in one line, a shape that cannot exist."""
+    if spec.experts % ep:
+        raise ValueError(f"expert parallelism places E/ep experts on each rank: {spec.experts} experts "
+                         f"do not split over ep = {ep}")
+    if global_batch % ep:
+        raise ValueError(f"each of the ep = {ep} ranks trains on its share of the batch: "
+                         f"global batch {global_batch} does not split")
+
+
+def run_ep(model: GPTConfig, spec: MoESpec, ep: int, *, steps: int = 3, global_batch: int = 4) -> EPReport:
+    """Train the MoE GPT for `steps` steps over `ep` local ranks (gloo)."""
+    check(model, spec, ep, global_batch)
+    out = cluster.get_pool(ep).run(ep_job, {"model": model.as_dict(), "spec": spec.__dict__, "steps": steps,
+                                            "global_batch": global_batch})
+    return EPReport(spec, ep, [EPRankResult(**r) for r in out])
+
+
+def reference(model: GPTConfig, spec: MoESpec, groups: int, steps: int, global_batch: int
+              ) -> tuple[list[float], dict[str, torch.Tensor], list[MoE]]:
+    """One process, every expert, the batch routed in `groups` groups: losses, parameters, layers."""
+    m = moe_gpt(model, spec, None, groups)
+    a = model.default_adam()
+    opt = torch.optim.Adam(m.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
+    losses = []
+    for step in range(steps):
+        x, y = model.batch(step, global_batch)
+        loss = _loss(m, x, y, spec)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())
+    return losses, {n: p.detach().clone() for n, p in m.named_parameters()}, _moe_layers(m)
+
+
+__all__ = ["EPRankResult", "EPReport", "check", "ep_job", "reference", "run_ep"]
