@@ -1,7 +1,8 @@
 """Context parallelism (`strategies.context_parallel`, `train.context`): the split and the work
 against hand counts, ring attention in one process against softmax attention, and GPT training
 over cp = 2 and 4 ranks (plain and zig-zag) equal to one process, with the bytes each rank sends,
-the activations it saves and the score elements it computes equal to their closed forms."""
+the activations it saves and the score elements it computes equal to their closed forms; and
+cp = 2 beside dp = 2 on four ranks."""
 import pytest
 import torch
 
@@ -70,10 +71,10 @@ def _reference():
     return _REF
 
 
-@pytest.mark.parametrize("cp,zigzag", [(2, False), (2, True), (4, False), (4, True)])
-def test_context_parallel_gpt_equals_one_process_and_its_closed_forms(cp, zigzag):
+@pytest.mark.parametrize("cp,zigzag,dp", [(2, False, 1), (2, True, 1), (4, False, 1), (4, True, 1), (2, True, 2)])
+def test_context_parallel_gpt_equals_one_process_and_its_closed_forms(cp, zigzag, dp):
     ref = _reference()
-    report = train_cp.run_cp(MODEL, cp, zigzag=zigzag, steps=STEPS, global_batch=BATCH)
+    report = train_cp.run_cp(MODEL, cp, zigzag=zigzag, steps=STEPS, global_batch=BATCH, dp=dp)
     # losses: the mean of the ranks' means is the whole batch's mean
     for got, want in zip(report.losses, ref["losses"]):
         assert abs(got - want) <= 1e-5 * abs(want)
@@ -84,8 +85,9 @@ def test_context_parallel_gpt_equals_one_process_and_its_closed_forms(cp, zigzag
     assert parameter_error(dict(zip(names, rank0.params)), dict(zip(names, ref["params"])), MODEL.d_model) <= 1e-5
 
     L, H, Dh = MODEL.n_layers, MODEL.n_heads, MODEL.d_model // MODEL.n_heads
-    per_layer = CP.theory_bytes(BATCH, H, MODEL.seq_len, Dh, cp)
-    block = BATCH * H * (MODEL.seq_len // cp) * Dh * 4
+    b = BATCH // dp  # sequences per replica
+    per_layer = CP.theory_bytes(b, H, MODEL.seq_len, Dh, cp)
+    block = b * H * (MODEL.seq_len // cp) * Dh * 4
     psi_bytes = 4 * sum(p.numel() for p in MODEL.build().parameters())
     for r in report.ranks:
         sent = r.sent_by_tag
@@ -93,9 +95,11 @@ def test_context_parallel_gpt_equals_one_process_and_its_closed_forms(cp, zigzag
         assert sent["cp/kv_grads"] + sent["cp/dkv_home"] == L * per_layer["backward"]
         assert sent["cp/dkv_home"] == L * 2 * block  # dK and dV, one hop home
         assert sent["cp/grads"] == psi_bytes * 2 * (cp - 1) / cp  # ring all-reduce of the gradients
+        assert sent.get("dp/grads", 0) == psi_bytes * 2 * (dp - 1) / dp
+        assert set(sent) <= {"cp/kv", "cp/kv_grads", "cp/dkv_home", "cp/grads", "dp/grads"}
         # activations: FlashAttention's saved set over this rank's S/cp tokens, no score matrix
-        assert r.activation_bytes == gpt_activation_bytes(MODEL, BATCH, MODEL.seq_len // cp, 4, attention="fused")
-        assert r.forward_elements == L * CP.work_elements(BATCH, H, MODEL.seq_len, cp, r.rank, zigzag)
+        assert r.activation_bytes == gpt_activation_bytes(MODEL, b, MODEL.seq_len // cp, 4, attention="fused")
+        assert r.forward_elements == L * CP.work_elements(b, H, MODEL.seq_len, cp, r.cp_rank, zigzag)
 
 
 def test_context_parallel_refuses_a_shape_that_cannot_exist():

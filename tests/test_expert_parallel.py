@@ -1,7 +1,8 @@
 """Expert parallelism (`strategies.expert_parallel`, `train.experts`): the router against a hand
 count, and a mixture-of-experts GPT over ep = 2 and 4 ranks (top-1 and top-2) equal to the same
 MoE in one process (same routing), with each rank's expert parameters and the bytes of every
-all-to-all equal to their closed forms from the router's actual assignment."""
+all-to-all equal to their closed forms from the router's actual assignment; and ep = 2 beside
+dp = 2 (experts replicated over dp) on four ranks."""
 import pytest
 import torch
 
@@ -55,11 +56,11 @@ def _one_group(layer):
 _REF = {}
 
 
-@pytest.mark.parametrize("ep,k", [(2, 1), (2, 2), (4, 1), (4, 2)])
-def test_expert_parallel_gpt_equals_one_process_and_its_closed_forms(ep, k):
+@pytest.mark.parametrize("ep,k,dp", [(2, 1, 1), (2, 2, 1), (4, 1, 1), (4, 2, 1), (2, 2, 2)])
+def test_expert_parallel_gpt_equals_one_process_and_its_closed_forms(ep, k, dp):
     spec = EP.MoESpec(experts=EXPERTS, top_k=k, capacity_factor=1.0)
-    losses, params, layers = train_ep.reference(MODEL, spec, ep, STEPS, BATCH)
-    report = train_ep.run_ep(MODEL, spec, ep, steps=STEPS, global_batch=BATCH)
+    losses, params, layers = train_ep.reference(MODEL, spec, ep * dp, STEPS, BATCH)
+    report = train_ep.run_ep(MODEL, spec, ep, steps=STEPS, global_batch=BATCH, dp=dp)
     for got, want in zip(report.losses, losses):
         assert abs(got - want) <= 1e-5 * abs(want)
     per = EXPERTS // ep
@@ -71,24 +72,27 @@ def test_expert_parallel_gpt_equals_one_process_and_its_closed_forms(ep, k):
                                                              lay.stats.dropped[r.rank])
         assert parameter_error(r.params, {n: params[n] for n in r.params}, MODEL.d_model) <= 1e-5
         held = {int(n.split(".experts.")[1].split(".")[0]) for n in r.params if ".experts." in n}
-        assert held == set(range(r.rank * per, (r.rank + 1) * per))
+        assert held == set(range(r.ep_rank * per, (r.ep_rank + 1) * per))
         assert r.param_bytes == 4 * (counts["shared"] + counts["experts"])
     assert sum(report.ranks[0].dropped) > 0  # capacity 1.0 drops some: the count is exercised
     # bytes: every all-to-all from the router's actual assignment, summed over the layers
     for r in report.ranks:
         want = {}
         for i in range(MODEL.n_layers):
-            for tag, b in EP.theory_bytes(report.routed(i), r.rank, MODEL.d_model, EXPERTS).items():
+            for tag, b in EP.theory_bytes(report.routed(i, r.dp_rank), r.ep_rank, MODEL.d_model, EXPERTS).items():
                 want[f"ep/{tag}"] = want.get(f"ep/{tag}", 0) + b
         want["ep/grads"] = 4 * counts["shared"] * 2 * (ep - 1) / ep  # ring all-reduce of what every rank holds
+        if dp > 1:  # and over the replicas: everything, the experts too
+            want["dp/grads"] = 4 * counts["shared"] * 2 * (dp - 1) / dp
+            want["dp/expert_grads"] = 4 * counts["experts"] * 2 * (dp - 1) / dp
         assert r.sent_by_tag == want
-    balanced = EP.balanced_bytes(BATCH // ep * MODEL.seq_len, k, MODEL.d_model, ep)
-    total = sum(report.ranks[r].sent_by_tag["ep/dispatch"] for r in range(ep))
-    assert 0 < total <= MODEL.n_layers * ep * balanced  # dropped tokens travel nowhere
+    balanced = EP.balanced_bytes(BATCH // (ep * dp) * MODEL.seq_len, k, MODEL.d_model, ep)
+    total = sum(r.sent_by_tag["ep/dispatch"] for r in report.ranks)
+    assert 0 < total <= MODEL.n_layers * ep * dp * balanced  # dropped tokens travel nowhere
 
 
 def test_expert_parallelism_refuses_shapes_that_cannot_exist():
     with pytest.raises(ValueError, match="4 experts do not split over ep = 3"):
         train_ep.run_ep(MODEL, EP.MoESpec(experts=4), 3)
-    with pytest.raises(ValueError, match="global batch 6 does not split"):
+    with pytest.raises(ValueError, match="ep x dp = 4 ranks .* global batch 6 does not split"):
         train_ep.run_ep(MODEL, EP.MoESpec(experts=4), 4, global_batch=6)

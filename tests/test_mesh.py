@@ -56,7 +56,8 @@ def test_what_each_configuration_builds():
     (((TP, 2), (DP_SHARD, 2)), "outermost first"),
     (((DP_OUTER, 2),), "dp_shard"),
     (((DP_SHARD, 2), (DP_SHARD, 2)), "distinct"),
-    ((("cp", 2), (DP_SHARD, 2)), "distinct names"),
+    ((("xp", 2), (DP_SHARD, 2)), "distinct names"),
+        ((("cp", 2), (DP_SHARD, 2)), "outermost first"),
     (((DP_SHARD, 2), (PP, 2)), "outermost first"),
     (((DP_SHARD, 0),), ">= 1"),
 ])

@@ -164,21 +164,26 @@ class EventKind(str, Enum):
 #     pp         pipeline parallel: one replica's layers cut into stages (`strategies.pipeline`)
 #     dp_outer   data parallel across domains (a hybrid strategy's replicas or outer shards)
 #     dp_shard   data parallel inside a domain: the axis a strategy shards over
+#     ep         expert parallel: each rank holds E/ep of every MoE layer's experts and trains on
+#                its own share of the batch; tokens travel to the experts by all-to-all
+#                (`strategies.expert_parallel`)
+#     cp         context parallel: every sequence split over these ranks, keys and values passed
+#                around a ring (`strategies.context_parallel`)
 #     tp         tensor parallel: one model replica split over these ranks
 #
-# Context and expert axes take their place in `AXIS_ORDER` when they arrive. The data
-# axes (dp_outer, dp_shard) split the global batch; the others split the model, so the ranks along
-# them hold one replica between them (`replica_groups`).
+# The data axes (dp_outer, dp_shard) split the global batch; the others split the model (cp splits
+# the sequences, ep the experts), so the ranks along them hold one replica between them
+# (`replica_groups`).
 #
 # Built once from the resolved configuration (`train.config.ResolvedConfig.mesh`); the rank side
 # makes one process group per axis from it (`runtime.rank.RankContext.axes`), and the predictions
 # read sizes and coordinates from it. Plain data, no torch: it crosses layers and processes freely.
 
 
-PP, DP_OUTER, DP_SHARD, TP = "pp", "dp_outer", "dp_shard", "tp"
+PP, DP_OUTER, DP_SHARD, EP, CP, TP = "pp", "dp_outer", "dp_shard", "ep", "cp", "tp"
 # outermost first: pipeline stages across the widest links (one send per boundary and micro-batch),
 # tensor parallel innermost (its blocking collectives inside a node), as Megatron-LM orders them
-AXIS_ORDER = (PP, DP_OUTER, DP_SHARD, TP)
+AXIS_ORDER = (PP, DP_OUTER, DP_SHARD, EP, CP, TP)
 DATA_AXES = (DP_OUTER, DP_SHARD)  # the axes that split the batch; the rest split the model
 WORLD = "world"  # the default group, every rank: a hybrid's one all-reduce over both data axes
 

@@ -1,7 +1,7 @@
 """Training a GPT with context parallelism on real ranks, beside one process.
 
 The cp ranks hold one replica each (parameters replicated, as data parallelism does) but split
-every sequence: rank r keeps the positions `strategies.context_parallel.chunks` gives it (plain
+every sequence (and dp such groups split the batch: the mesh `dp_shard` x `cp`): rank r keeps the positions `strategies.context_parallel.chunks` gives it (plain
 or zig-zag), embeds them with their own rows of the position table, runs every block with its
 attention core swapped for ring attention (`RingAttentionCore`), and takes the mean loss over its
 own tokens. Each rank holds the same number of tokens, so the mean over the whole batch is the mean
@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import torch
 
-from ..kinds import EventKind
+from ..kinds import CP, DP_SHARD, EventKind, Mesh
 from ..models.gpt import GPTConfig
 from ..runtime import cluster
 from ..runtime.comm import Comm
@@ -35,6 +35,8 @@ TAG = "cp"
 @dataclass(frozen=True)
 class CPRankResult:
     rank: int
+    cp_rank: int  # place on the cp axis (which positions it holds)
+    dp_rank: int  # place on the dp axis (which sequences)
     losses: list[float]
     sent_by_tag: dict[str, Fraction]  # bytes per step (the first step), by tag
     activation_bytes: int  # saved for backward in the first forward
@@ -48,12 +50,13 @@ class CPRankResult:
 class CPReport:
     cp: int
     zigzag: bool
+    dp: int
     ranks: list[CPRankResult] = field(default_factory=list)
 
     @property
     def losses(self) -> list[float]:
         """The global mean loss of each step: the mean of the ranks' means (equal token counts)."""
-        return [sum(r.losses[s] for r in self.ranks) / self.cp for s in range(len(self.ranks[0].losses))]
+        return [sum(r.losses[s] for r in self.ranks) / len(self.ranks) for s in range(len(self.ranks[0].losses))]
 
 
 def _cfg(d: dict) -> GPTConfig:
@@ -62,13 +65,20 @@ def _cfg(d: dict) -> GPTConfig:
     return GPTConfig(**d)
 
 
-def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int) -> dict:
-    """One rank of a context-parallel run over the whole world (cp = world size)."""
+def mesh(cp: int, dp: int = 1) -> Mesh:
+    """dp replicas (each its share of the batch) of cp ranks that split every sequence."""
+    return Mesh(((DP_SHARD, dp), (CP, cp)))
+
+
+def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int, dp: int = 1) -> dict:
+    """One rank of a context-parallel run: world = dp x cp, cp innermost."""
     cfg = _cfg(model)
     ledger = Ledger(ctx.rank)
     comm = Comm(ledger)
-    axis = ctx.world_axis()
+    axes = ctx.axes(mesh(ctx.world_size // dp, dp))
+    axis, data = axes[CP], axes[DP_SHARD]
     cp = axis.size
+    b = global_batch // dp
     stats = RingStats()
     ring = RingContext(comm, axis, cfg.seq_len, zigzag, tag=TAG, stats=stats)
     m = cfg.build()
@@ -90,7 +100,8 @@ def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int) -> dic
     for step in range(steps):
         ledger.step = step
         x, y = cfg.batch(step, global_batch)
-        x, y = x[:, idx].contiguous(), y[:, idx].contiguous()
+        rows = slice(data.rank * b, (data.rank + 1) * b)  # this replica's sequences, its positions
+        x, y = x[rows][:, idx].contiguous(), y[rows][:, idx].contiguous()
         with ledger.saving_activations():
             loss = m.loss(m(x), y)
             ev = ledger.event(EventKind.FORWARD_END)
@@ -98,9 +109,11 @@ def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int) -> dic
             activation = ledger.timeline().events[-1].bytes["activation"] if ev is None else ev.bytes["activation"]
             elements = stats.forward_elements
         loss.backward()
-        for p in m.parameters():  # the mean over cp of the ranks' gradients of their own means
+        for p in m.parameters():  # the mean over cp and dp of the ranks' gradients of their own means
             comm.all_reduce(p.grad, axis, f"{TAG}/grads")
-            p.grad /= cp
+            if dp > 1:
+                comm.all_reduce(p.grad, data, "dp/grads")
+            p.grad /= cp * dp
         if step == 0 and ctx.rank == 0:
             grads0 = [p.grad.detach().clone() for p in m.parameters()]
         opt.step()
@@ -112,18 +125,23 @@ def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int) -> dic
                 if r.step == 0:
                     sent0[str(r.tag)] = sent0.get(str(r.tag), Fraction(0)) + r.sent
     params = [p.detach().clone() for p in m.parameters()] if ctx.rank == 0 else None
-    return {"rank": ctx.rank, "losses": losses, "sent_by_tag": sent0, "activation_bytes": activation,
+    return {"rank": ctx.rank, "cp_rank": axis.rank, "dp_rank": data.rank, "losses": losses, "sent_by_tag": sent0, "activation_bytes": activation,
             "forward_elements": elements, "attention_seconds": stats.forward_seconds, "params": params, "grads": grads0}
 
 
-def run_cp(model: GPTConfig, cp: int, *, zigzag: bool = False, steps: int = 3, global_batch: int = 4) -> CPReport:
-    """Train `model` for `steps` steps with context parallelism over `cp` local ranks (gloo)."""
+def run_cp(model: GPTConfig, cp: int, *, zigzag: bool = False, steps: int = 3, global_batch: int = 4,
+           dp: int = 1) -> CPReport:
+    """Train `model` for `steps` steps with context parallelism over `cp` local ranks (gloo), and
+    data parallelism over `dp` such groups (dp x cp ranks)."""
     if model.attention != "eager":
         raise ValueError("context parallelism replaces the attention core: build the GPT with attention='eager'")
     chunks(model.seq_len, cp, 0, zigzag)  # refuses a sequence that does not split, in the parent
-    out = cluster.get_pool(cp).run(cp_job, {"model": model.as_dict(), "zigzag": zigzag, "steps": steps,
-                                            "global_batch": global_batch})
-    return CPReport(cp, zigzag, [CPRankResult(**r) for r in out])
+    if global_batch % dp:
+        raise ValueError(f"each of the dp = {dp} replicas trains on its share of the batch: "
+                         f"global batch {global_batch} does not split")
+    out = cluster.get_pool(cp * dp).run(cp_job, {"model": model.as_dict(), "zigzag": zigzag, "steps": steps,
+                                                 "global_batch": global_batch, "dp": dp})
+    return CPReport(cp, zigzag, dp, [CPRankResult(**r) for r in out])
 
 
 def reference(model: GPTConfig, steps: int, global_batch: int

@@ -5,7 +5,9 @@ Every rank builds the same GPT whose MLPs are mixtures of E experts (`strategies
 Its loss is the mean over its tokens plus α times the layers' auxiliary losses. The step's loss is
 the ranks' mean, so: the gradients of what every rank holds whole (embeddings, attention, norms,
 routers) are all-reduced over ep and divided by ep; an expert's gradient already sums every rank's
-tokens (the all-to-alls carried them), so it is only divided by ep. Adam runs on what each rank
+tokens (the all-to-alls carried them), so it is only divided by ep. With dp groups of ep ranks
+(the mesh `dp_shard` x `ep`) the experts are replicated over dp: every gradient is also summed
+over dp, and the step's mean divides by ep·dp. Adam runs on what each rank
 holds. One process runs the same model whole, routing the batch in ep groups (the ranks' shares),
 and gets the same losses and parameters.
 
@@ -21,6 +23,7 @@ from fractions import Fraction
 
 import torch
 
+from ..kinds import DP_SHARD, EP, Mesh
 from ..models.gpt import GPTConfig
 from ..runtime import cluster
 from ..runtime.comm import Comm
@@ -33,6 +36,8 @@ TAG = "ep"
 @dataclass(frozen=True)
 class EPRankResult:
     rank: int
+    ep_rank: int  # which experts it holds
+    dp_rank: int  # which replica of the experts
     losses: list[float]
     sent_by_tag: dict[str, Fraction]  # the first step's bytes, by tag
     chosen: list[list[int]]  # per layer: this rank's assignments per expert in the first forward
@@ -46,16 +51,19 @@ class EPRankResult:
 class EPReport:
     spec: MoESpec
     ep: int
+    dp: int
     ranks: list[EPRankResult] = field(default_factory=list)
 
     @property
     def losses(self) -> list[float]:
-        return [sum(r.losses[s] for r in self.ranks) / self.ep for s in range(len(self.ranks[0].losses))]
+        return [sum(r.losses[s] for r in self.ranks) / len(self.ranks) for s in range(len(self.ranks[0].losses))]
 
-    def routed(self, layer: int) -> list[list[int]]:
-        """n[s][d]: kept assignments rank s sent to rank d's experts in the first forward of `layer`."""
+    def routed(self, layer: int, replica: int = 0) -> list[list[int]]:
+        """n[s][d]: kept assignments ep rank s of dp replica `replica` sent to ep rank d's experts
+        in the first forward of `layer`."""
         per = self.spec.experts // self.ep
-        return [[sum(r.kept[layer][d * per:(d + 1) * per]) for d in range(self.ep)] for r in self.ranks]
+        group = sorted((r for r in self.ranks if r.dp_rank == replica), key=lambda r: r.ep_rank)
+        return [[sum(r.kept[layer][d * per:(d + 1) * per]) for d in range(self.ep)] for r in group]
 
 
 def _cfg(d: dict) -> GPTConfig:
@@ -73,11 +81,17 @@ def _loss(model, x, y, spec: MoESpec):
     return lm + spec.aux_weight * sum(m.aux for m in _moe_layers(model))
 
 
-def ep_job(ctx, model: dict, spec: dict, steps: int, global_batch: int) -> dict:
+def mesh(ep: int, dp: int = 1) -> Mesh:
+    """dp groups of ep ranks: the experts split over ep, replicated over dp; every rank its own tokens."""
+    return Mesh(((DP_SHARD, dp), (EP, ep)))
+
+
+def ep_job(ctx, model: dict, spec: dict, steps: int, global_batch: int, dp: int = 1) -> dict:
     cfg, spec = _cfg(model), MoESpec(**spec)
     ledger = Ledger(ctx.rank)
     comm = Comm(ledger)
-    axis = ctx.world_axis()
+    axes = ctx.axes(mesh(ctx.world_size // dp, dp))
+    axis, data = axes[EP], axes[DP_SHARD]
     ep = axis.size
     m = moe_gpt(cfg, spec, EPContext(comm, axis, TAG))
     for p in m.parameters():
@@ -87,7 +101,7 @@ def ep_job(ctx, model: dict, spec: dict, steps: int, global_batch: int) -> dict:
     experts = [p for n, p in m.named_parameters() if ".experts." in n]
     a = cfg.default_adam()
     opt = torch.optim.Adam(m.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
-    b = global_batch // ep
+    b = global_batch // (ep * dp)  # rank d*ep + e trains on the (d*ep + e)-th share
     losses, sent0 = [], None
     for step in range(steps):
         ledger.step = step
@@ -97,10 +111,13 @@ def ep_job(ctx, model: dict, spec: dict, steps: int, global_batch: int) -> dict:
         loss.backward()
         for p in shared:  # every rank's gradient of its own loss: their mean
             comm.all_reduce(p.grad, axis, f"{TAG}/grads")
-            p.grad /= ep
-        for p in experts:  # already the sum over every rank's tokens (None: no rank routed a token to it)
-            if p.grad is not None:
-                p.grad /= ep
+            if dp > 1:
+                comm.all_reduce(p.grad, data, "dp/grads")
+            p.grad /= ep * dp
+        for p in experts:  # already the sum over the ep group's tokens; the dp replicas' summed
+            if dp > 1:
+                comm.all_reduce(p.grad, data, "dp/expert_grads")
+            p.grad /= ep * dp
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
@@ -109,28 +126,30 @@ def ep_job(ctx, model: dict, spec: dict, steps: int, global_batch: int) -> dict:
             for r in ledger.comm:
                 sent0[str(r.tag)] = sent0.get(str(r.tag), Fraction(0)) + r.sent
     layers = _moe_layers(m)
-    return {"rank": ctx.rank, "losses": losses, "sent_by_tag": sent0,
+    return {"rank": ctx.rank, "ep_rank": axis.rank, "dp_rank": data.rank, "losses": losses, "sent_by_tag": sent0,
             "chosen": [lay.stats.chosen[0] for lay in layers], "kept": [lay.stats.kept[0] for lay in layers],
             "dropped": [lay.stats.dropped[0] for lay in layers], "param_bytes": param_bytes,
             "params": {n: p.detach().clone() for n, p in m.named_parameters()}}
 
 
-def check(model: GPTConfig, spec: MoESpec, ep: int, global_batch: int) -> None:
+def check(model: GPTConfig, spec: MoESpec, ep: int, global_batch: int, dp: int = 1) -> None:
     """Refuse, in one line, a shape that cannot exist."""
     if spec.experts % ep:
         raise ValueError(f"expert parallelism places E/ep experts on each rank: {spec.experts} experts "
                          f"do not split over ep = {ep}")
-    if global_batch % ep:
-        raise ValueError(f"each of the ep = {ep} ranks trains on its share of the batch: "
+    if global_batch % (ep * dp):
+        raise ValueError(f"each of the ep x dp = {ep * dp} ranks trains on its share of the batch: "
                          f"global batch {global_batch} does not split")
 
 
-def run_ep(model: GPTConfig, spec: MoESpec, ep: int, *, steps: int = 3, global_batch: int = 4) -> EPReport:
-    """Train the MoE GPT for `steps` steps over `ep` local ranks (gloo)."""
-    check(model, spec, ep, global_batch)
-    out = cluster.get_pool(ep).run(ep_job, {"model": model.as_dict(), "spec": spec.__dict__, "steps": steps,
-                                            "global_batch": global_batch})
-    return EPReport(spec, ep, [EPRankResult(**r) for r in out])
+def run_ep(model: GPTConfig, spec: MoESpec, ep: int, *, steps: int = 3, global_batch: int = 4,
+           dp: int = 1) -> EPReport:
+    """Train the MoE GPT for `steps` steps over `ep` local ranks (gloo), the experts replicated
+    over `dp` such groups (ep x dp ranks)."""
+    check(model, spec, ep, global_batch, dp)
+    out = cluster.get_pool(ep * dp).run(ep_job, {"model": model.as_dict(), "spec": spec.__dict__, "steps": steps,
+                                                 "global_batch": global_batch, "dp": dp})
+    return EPReport(spec, ep, dp, [EPRankResult(**r) for r in out])
 
 
 def reference(model: GPTConfig, spec: MoESpec, groups: int, steps: int, global_batch: int
