@@ -108,3 +108,17 @@ def test_context_parallel_refuses_a_shape_that_cannot_exist():
     with pytest.raises(ValueError, match="attention='eager'"):
         train_cp.run_cp(GPTConfig(vocab=67, seq_len=32, d_model=32, n_layers=2, n_heads=2, preset="",
                                   attention="fused"), 2)
+
+
+def test_the_command_line_prints_every_rank_beside_its_closed_forms():
+    from .cli_inprocess import zeroedu  # on the session's warm pools
+
+    r = zeroedu("context", "--cp", "4", "--zigzag")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    rows = [ln.split() for ln in lines if ln.split() and ln.split()[0].isdigit()]
+    assert [row[3] for row in rows] == ["0-3,28-31", "4-7,24-27", "8-11,20-23", "12-15,16-19"]
+    assert all(row[-1] == "yes" for row in rows) and len(rows) == 4
+    assert "most / least loaded rank: 1.00" in r.stdout and "match: True" in r.stdout
+    bad = zeroedu("context", "--cp", "3", "--zigzag")
+    assert bad.returncode == 2 and "not divisible by 6" in bad.stderr and "Traceback" not in bad.stderr

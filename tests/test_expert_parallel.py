@@ -59,7 +59,7 @@ _REF = {}
 @pytest.mark.parametrize("ep,k,dp", [(2, 1, 1), (2, 2, 1), (4, 1, 1), (4, 2, 1), (2, 2, 2)])
 def test_expert_parallel_gpt_equals_one_process_and_its_closed_forms(ep, k, dp):
     spec = EP.MoESpec(experts=EXPERTS, top_k=k, capacity_factor=1.0)
-    losses, params, layers = train_ep.reference(MODEL, spec, ep * dp, STEPS, BATCH)
+    losses, params, layers = train_ep.reference(MODEL, spec, ep * dp, STEPS, BATCH, replicas=dp)
     report = train_ep.run_ep(MODEL, spec, ep, steps=STEPS, global_batch=BATCH, dp=dp)
     for got, want in zip(report.losses, losses):
         assert abs(got - want) <= 1e-5 * abs(want)
@@ -96,3 +96,17 @@ def test_expert_parallelism_refuses_shapes_that_cannot_exist():
         train_ep.run_ep(MODEL, EP.MoESpec(experts=4), 3)
     with pytest.raises(ValueError, match="ep x dp = 4 ranks .* global batch 6 does not split"):
         train_ep.run_ep(MODEL, EP.MoESpec(experts=4), 4, global_batch=6)
+
+
+def test_the_command_line_prints_every_rank_beside_its_closed_forms():
+    from .cli_inprocess import zeroedu  # on the session's warm pools
+
+    r = zeroedu("experts", "--experts", "4", "--ep", "4", "--top-k", "2")
+    assert r.returncode == 0, r.stderr
+    rows = [ln.split() for ln in r.stdout.splitlines() if ln.split() and ln.split()[0].isdigit()]
+    assert [row[3] for row in rows] == ["0-0", "1-1", "2-2", "3-3"] and all(row[-1] == "yes" for row in rows)
+    assert "C = 20 per expert" in r.stdout and "match: True" in r.stdout  # ceil(1.25 * 2 * 32 / 4)
+    for argv, msg in ((("--experts", "6", "--ep", "4"), "6 experts do not split over ep = 4"),
+                      (("--experts", "2", "--top-k", "3"), "top-k must be 1..experts")):
+        bad = zeroedu("experts", *argv)
+        assert bad.returncode == 2 and msg in bad.stderr and "Traceback" not in bad.stderr

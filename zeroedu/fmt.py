@@ -67,3 +67,10 @@ def params(psi) -> str:
             return f"{significant(x / scale, 3)}{unit}"
     return significant(x, 3)
 
+
+
+def table(head: list[str], rows: list[list[str]]) -> str:
+    """Right-aligned columns under a header and a rule."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(head)]
+    return "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths))
+                     for r in [head, ["-" * w for w in widths]] + rows)

@@ -179,12 +179,15 @@ class MoE(nn.Module):
     """Drop-in for `models.gpt.MLP`: E experts behind a top-k router.
 
     ep=None: one process holds every expert and routes the tokens in `groups` groups (the ranks'
-    shares). With an `EPContext` this rank holds experts [r·E/ep, (r+1)·E/ep) only (`keep_local`)
+    shares), computing each expert once per `replicas` consecutive run of groups (dp's replicas). With an `EPContext` this rank holds experts [r·E/ep, (r+1)·E/ep) only (`keep_local`)
     and routes its own tokens as one group."""
 
-    def __init__(self, d_model: int, hidden: int, spec: MoESpec, ep: EPContext | None = None, groups: int = 1):
+    def __init__(self, d_model: int, hidden: int, spec: MoESpec, ep: EPContext | None = None, groups: int = 1,
+                 replicas: int = 1):
         super().__init__()
-        self.spec, self.ep, self.groups = spec, ep, groups
+        if groups % replicas:
+            raise ValueError(f"{groups} groups do not split into {replicas} replicas of the experts")
+        self.spec, self.ep, self.groups, self.replicas = spec, ep, groups, replicas
         self.router = nn.Linear(d_model, spec.experts, bias=False)
         self.experts = nn.ModuleDict({str(e): Expert(d_model, hidden) for e in range(spec.experts)})
         self.aux: torch.Tensor | None = None
@@ -217,17 +220,16 @@ class MoE(nn.Module):
         self.aux = torch.stack([r.aux for r in routes]).mean()
         sends = [flat[g * T:(g + 1) * T][r.token] for g, r in enumerate(routes)]  # sorted by expert
         if self.ep is None:
-            # the rows every expert would receive from the ep ranks, in the same order (group by
-            # group, expert by expert): the same matrices as on the ranks, so the same round-off
-            rows, local = torch.cat(sends), torch.cat([r.expert for r in routes])
+            # the rows every expert would receive on the ranks, in the same order (group by group,
+            # expert by expert) and per replica of the experts: the same matrices as on the ranks,
+            # so the same round-off
+            per = self.groups // self.replicas
+            y = torch.cat([self._experts(torch.cat(sends[j * per:(j + 1) * per]),
+                                         torch.cat([r.expert for r in routes[j * per:(j + 1) * per]]))
+                           for j in range(self.replicas)])
         else:
             rows, local, splits = self._dispatch(sends[0], routes[0])
-        y = torch.zeros_like(rows)
-        for e in self.local_experts():
-            idx = (local == e).nonzero().squeeze(1)
-            # run even on no rows: every rank's combine must be in its graph, or one rank would
-            # skip the combine's backward all-to-all that the others wait in
-            y = y.index_copy(0, idx, self.experts[str(e)](rows[idx]))
+            y = self._experts(rows, local)
         if self.ep is not None:
             y = _AllToAll.apply(y, splits[0], splits[1], self.ep, "combine", "combine_grad")
         outs, at = [], 0
@@ -236,6 +238,16 @@ class MoE(nn.Module):
             outs.append(flat.new_zeros(T, D).index_add(0, r.token, y[at:at + n] * r.weight[:, None]))
             at += n
         return torch.cat(outs).view(B, S, D)
+
+    def _experts(self, rows: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
+        """Each local expert's MLP on its rows (`local`: each row's expert), in place of the rows."""
+        y = torch.zeros_like(rows)
+        for e in self.local_experts():
+            idx = (local == e).nonzero().squeeze(1)
+            # run even on no rows: every rank's combine must be in its graph, or one rank would
+            # skip the combine's backward all-to-all that the others wait in
+            y = y.index_copy(0, idx, self.experts[str(e)](rows[idx]))
+        return y
 
     def _dispatch(self, send: torch.Tensor, r: Routing):
         """Counts, then rows, to the experts' ranks; returns the rows received, each one's local
@@ -253,13 +265,13 @@ class MoE(nn.Module):
         return rows, local, (in_splits, out_splits)
 
 
-def moe_gpt(cfg, spec: MoESpec, ep: EPContext | None = None, groups: int = 1, seed: int = 1234):
+def moe_gpt(cfg, spec: MoESpec, ep: EPContext | None = None, groups: int = 1, seed: int = 1234, replicas: int = 1):
     """zeroedu's GPT with every block's MLP a mixture of experts (every expert the dense MLP's
     shape, each initialised from `seed` the same way on every rank and in one process)."""
     model = cfg.build()
     torch.manual_seed(seed)
     for block in model.blocks:
-        block.mlp = MoE(cfg.d_model, cfg.mlp_ratio * cfg.d_model, spec, ep, groups)
+        block.mlp = MoE(cfg.d_model, cfg.mlp_ratio * cfg.d_model, spec, ep, groups, replicas)
         if ep is not None:
             block.mlp.keep_local()
     return model

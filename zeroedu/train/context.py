@@ -163,4 +163,85 @@ def reference(model: GPTConfig, steps: int, global_batch: int
     return losses, [p.detach().clone() for p in m.parameters()], grads0
 
 
-__all__ = ["CPRankResult", "CPReport", "cp_job", "reference", "run_cp"]
+
+
+
+# ------------------------------------------------------------------ measured beside predicted
+@dataclass(frozen=True)
+class CPRow:
+    """One rank's measurements beside their closed forms (first step; bytes summed over the layers)."""
+    rank: int
+    cp_rank: int
+    dp_rank: int
+    positions: str  # the runs of positions it holds, e.g. "0-7,24-31"
+    forward_sent: Fraction  # K, V around the ring
+    predicted_forward: int
+    backward_sent: Fraction  # K, V with dK, dV, and dK, dV home
+    predicted_backward: int
+    grads_sent: Fraction  # the parameter gradients' all-reduces (cp and dp)
+    predicted_grads: Fraction
+    activation_bytes: int
+    predicted_activations: int
+    score_elements: int
+    predicted_score_elements: int
+    attention_seconds: float
+
+    @property
+    def match(self) -> bool:
+        return (self.forward_sent, self.backward_sent, self.grads_sent, self.activation_bytes, self.score_elements) == \
+            (self.predicted_forward, self.predicted_backward, self.predicted_grads, self.predicted_activations,
+             self.predicted_score_elements)
+
+
+@dataclass(frozen=True)
+class CPComparison:
+    model: str
+    cp: int
+    zigzag: bool
+    dp: int
+    steps: int
+    global_batch: int
+    rows: list[CPRow]
+    losses: list[float]
+    reference_losses: list[float]
+    param_error: float  # largest per-tensor relative difference from one process (`pipeline.parameter_error`)
+
+    @property
+    def losses_match(self) -> bool:
+        return all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(self.losses, self.reference_losses))
+
+    @property
+    def match(self) -> bool:
+        return self.losses_match and self.param_error <= 1e-5 and all(r.match for r in self.rows)
+
+
+def compare(model: GPTConfig, cp: int, *, zigzag: bool = False, dp: int = 1, steps: int = 3,
+            global_batch: int = 4) -> CPComparison:
+    """Run context parallelism and one process; every figure beside its closed form."""
+    from ..strategies.context_parallel import theory_bytes, work_elements
+    from ..theory.activations import gpt_activation_bytes
+    from .pipeline import parameter_error
+
+    rep = run_cp(model, cp, zigzag=zigzag, steps=steps, global_batch=global_batch, dp=dp)
+    ref_losses, ref_params, _ = reference(model, steps, global_batch)
+    names = [n for n, _ in model.build().named_parameters()]
+    L, H = model.n_layers, model.n_heads
+    b = global_batch // dp
+    per_layer = theory_bytes(b, H, model.seq_len, model.d_model // H, cp)
+    psi = 4 * model.param_count()
+    grads = psi * Fraction(2 * (cp - 1), cp) + psi * Fraction(2 * (dp - 1), dp)
+    rows = []
+    for r in rep.ranks:
+        s = r.sent_by_tag
+        runs = chunks(model.seq_len, cp, r.cp_rank, zigzag)
+        rows.append(CPRow(
+            r.rank, r.cp_rank, r.dp_rank, ",".join(f"{c.start}-{c.stop - 1}" for c in runs),
+            s.get(f"{TAG}/kv", Fraction(0)), L * per_layer["forward"],
+            s.get(f"{TAG}/kv_grads", Fraction(0)) + s.get(f"{TAG}/dkv_home", Fraction(0)), L * per_layer["backward"],
+            s.get(f"{TAG}/grads", Fraction(0)) + s.get("dp/grads", Fraction(0)), grads,
+            r.activation_bytes, gpt_activation_bytes(model, b, model.seq_len // cp, 4, attention="fused"),
+            r.forward_elements, L * work_elements(b, H, model.seq_len, cp, r.cp_rank, zigzag), r.attention_seconds))
+    err = parameter_error(dict(zip(names, rep.ranks[0].params)), dict(zip(names, ref_params)), model.d_model)
+    return CPComparison(model.name, cp, zigzag, dp, steps, global_batch,
+                        rows, rep.losses, ref_losses, err)
+__all__ = ["CPComparison", "CPRankResult", "CPReport", "CPRow", "compare", "cp_job", "mesh", "reference", "run_cp"]

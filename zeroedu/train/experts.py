@@ -152,10 +152,11 @@ def run_ep(model: GPTConfig, spec: MoESpec, ep: int, *, steps: int = 3, global_b
     return EPReport(spec, ep, dp, [EPRankResult(**r) for r in out])
 
 
-def reference(model: GPTConfig, spec: MoESpec, groups: int, steps: int, global_batch: int
+def reference(model: GPTConfig, spec: MoESpec, groups: int, steps: int, global_batch: int, replicas: int = 1
               ) -> tuple[list[float], dict[str, torch.Tensor], list[MoE]]:
-    """One process, every expert, the batch routed in `groups` groups: losses, parameters, layers."""
-    m = moe_gpt(model, spec, None, groups)
+    """One process, every expert, the batch routed in `groups` groups (each expert run once per
+    replica's run of groups): losses, parameters, layers."""
+    m = moe_gpt(model, spec, None, groups, replicas=replicas)
     a = model.default_adam()
     opt = torch.optim.Adam(m.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
     losses = []
@@ -169,4 +170,90 @@ def reference(model: GPTConfig, spec: MoESpec, groups: int, steps: int, global_b
     return losses, {n: p.detach().clone() for n, p in m.named_parameters()}, _moe_layers(m)
 
 
-__all__ = ["EPRankResult", "EPReport", "check", "ep_job", "reference", "run_ep"]
+
+
+# ------------------------------------------------------------------ measured beside predicted
+@dataclass(frozen=True)
+class EPRow:
+    """One rank's first step beside the closed forms (bytes summed over the layers)."""
+    rank: int
+    ep_rank: int
+    dp_rank: int
+    experts: str  # the experts it holds, e.g. "2-3"
+    tokens_dropped: int  # over the layers, this rank's tokens, first forward
+    dispatch_sent: Fraction  # the dispatch all-to-all (the combine's gradient sends the same)
+    predicted_dispatch: int  # from the router's actual assignment
+    combine_sent: Fraction
+    predicted_combine: int
+    balanced: Fraction  # one all-to-all at a perfectly balanced router, times the layers
+    all_to_all_sent: Fraction  # all four all-to-alls and the counts
+    predicted_all_to_all: int
+    reduce_sent: Fraction  # gradients' all-reduces (ep, and dp's)
+    predicted_reduce: Fraction
+    param_bytes: int
+    predicted_param_bytes: int
+
+    @property
+    def match(self) -> bool:
+        return (self.dispatch_sent, self.combine_sent, self.all_to_all_sent, self.reduce_sent, self.param_bytes) == \
+            (self.predicted_dispatch, self.predicted_combine, self.predicted_all_to_all, self.predicted_reduce,
+             self.predicted_param_bytes)
+
+
+@dataclass(frozen=True)
+class EPComparison:
+    model: str
+    spec: MoESpec
+    ep: int
+    dp: int
+    steps: int
+    global_batch: int
+    capacity: int  # per expert, of one rank's tokens
+    rows: list[EPRow]
+    losses: list[float]
+    reference_losses: list[float]
+    param_error: float
+
+    @property
+    def losses_match(self) -> bool:
+        return all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(self.losses, self.reference_losses))
+
+    @property
+    def match(self) -> bool:
+        return self.losses_match and self.param_error <= 1e-5 and all(r.match for r in self.rows)
+
+
+def compare(model: GPTConfig, spec: MoESpec, ep: int, *, dp: int = 1, steps: int = 3,
+            global_batch: int = 4) -> EPComparison:
+    """Run expert parallelism and the same MoE in one process; every figure beside its closed form."""
+    from ..strategies.expert_parallel import balanced_bytes, param_count, theory_bytes
+    from .pipeline import parameter_error
+
+    check(model, spec, ep, global_batch, dp)
+    ref_losses, ref_params, _ = reference(model, spec, ep * dp, steps, global_batch, replicas=dp)
+    rep = run_ep(model, spec, ep, steps=steps, global_batch=global_batch, dp=dp)
+    counts = param_count(model, spec, ep)
+    L, per = model.n_layers, spec.experts // ep
+    tokens = global_batch // (ep * dp) * model.seq_len
+    reduce = 4 * counts["shared"] * Fraction(2 * (ep - 1), ep) \
+        + 4 * (counts["shared"] + counts["experts"]) * Fraction(2 * (dp - 1), dp)
+    rows, err = [], 0.0
+    for r in rep.ranks:
+        want = [theory_bytes(rep.routed(i, r.dp_rank), r.ep_rank, model.d_model, spec.experts) for i in range(L)]
+        s = r.sent_by_tag
+        a2a = sum(v for k, v in s.items() if k.startswith(f"{TAG}/") and k != f"{TAG}/grads")
+        rows.append(EPRow(
+            r.rank, r.ep_rank, r.dp_rank, f"{r.ep_rank * per}-{(r.ep_rank + 1) * per - 1}", sum(r.dropped),
+            s.get(f"{TAG}/dispatch", Fraction(0)), sum(w["dispatch"] for w in want),
+            s.get(f"{TAG}/combine", Fraction(0)), sum(w["combine"] for w in want),
+            L * balanced_bytes(tokens, spec.top_k, model.d_model, ep),
+            a2a, sum(sum(w.values()) for w in want),
+            s.get(f"{TAG}/grads", Fraction(0)) + s.get("dp/grads", Fraction(0)) + s.get("dp/expert_grads", Fraction(0)),
+            reduce, r.param_bytes, 4 * (counts["shared"] + counts["experts"])))
+        err = max(err, parameter_error(r.params, {n: ref_params[n] for n in r.params}, model.d_model))
+    return EPComparison(model.name, spec, ep, dp, steps, global_batch, spec.capacity(tokens), rows, rep.losses,
+                        ref_losses, err)
+
+
+__all__ = ["EPComparison", "EPRankResult", "EPReport", "EPRow", "check", "compare", "ep_job", "mesh", "reference",
+           "run_ep"]
