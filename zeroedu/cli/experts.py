@@ -46,6 +46,9 @@ def cmd_experts(args) -> int:
     print("reference losses  " + "  ".join(f"{x:.6f}" for x in rep.reference_losses)
           + f"   (one process, the same routing) — match: {rep.losses_match}")
     print(f"parameters after {rep.steps} steps: largest relative difference from one process {rep.param_error:.1e}")
+    if not rep.routing_match:
+        print(f"routing: the same as one process's for the first {rep.same_routing_steps} of {rep.steps} steps; "
+              "then round-off tipped a near-tied choice, and the runs trained on different assignments")
     return 0 if rep.match else 1
 
 

@@ -31,6 +31,11 @@ from ..runtime.ledger import Ledger
 from ..strategies.expert_parallel import EPContext, MoE, MoESpec, moe_gpt
 
 TAG = "ep"
+# Parameters after a few Adam steps, largest per-tensor relative difference from one process: Adam
+# divides by sqrt(v), so on elements whose gradient is near 0 the ranks' round-off (sums in another
+# order) becomes steps of up to ~lr; 1e-4 as for the pipeline (tests/test_pipeline.py). The tests'
+# configurations hold 1e-5.
+PARAM_TOL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,7 @@ class EPRankResult:
     chosen: list[list[int]]  # per layer: this rank's assignments per expert in the first forward
     kept: list[list[int]]
     dropped: list[int]  # per layer
+    kept_by_step: list[list[list[int]]]  # [step][layer]: kept assignments per expert
     param_bytes: int  # what this rank holds, from the ledger
     params: dict[str, torch.Tensor]  # this rank's parameters by name (its experts only)
 
@@ -128,7 +134,8 @@ def ep_job(ctx, model: dict, spec: dict, steps: int, global_batch: int, dp: int 
     layers = _moe_layers(m)
     return {"rank": ctx.rank, "ep_rank": axis.rank, "dp_rank": data.rank, "losses": losses, "sent_by_tag": sent0,
             "chosen": [lay.stats.chosen[0] for lay in layers], "kept": [lay.stats.kept[0] for lay in layers],
-            "dropped": [lay.stats.dropped[0] for lay in layers], "param_bytes": param_bytes,
+            "dropped": [lay.stats.dropped[0] for lay in layers],
+            "kept_by_step": [[lay.stats.kept[s] for lay in layers] for s in range(steps)], "param_bytes": param_bytes,
             "params": {n: p.detach().clone() for n, p in m.named_parameters()}}
 
 
@@ -213,14 +220,23 @@ class EPComparison:
     losses: list[float]
     reference_losses: list[float]
     param_error: float
+    same_routing_steps: int  # leading steps whose routing (kept per expert, every rank and layer) equals one process's
 
     @property
     def losses_match(self) -> bool:
         return all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(self.losses, self.reference_losses))
 
     @property
+    def routing_match(self) -> bool:
+        return self.same_routing_steps == self.steps
+
+    @property
     def match(self) -> bool:
-        return self.losses_match and self.param_error <= 1e-5 and all(r.match for r in self.rows)
+        # Routing is discrete: once round-off (~1e-7 after a step) tips a near-tied choice, the two runs
+        # train on different assignments and their parameters part by more than round-off. Parameters
+        # are compared while the routing is the same; a diverged routing is reported, not hidden.
+        return self.losses_match and all(r.match for r in self.rows) and \
+            (self.param_error <= PARAM_TOL or not self.routing_match)
 
 
 def compare(model: GPTConfig, spec: MoESpec, ep: int, *, dp: int = 1, steps: int = 3,
@@ -230,7 +246,7 @@ def compare(model: GPTConfig, spec: MoESpec, ep: int, *, dp: int = 1, steps: int
     from .pipeline import parameter_error
 
     check(model, spec, ep, global_batch, dp)
-    ref_losses, ref_params, _ = reference(model, spec, ep * dp, steps, global_batch, replicas=dp)
+    ref_losses, ref_params, ref_layers = reference(model, spec, ep * dp, steps, global_batch, replicas=dp)
     rep = run_ep(model, spec, ep, steps=steps, global_batch=global_batch, dp=dp)
     counts = param_count(model, spec, ep)
     L, per = model.n_layers, spec.experts // ep
@@ -251,8 +267,13 @@ def compare(model: GPTConfig, spec: MoESpec, ep: int, *, dp: int = 1, steps: int
             s.get(f"{TAG}/grads", Fraction(0)) + s.get("dp/grads", Fraction(0)) + s.get("dp/expert_grads", Fraction(0)),
             reduce, r.param_bytes, 4 * (counts["shared"] + counts["experts"])))
         err = max(err, parameter_error(r.params, {n: ref_params[n] for n in r.params}, model.d_model))
+    groups = ep * dp
+    same = 0
+    while same < steps and all(r.kept_by_step[same][i] == lay.stats.kept[same * groups + r.rank]
+                               for r in rep.ranks for i, lay in enumerate(ref_layers)):
+        same += 1
     return EPComparison(model.name, spec, ep, dp, steps, global_batch, spec.capacity(tokens), rows, rep.losses,
-                        ref_losses, err)
+                        ref_losses, err, same)
 
 
 __all__ = ["EPComparison", "EPRankResult", "EPReport", "EPRow", "check", "compare", "ep_job", "mesh", "reference",
