@@ -26,7 +26,7 @@ chunk pairs, c² score elements each, per head: the same on every rank (`work_el
 Bytes per rank per layer and micro-batch, b = B·H·(S/cp)·D_h·bytes (one K or V block):
     forward    K and V sent cp - 1 times:                         2(cp - 1)·b
     backward   K and V sent cp - 1 times, dK and dV cp times:     2(cp - 1)·b + 2·cp·b
-(`theory_bytes`); with cp = 1 nothing moves. Activations per rank: q, k, v, the output (each
+(`theory_bytes`, i.e. `theory.context.ring_bytes`); with cp = 1 nothing moves. Activations per rank: q, k, v, the output (each
 S/cp tokens wide) and one fp32 log-sum-exp per query row, never a score matrix.
 
 Everything goes through `comm` (isend/irecv on the `cp` axis, recorded by the ledger); the score
@@ -40,43 +40,9 @@ from dataclasses import dataclass
 import torch
 
 from ..runtime.comm import Axis, Comm
-
-
-# ------------------------------------------------------------------ the split
-def chunks(seq_len: int, cp: int, rank: int, zigzag: bool = False) -> list[range]:
-    """The runs of positions rank `rank` holds: one of S/cp, or (zig-zag) chunks r and 2cp-1-r of S/(2cp)."""
-    parts = 2 * cp if zigzag else cp
-    if seq_len % parts:
-        raise ValueError(f"context parallelism splits the sequence into {parts} equal chunks"
-                         f"{' (zig-zag: 2 per rank)' if zigzag else ''}: seq_len {seq_len} is not divisible by {parts}")
-    c = seq_len // parts
-    ids = [rank, 2 * cp - 1 - rank] if zigzag else [rank]
-    return [range(i * c, (i + 1) * c) for i in ids]
-
-
-def positions(seq_len: int, cp: int, rank: int, zigzag: bool = False) -> torch.Tensor:
-    """Rank `rank`'s positions of the sequence, in the order it holds them."""
-    return torch.tensor([p for r in chunks(seq_len, cp, rank, zigzag) for p in r], dtype=torch.long)
-
-
-# ------------------------------------------------------------------ closed forms
-def theory_bytes(batch: int, heads: int, seq_len: int, d_head: int, cp: int, dtype_bytes: int = 4) -> dict[str, int]:
-    """Bytes one rank sends on the cp axis per attention layer and micro-batch (module docstring)."""
-    b = batch * heads * (seq_len // cp) * d_head * dtype_bytes
-    return {"forward": 2 * (cp - 1) * b, "backward": 2 * (cp - 1) * b + (2 * cp * b if cp > 1 else 0)}
-
-
-def work_elements(batch: int, heads: int, seq_len: int, cp: int, rank: int, zigzag: bool = False) -> int:
-    """Score elements rank `rank` computes in one attention forward: every chunk pair it cannot
-    skip, whole (a diagonal chunk is computed whole and masked)."""
-    mine = chunks(seq_len, cp, rank, zigzag)
-    total = 0
-    for j in range(cp):
-        for qc in mine:
-            for kc in chunks(seq_len, cp, j, zigzag):
-                if kc.start <= qc.stop - 1:  # some key at or before the last query
-                    total += len(qc) * len(kc)
-    return batch * heads * total
+# the split and its closed forms live in theory (the predictions read them without the algorithm)
+from ..theory.context import chunks, positions, work_elements
+from ..theory.context import ring_bytes as theory_bytes
 
 
 # ------------------------------------------------------------------ the ring

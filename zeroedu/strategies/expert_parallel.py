@@ -25,23 +25,25 @@ rank d's experts (from the router's actual assignment) and D the model width, 4-
     dispatch          Σ_{d≠r} n[r][d] · D · 4        combine            Σ_{s≠r} n[s][r] · D · 4
     combine's grad    = dispatch                     dispatch's grad    = combine
     counts            (ep - 1) · (E/ep) · 8
-(`theory_bytes`). A perfectly balanced router with nothing dropped sends k·T·D·4·(ep-1)/ep per
-all-to-all (`balanced_bytes`). Parameters per rank: everything but the experts, plus E/ep experts.
+(`theory.experts.all_to_all_bytes`). A perfectly balanced router with nothing dropped sends k·T·D·4·(ep-1)/ep per
+all-to-all (`theory.experts.balanced_bytes`). Parameters per rank: everything but the experts, plus E/ep experts.
 
 One process runs the same layer with ep = 1 and the batch in ep groups of T tokens, each routed
 and capped on its own: the same routing, the same arithmetic, no all-to-all.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..runtime.comm import Axis, Comm
+# the closed forms live in theory (the predictions read them without the algorithm)
+from ..theory.experts import all_to_all_bytes as theory_bytes
+from ..theory.experts import balanced_bytes, owner, param_count
+from ..theory.experts import capacity as _capacity
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class MoESpec:
 
     def capacity(self, tokens: int) -> int:
         """C = ceil(capacity_factor · k · T / E): at most this many of T tokens' assignments per expert."""
-        return math.ceil(Fraction(str(self.capacity_factor)) * self.top_k * tokens / self.experts)
+        return _capacity(self.capacity_factor, self.top_k, tokens, self.experts)
 
 
 @dataclass(frozen=True)
@@ -67,36 +69,6 @@ class EPContext:
     comm: Comm
     axis: Axis
     tag: str = "ep"
-
-
-# ------------------------------------------------------------------ closed forms
-def owner(expert: int, experts: int, ep: int) -> int:
-    return expert // (experts // ep)
-
-
-def theory_bytes(sent: list[list[int]], rank: int, d_model: int, experts: int, dtype_bytes: int = 4
-                 ) -> dict[str, int]:
-    """Bytes rank `rank` sends in one MoE layer's forward and backward, from n = `sent`
-    (n[s][d]: kept assignments rank s routes to rank d's experts)."""
-    ep = len(sent)
-    out = sum(sent[rank][d] for d in range(ep) if d != rank) * d_model * dtype_bytes
-    back = sum(sent[s][rank] for s in range(ep) if s != rank) * d_model * dtype_bytes
-    counts = (ep - 1) * (experts // ep) * 8
-    return {"dispatch": out, "combine": back, "combine_grad": out, "dispatch_grad": back, "counts": counts}
-
-
-def balanced_bytes(tokens: int, top_k: int, d_model: int, ep: int, dtype_bytes: int = 4) -> Fraction:
-    """One all-to-all's bytes per rank if every expert got the same share and nothing was dropped."""
-    return Fraction(top_k * tokens * d_model * dtype_bytes * (ep - 1), ep)
-
-
-def param_count(cfg, spec: MoESpec, ep: int) -> dict[str, int]:
-    """Parameters one rank holds: the dense GPT's (`GPTConfig.param_count`) less its L MLPs
-    (2rD² + rD + D each), plus per layer a router (E·D, no bias) and E/ep experts of the MLP's shape."""
-    D, L, r = cfg.d_model, cfg.n_layers, cfg.mlp_ratio
-    mlp = 2 * r * D * D + r * D + D
-    shared = cfg.param_count() - L * mlp + L * spec.experts * D
-    return {"shared": shared, "experts": L * (spec.experts // ep) * mlp}
 
 
 # ------------------------------------------------------------------ routing

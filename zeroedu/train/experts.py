@@ -248,7 +248,7 @@ def compare(model: GPTConfig, spec: MoESpec, ep: int, *, dp: int = 1, steps: int
     check(model, spec, ep, global_batch, dp)
     ref_losses, ref_params, ref_layers = reference(model, spec, ep * dp, steps, global_batch, replicas=dp)
     rep = run_ep(model, spec, ep, steps=steps, global_batch=global_batch, dp=dp)
-    counts = param_count(model, spec, ep)
+    counts = param_count(model, spec.experts, ep)
     L, per = model.n_layers, spec.experts // ep
     tokens = global_batch // (ep * dp) * model.seq_len
     reduce = 4 * counts["shared"] * Fraction(2 * (ep - 1), ep) \
