@@ -101,6 +101,12 @@ CASES = [
     (M.gathers_counted_as_allreduces(7e9, 8), 2.0, "double"),
     # pipelines: p = 4 stages, m = 8 micro-batches; (p-1)/(m+p-1) = 3/11 is right
     (M.bubble_over_busy(4, 8), 3 / 8, "slots long"),
+    # context parallelism: b = 1 x 8 x 16384 x 128 x 2; cp = 8 hops instead of 7
+    (M.ring_hops_all(1, 8, 131072, 128, 8, 2), 16 * 8 * 16384 * 128 * 2, "never travels"),
+    # the last rank (4 blocks) over the mean (1 + 2 + 3 + 4) / 4 = 2.5
+    (M.imbalance_vs_mean(4), 4 / 2.5, "mean"),
+    # a top-2 figure halved
+    (M.top_k_forgotten(2560, 2), 1280, "k = 2"),
 ]
 
 

@@ -17,6 +17,8 @@ from fractions import Fraction
 
 from .. import recipes, theory
 from ..theory import activations, hybrid
+from ..theory import context as context_theory
+from ..theory import experts as experts_theory
 from ..theory import pipeline as pipeline_theory
 
 LINKS = ("dp_shard", "dp_outer")  # the links' presets: inside an NVLink domain, across domains
@@ -191,7 +193,36 @@ def pipeline_in_flight(schedule: str, p: int, m: int, stage: int = 0):
     return pipeline_theory.in_flight(schedule, p, m, stage)
 
 
-FIGURES = {f.__name__: f for f in (pipeline_bubble, pipeline_in_flight,
+def cp_ring_bytes(batch: int, kv_heads: int, seq: int, d_head: int, cp: int, dtype_bytes: int,
+                  direction: str = "forward"):
+    """Bytes one rank sends around the context-parallel ring per attention layer and micro-batch
+    (`theory.context.ring_bytes`): forward 2(cp-1)·b, backward 2(cp-1)·b + 2cp·b."""
+    return context_theory.ring_bytes(batch, kv_heads, seq, d_head, cp, dtype_bytes)[direction]
+
+
+def cp_imbalance(seq: int, cp: int, zigzag: bool = False):
+    """The most-loaded rank's causal score work over the least-loaded's (`theory.context.work_elements`)."""
+    work = [context_theory.work_elements(1, 1, seq, cp, r, zigzag) for r in range(cp)]
+    return Fraction(max(work), min(work))
+
+
+def cp_blocks(seq: int, cp: int, rank: int, zigzag: bool = False):
+    """Score blocks rank `rank` computes per head, in units of the zig-zag chunk squared, (S/2cp)²."""
+    return Fraction(context_theory.work_elements(1, 1, seq, cp, rank, zigzag), (seq // (2 * cp)) ** 2)
+
+
+def ep_balanced_bytes(tokens: int, top_k: int, d_model: int, ep: int, dtype_bytes: int):
+    """One all-to-all's bytes per rank at a perfectly balanced router (`theory.experts.balanced_bytes`)."""
+    return experts_theory.balanced_bytes(tokens, top_k, d_model, ep, dtype_bytes)
+
+
+def ep_capacity(capacity_factor, top_k: int, tokens: int, experts: int):
+    """Assignments an expert takes of T tokens, ceil(cf·k·T/E) (`theory.experts.capacity`)."""
+    return experts_theory.capacity(capacity_factor, top_k, tokens, experts)
+
+
+FIGURES = {f.__name__: f for f in (pipeline_bubble, pipeline_in_flight, cp_ring_bytes, cp_imbalance, cp_blocks,
+    ep_balanced_bytes, ep_capacity,
     given, recipe_bytes, model_states, comm_total, comm_collective, comm_ratio, zeropp_ratio, sent_bytes,
     recipe_sent, bandwidth, bandwidth_ratio, alpha, all_gather_time, ring_allreduce_time, min_bucket_bytes,
     comm_time, tokens_to_hide, cross_domain_bytes, cross_domain_ratio, step_comm_time, layer_activations,

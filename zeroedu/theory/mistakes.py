@@ -493,7 +493,29 @@ def bubble_over_busy(p: int, m: int) -> Mistake:
                    f"that divides the {p - 1} idle slots by the {m} busy ones; a step is m + p - 1 = {m + p - 1} slots long")
 
 
-MISTAKES = (bubble_over_busy, whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
+# ----------------------------------------------------------------- context and expert parallelism
+def ring_hops_all(batch: int, kv_heads: int, seq: int, d_head: int, cp: int, dtype_bytes: int) -> Mistake:
+    """K and V sent cp times around the ring, 2·cp·b, where each travels cp - 1 hops, 2(cp-1)·b
+    (b = batch·kv_heads·(seq/cp)·d_head·dtype_bytes, one K or V block)."""
+    b = batch * kv_heads * (seq // cp) * d_head * dtype_bytes
+    return Mistake("ring_hops_all", 2 * cp * b,
+                   f"a rank's own K and V block never travels: each goes cp - 1 = {cp - 1} hops, not {cp}")
+
+
+def imbalance_vs_mean(cp: int) -> Mistake:
+    """The last rank's causal score work over the mean rank's, 2cp/(cp+1), where over the first
+    rank's, cp, was asked."""
+    return Mistake("imbalance_vs_mean", 2 * cp / (cp + 1),
+                   f"that compares the last rank with the mean; the first rank computes 1 block, the last {cp}")
+
+
+def top_k_forgotten(total, top_k: int) -> Mistake:
+    """A top-k figure (bytes or capacity) computed as if every token chose one expert."""
+    return Mistake("top_k_forgotten", float(total) / top_k,
+                   f"each token goes to each of its k = {top_k} experts: k rows, and k places in the capacity")
+
+
+MISTAKES = (bubble_over_busy, ring_hops_all, imbalance_vs_mean, top_k_forgotten, whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
             optimizer_forgotten, parameters_only, other_recompute, one_layer_only, even_split,
             full_chunk_everywhere, floor_rows, unpadded_buffer, one_padded_chunk, only_optimizer_shard, missing_gradients, ring_factor_dropped,
             allreduce_counted_once, other_stage_comm, fp32_gradients, sign_flipped, upside_down, complement,
