@@ -100,6 +100,10 @@ def test_context_parallel_gpt_equals_one_process_and_its_closed_forms(cp, zigzag
         # activations: FlashAttention's saved set over this rank's S/cp tokens, no score matrix
         assert r.activation_bytes == gpt_activation_bytes(MODEL, b, MODEL.seq_len // cp, 4, attention="fused")
         assert r.forward_elements == L * CP.work_elements(b, H, MODEL.seq_len, cp, r.cp_rank, zigzag)
+        # overlap, from the timeline: each hop's K/V sends are issued before the block computed
+        # meanwhile starts and waited for after it ends (cp - 1 hops per layer)
+        assert len(r.overlap) == L * (cp - 1)
+        assert all(sent <= c0 < c1 <= waited for sent, waited, c0, c1 in r.overlap), r.overlap
 
 
 def test_context_parallel_refuses_a_shape_that_cannot_exist():

@@ -301,10 +301,18 @@ MISTAKES = [
 ]
 
 
+@pytest.fixture(scope="module")
+def mutants_dir(tmp_path_factory):
+    """One folder for every wrong solution in turn: the ranks' limits confine them to it, so the
+    same warm pools grade them all (each submission is loaded afresh under its own module name);
+    a folder each would restart the ranks per mutant, ~2 s apiece."""
+    return tmp_path_factory.mktemp("mutants")
+
+
 @pytest.mark.parametrize("lab,old,new,test,expect", MISTAKES,
                          ids=[f"lab{m[0]}-{m[3]}-{i}" for i, m in enumerate(MISTAKES)])
-def test_mistakes_are_diagnosed(tmp_path, lab, old, new, test, expect):
-    res = checks.check(lab, _mutant(tmp_path, lab, old, new), quiet=True)
+def test_mistakes_are_diagnosed(mutants_dir, lab, old, new, test, expect):
+    res = checks.check(lab, _mutant(mutants_dir, lab, old, new), quiet=True)
     assert not res.ok and res.points < LABS[lab].points
     assert not res.tests[test].passed
     assert any(expect in m for m in _messages(res, test)), str(res)

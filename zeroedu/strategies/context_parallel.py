@@ -8,7 +8,9 @@ ring: in step i = 0 .. cp-1 rank r holds the K, V block of rank (r - i) mod cp, 
 queries' scores against it and folds them into a running maximum m, sum l and unnormalised output
 per query row (online softmax), while it sends the block on to rank r + 1. No rank ever holds more
 than its own block of S/cp × S/cp scores (here, one chunk pair at a time); the S × S matrix exists
-nowhere. The output is acc / l; the log-sum-exp m + log l is kept for backward.
+nowhere. Each step posts the next block's send and receive before computing on the block it holds,
+and waits after: the transfer runs under the compute (`RingStats.compute_spans` against the comm
+records' issue and wait times). The output is acc / l; the log-sum-exp m + log l is kept for backward.
 
 Backward recomputes each block's probabilities from q, k and the log-sum-exp (FlashAttention's
 backward, §3.1 and Alg. 4 of its appendix): dV_j += Pᵀ dO, dS = P ⊙ (dO Vⱼᵀ - rowsum(dO ⊙ O)),
@@ -35,7 +37,7 @@ elements each rank computed are counted from the tensors it multiplied (`RingSta
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -52,6 +54,7 @@ class RingStats:
     forward_elements: int = 0  # score elements computed in forward
     backward_elements: int = 0
     forward_seconds: float = 0.0  # wall time of the score/softmax/output compute in forward, sends excluded
+    compute_spans: list = field(default_factory=list)  # (start, end) on the ledger's clock of each forward block computed while the next travels
 
 
 @dataclass(frozen=True)
@@ -93,18 +96,32 @@ def _scores(q, k, kind):
     return s
 
 
-def _exchange(ctx: RingContext, tensors: list[torch.Tensor], what: str) -> list[torch.Tensor]:
-    """Send `tensors` to the next rank on the ring and receive the previous rank's."""
+def _post(ctx: RingContext, tensors: list[torch.Tensor], what: str):
+    """Start sending `tensors` to the next rank on the ring and receiving the previous rank's;
+    `_wait` finishes. Sends and receives are posted together on every rank: no deadlock."""
     nxt, prv = (ctx.axis.rank + 1) % ctx.cp, (ctx.axis.rank - 1) % ctx.cp
     out = [torch.empty_like(t) for t in tensors]
     handles = []
-    # Sends and receives posted together: every rank sends and receives at once, no deadlock.
     for t, o in zip(tensors, out):
         handles.append(ctx.comm.isend(t.contiguous(), nxt, ctx.axis, f"{ctx.tag}/{what}"))
         handles.append(ctx.comm.irecv(o, prv, ctx.axis, f"{ctx.tag}/{what}"))
+    return out, handles
+
+
+def _wait(posted) -> list[torch.Tensor]:
+    out, handles = posted
     for h in handles:
         h.wait()
     return out
+
+
+def _exchange(ctx: RingContext, tensors: list[torch.Tensor], what: str) -> list[torch.Tensor]:
+    return _wait(_post(ctx, tensors, what))
+
+
+def _span(ctx: RingContext, t0: float) -> None:
+    if ctx.stats is not None:
+        ctx.stats.compute_spans.append((t0, ctx.comm.ledger.now()))
 
 
 def _acc_dtype(q: torch.Tensor) -> torch.dtype:
@@ -123,7 +140,9 @@ class _RingAttention(torch.autograd.Function):
         kb, vb = k, v
         for i in range(ctx.cp):
             owner = (ctx.axis.rank - i) % ctx.cp
-            t0 = time.perf_counter()
+            # the next block travels while this one is computed (the sends only read kb, vb)
+            nxt = _post(ctx, [kb, vb], "kv") if i < ctx.cp - 1 else None
+            t0, c0 = time.perf_counter(), ctx.comm.ledger.now() if ctx.cp > 1 else 0.0
             for qs, ks, kind in _pairs(ctx, owner):
                 s = _scores(q[:, :, qs].to(acc_t), kb[:, :, ks].to(acc_t), kind)
                 if ctx.stats is not None:
@@ -136,8 +155,9 @@ class _RingAttention(torch.autograd.Function):
                 m[:, :, qs] = m_new
             if ctx.stats is not None:
                 ctx.stats.forward_seconds += time.perf_counter() - t0
-            if i < ctx.cp - 1:
-                kb, vb = _exchange(ctx, [kb, vb], "kv")
+            if nxt is not None:
+                _span(ctx, c0)
+                kb, vb = _wait(nxt)
         out = (acc / l).to(q.dtype)
         lse = m + torch.log(l)  # every query sees at least itself: l > 0
         fctx.save_for_backward(q, k, v, out, lse)
@@ -157,6 +177,9 @@ class _RingAttention(torch.autograd.Function):
         dvb = torch.zeros(v.shape, dtype=acc_t, device=v.device)
         for i in range(ctx.cp):
             owner = (ctx.axis.rank - i) % ctx.cp
+            # K and V travel on while this block's gradients are computed; dK and dV, still being
+            # summed into, go after
+            nxt = _post(ctx, [kb, vb], "kv_grads") if i < ctx.cp - 1 else None
             for qs, ks, kind in _pairs(ctx, owner):
                 qf, kf, vf = q[:, :, qs].to(acc_t), kb[:, :, ks].to(acc_t), vb[:, :, ks].to(acc_t)
                 p = torch.exp(_scores(qf, kf, kind) - lse[:, :, qs])  # masked: exp(-inf) = 0
@@ -167,8 +190,9 @@ class _RingAttention(torch.autograd.Function):
                 ds = p * (do @ vf.transpose(-2, -1) - delta[:, :, qs])
                 dq[:, :, qs] += ds @ kf
                 dkb[:, :, ks] += ds.transpose(-2, -1) @ qf
-            if i < ctx.cp - 1:
-                kb, vb, dkb, dvb = _exchange(ctx, [kb, vb, dkb, dvb], "kv_grads")
+            if nxt is not None:
+                dkb, dvb = _exchange(ctx, [dkb, dvb], "kv_grads")
+                kb, vb = _wait(nxt)
         if ctx.cp > 1:
             # The accumulators hold the block of rank r + 1 (the next one): one hop home.
             dkb, dvb = _exchange(ctx, [dkb, dvb], "dkv_home")

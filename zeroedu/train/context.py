@@ -43,6 +43,8 @@ class CPRankResult:
     activation_bytes: int  # saved for backward in the first forward
     forward_elements: int  # score elements ring attention computed in the first forward, all layers
     attention_seconds: float  # wall time of ring attention's forward compute, all steps and layers (sends excluded)
+    overlap: list[tuple[float, float, float, float]]  # first forward, each hop: (K/V sends issued, waited for,
+    #                                                   the block computed meanwhile: start, end), ledger clock
     params: list[torch.Tensor] | None  # rank 0 only
     grads: list[torch.Tensor] | None  # rank 0 only: the first step's gradients, reduced over cp
 
@@ -97,7 +99,7 @@ def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int, dp: in
     m.embed.forward = embed
     a = cfg.default_adam()
     opt = torch.optim.Adam(m.parameters(), lr=a.lr, betas=(a.beta1, a.beta2), eps=a.eps, foreach=False)
-    losses, activation, elements, sent0, grads0 = [], None, None, None, None
+    losses, activation, elements, sent0, grads0, overlap = [], None, None, None, None, []
     for step in range(steps):
         ledger.step = step
         x, y = cfg.batch(step, global_batch)
@@ -109,6 +111,9 @@ def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int, dp: in
         if activation is None:
             activation = ledger.timeline().events[-1].bytes["activation"] if ev is None else ev.bytes["activation"]
             elements = stats.forward_elements
+            sends = [r for r in ledger.comm if r.tag == f"{TAG}/kv" and r.op == "send"]
+            overlap = [(min(a.t_start, b.t_start), min(a.waited, b.waited), c0, c1)
+                       for (a, b), (c0, c1) in zip(zip(sends[::2], sends[1::2]), stats.compute_spans)]
         loss.backward()
         for p in m.parameters():  # the mean over cp and dp of the ranks' gradients of their own means
             comm.all_reduce(p.grad, axis, f"{TAG}/grads")
@@ -126,7 +131,7 @@ def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int, dp: in
                 if r.step == 0:
                     sent0[str(r.tag)] = sent0.get(str(r.tag), Fraction(0)) + r.sent
     params = [p.detach().clone() for p in m.parameters()] if ctx.rank == 0 else None
-    return {"rank": ctx.rank, "cp_rank": axis.rank, "dp_rank": data.rank, "losses": losses, "sent_by_tag": sent0, "activation_bytes": activation,
+    return {"overlap": overlap, "rank": ctx.rank, "cp_rank": axis.rank, "dp_rank": data.rank, "losses": losses, "sent_by_tag": sent0, "activation_bytes": activation,
             "forward_elements": elements, "attention_seconds": stats.forward_seconds, "params": params, "grads": grads0}
 
 
