@@ -71,7 +71,7 @@ def _reference():
     return _REF
 
 
-@pytest.mark.parametrize("cp,zigzag,dp", [(2, False, 1), (2, True, 1), (4, False, 1), (4, True, 1), (2, True, 2)])
+@pytest.mark.parametrize("cp,zigzag,dp", [(2, False, 1), (2, True, 1), (4, False, 1), (4, True, 1), (2, False, 2), (2, True, 2)])
 def test_context_parallel_gpt_equals_one_process_and_its_closed_forms(cp, zigzag, dp):
     ref = _reference()
     report = train_cp.run_cp(MODEL, cp, zigzag=zigzag, steps=STEPS, global_batch=BATCH, dp=dp)

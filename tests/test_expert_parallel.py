@@ -56,7 +56,7 @@ def _one_group(layer):
 _REF = {}
 
 
-@pytest.mark.parametrize("ep,k,dp", [(2, 1, 1), (2, 2, 1), (4, 1, 1), (4, 2, 1), (2, 2, 2)])
+@pytest.mark.parametrize("ep,k,dp", [(2, 1, 1), (2, 2, 1), (4, 1, 1), (4, 2, 1), (2, 1, 2), (2, 2, 2)])
 def test_expert_parallel_gpt_equals_one_process_and_its_closed_forms(ep, k, dp):
     spec = EP.MoESpec(experts=EXPERTS, top_k=k, capacity_factor=1.0)
     losses, params, layers = train_ep.reference(MODEL, spec, ep * dp, STEPS, BATCH, replicas=dp)
