@@ -19,7 +19,7 @@ import sys
 
 from ..runtime.cluster import RankError, RunStopped
 
-SUBCOMMANDS = ["memory", "run", "tour", "pipeline", "context", "experts", "quiz"]
+SUBCOMMANDS = ["memory", "run", "tour", "pipeline", "context", "experts", "plan", "quiz"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,98 @@
+"""The planner's closed forms (`theory.planner`) against numbers their sources publish, its
+refusals, and `zeroedu plan` itself."""
+import pytest
+
+from zeroedu.theory import pipeline as pipeline_theory
+from zeroedu.theory import planner as P
+
+pytestmark = pytest.mark.fast
+GB = 1e9
+
+
+def test_llama2_70b_has_the_parameter_count_of_its_published_weights():
+    # Llama-2-70b's released checkpoint: 68,976,648,192 parameters ("70B")
+    assert P.LLAMA2_70B.params() == 68_976_648_192
+
+
+def test_zero_states_are_the_zero_papers_figure_1():
+    # Rajbhandari et al. 2019, Fig. 1: Ψ = 7.5B, N = 64: 120, 31.4, 16.6 and 1.9 GB per GPU
+    got = [round(float(P.states_bytes(7.5e9, 64, z)) / GB, 1) for z in (0, 1, 2, 3)]
+    assert got == [120.0, 31.4, 16.6, 1.9]
+
+
+def test_training_time_is_narayanans_34_and_84_days():
+    # Narayanan et al. 2021, §5.1: GPT-3 (175B) on 300B tokens, 1024 A100s at 140 TFLOP/s: 34 days;
+    # the 1T model on 450B tokens, 3072 GPUs at 163 TFLOP/s: about 84 days
+    assert round(P.training_days(300e9, 175e9, 1024, 140e12)) == 34
+    assert round(P.training_days(450e9, 1e12, 3072, 163e12)) in (83, 84)
+
+
+def test_model_flops_are_6_flops_per_parameter_and_token_plus_attention_and_logits():
+    # 72·B·s·L·h² = 6 · (12·L·h²) · B·s: Kaplan et al. 2020's 6N per token for a layer's 12h² weights
+    B, s, L, h, V = 8, 2048, 96, 12288, 51200
+    body = 72 * B * s * L * h * h
+    assert body == 6 * (12 * L * h * h) * B * s
+    assert P.model_flops(B, s, L, h, V) == body + body * s / (6 * h) + body * V / (12 * L * h)
+
+
+def test_the_bubble_is_narayanans_p_minus_1_over_m_of_the_ideal_step():
+    # Narayanan et al. 2021 §2.2.1: bubble time / ideal time = (p-1)/m; as a share of the step
+    for p, m in ((4, 8), (8, 32), (2, 1)):
+        ratio = (p - 1) / m
+        assert pipeline_theory.bubble_fraction(p, m) == pytest.approx(ratio / (1 + ratio))
+
+
+@pytest.mark.parametrize("gpus,plan,why", [
+    (256, P.Plan(16, 16, 1, 1, 1), "tp = 16 must divide the 64 heads and the 8 KV heads"),
+    (128, P.Plan(64, 4, 1, 1, 1), "dp x tp x pp x cp = 256, not the 128 GPUs"),
+    (256, P.Plan(32, 1, 8, 1, 4), "ZeRO levels are 0..3"),
+    (256, P.Plan(8, 1, 32, 1, 1), "pp = 32 must divide the 80 layers"),
+    (96, P.Plan(3, 8, 4, 1, 1), "global batch of 1024 sequences does not split over dp = 3"),
+])
+def test_plans_that_cannot_exist_are_refused_with_the_condition(gpus, plan, why):
+    cluster = P.Cluster(gpus)
+    got = P.refusal(P.LLAMA2_70B, cluster, plan, 1024)
+    assert got is not None and why in got, got
+    with pytest.raises(ValueError, match="must|levels|GPUs|split"):
+        P.estimate(P.LLAMA2_70B, cluster, plan, 1024)
+    # 80 layers do split over 16 stages of 5: that plan exists
+    assert P.refusal(P.LLAMA2_70B, P.Cluster(256), P.Plan(2, 8, 16, 1, 1), 1024) is None
+
+
+def test_tp_across_nodes_is_refused():
+    assert "spans nodes" in P.refusal(P.LLAMA2_70B, P.Cluster(256, per_node=4), P.Plan(32, 8, 1, 1, 1), 1024)
+
+
+def test_the_70b_plan_on_256_gpus_fits_and_is_ranked_by_its_terms():
+    rep = P.plan()
+    assert rep.ranked and rep.too_big > 0
+    assert all(e.fits and e.memory <= 80e9 for e in rep.ranked)
+    steps = [e.step for e in rep.ranked]
+    assert steps == sorted(steps)
+    best = rep.ranked[0]
+    assert best.plan.tp <= 8 and best.plan.dp * best.plan.tp * best.plan.pp * best.plan.cp == 256
+    # the step is its terms: compute at full occupancy, the bubble's idle time, exposed comm
+    assert best.step == pytest.approx(sum(best.terms().values()))
+    # DDP (ZeRO-0) of all 70B on one GPU's 80 GB cannot fit: 16 bytes per parameter
+    ddp = P.estimate(P.LLAMA2_70B, P.Cluster(256), P.Plan(256, 1, 1, 1, 0), 1024)
+    assert not ddp.fits and ddp.states == 16 * P.LLAMA2_70B.params()
+    line = P.why_better(rep.ranked[0], rep.ranked[1])
+    assert str(rep.ranked[1].plan) in line
+
+
+def test_zero3_pays_its_gathers_every_micro_batch():
+    # the same 256 GPUs as dp only: ZeRO-3 sends 3m·r, ZeRO-1 2r; with m = 4 micro-batches per rank
+    e1 = P.estimate(P.LLAMA2_70B, P.Cluster(256), P.Plan(256, 1, 1, 1, 1), 1024)
+    e3 = P.estimate(P.LLAMA2_70B, P.Cluster(256), P.Plan(256, 1, 1, 1, 3), 1024)
+    assert e3.microbatches == 4 and e3.dp > e1.dp
+
+
+def test_the_command_line_prints_the_ranking_and_refuses_a_plan():
+    from .cli_inprocess import zeroedu
+
+    r = zeroedu("plan", "--top", "3")
+    assert r.returncode == 0 and "68,976,648,192 parameters" in r.stdout and "#1 dp" in r.stdout
+    bad = zeroedu("plan", "--check", "16,16,1,1,1")
+    assert bad.returncode == 2 and "must divide the 64 heads" in bad.stderr
+    ok = zeroedu("plan", "--check", "8,8,4,1,1")
+    assert ok.returncode == 0 and "fits" in ok.stdout

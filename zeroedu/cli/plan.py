@@ -1,0 +1,76 @@
+"""``zeroedu plan``: size a job over dp × tp × pp × cp with a ZeRO level (`theory.planner`).
+
+    zeroedu plan                         # Llama-2-70B on 256 H100s, global batch 1024 x 4096 tokens
+    zeroedu plan --gpus 512 --top 10
+    zeroedu plan --check 8,8,4,1,1       # one plan (dp,tp,pp,cp,zero): its memory and time, or why not
+
+Every plan that exists and fits in HBM, ranked by the stated time model (compute, the pipeline
+bubble, each axis's exposed communication), with why each of the top three beats the next.
+"""
+from __future__ import annotations
+
+from ..fmt import table
+from ..theory import planner
+from .args import positive_float, positive_int
+
+
+def _row(i, e: planner.Estimate) -> list[str]:
+    t = e.terms()
+    return [str(i), str(e.plan.dp), str(e.plan.tp), str(e.plan.pp), str(e.plan.cp), str(e.plan.zero),
+            str(e.microbatches), f"{e.states / 1e9:.1f}", f"{e.activations / 1e9:.1f}", f"{e.step:.2f}",
+            f"{1e3 * t['bubble']:.0f}", f"{1e3 * t['tp']:.0f}", f"{1e3 * t['cp']:.0f}", f"{1e3 * t['dp']:.0f}"]
+
+
+HEAD = ["#", "dp", "tp", "pp", "cp", "ZeRO", "m", "states GB", "activ. GB", "step s", "bubble ms", "tp ms",
+        "cp ms", "dp ms"]
+
+
+def cmd_plan(args) -> int:
+    model = planner.LLAMA2_70B
+    cluster = planner.Cluster(args.gpus, args.per_node, args.hbm * 1e9, args.nvlink * 1e9, args.nic * 1e9,
+                              args.tflops * 1e12, args.efficiency)
+    if args.check:
+        try:
+            d, t, p, c, z = (int(x) for x in args.check.split(","))
+        except ValueError:
+            raise ValueError(f"--check takes dp,tp,pp,cp,zero (e.g. 8,8,4,1,1), got {args.check!r}") from None
+        pl = planner.Plan(d, t, p, c, z)
+        why = planner.refusal(model, cluster, pl, args.global_batch)
+        if why:
+            raise ValueError(f"{pl}: {why}")
+        e = planner.estimate(model, cluster, pl, args.global_batch)
+        print(table(HEAD, [_row(1, e)]))
+        print(f"memory {e.memory / 1e9:.1f} GB of {cluster.hbm / 1e9:.0f} GB: "
+              + ("fits" if e.fits else "does not fit"))
+        return 0 if e.fits else 1
+    rep = planner.plan(model, cluster, args.global_batch)
+    print(f"{model.name}: {model.params():,} parameters, {model.layers} layers, hidden {model.hidden}, "
+          f"{model.heads} heads ({model.kv_heads} KV), FFN {model.ffn}, sequence {model.seq}; global batch "
+          f"{args.global_batch} sequences")
+    print(f"{cluster.gpus} GPUs, {cluster.per_node} per node, {cluster.hbm / 1e9:.0f} GB HBM, NVLink "
+          f"{cluster.nvlink / 1e9:.0f} GB/s, NIC {cluster.nic / 1e9:.0f} GB/s, {cluster.peak_flops / 1e12:.0f} "
+          f"TFLOP/s at {cluster.efficiency:.0%} (an assumption)")
+    print(f"{len(rep.ranked)} plans fit, {rep.too_big} exist but do not fit; refused: "
+          + ", ".join(f"{k} ({v})" for k, v in sorted(rep.refused.items())))
+    if not rep.ranked:
+        print("no plan fits")
+        return 1
+    print(table(HEAD, [_row(i + 1, e) for i, e in enumerate(rep.ranked[:args.top])]))
+    for i in range(min(3, len(rep.ranked) - 1)):
+        print(f"#{i + 1} {rep.ranked[i].plan}: {planner.why_better(rep.ranked[i], rep.ranked[i + 1])}")
+    return 0
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("plan", help="size Llama-2-70B over dp x tp x pp x cp and a ZeRO level")
+    p.add_argument("--gpus", type=positive_int, default=256, help="GPUs in the job (default 256)")
+    p.add_argument("--per-node", type=positive_int, default=8, help="GPUs per NVLink node (default 8)")
+    p.add_argument("--hbm", type=positive_float, default=80, help="GB of HBM per GPU (default 80, H100 SXM)")
+    p.add_argument("--nvlink", type=positive_float, default=450, help="GB/s per GPU per direction (default 450)")
+    p.add_argument("--nic", type=positive_float, default=50, help="GB/s per GPU across nodes (default 50: 400 Gb/s)")
+    p.add_argument("--tflops", type=positive_float, default=989, help="dense BF16 peak (default 989, H100 SXM)")
+    p.add_argument("--efficiency", type=positive_float, default=0.5, help="share of peak reached (default 0.5)")
+    p.add_argument("--global-batch", type=positive_int, default=1024, help="sequences per step (default 1024)")
+    p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10)")
+    p.add_argument("--check", default=None, metavar="DP,TP,PP,CP,ZERO", help="one plan: its figures, or why not")
+    p.set_defaults(func=cmd_plan)
