@@ -96,3 +96,32 @@ def test_the_command_line_prints_the_ranking_and_refuses_a_plan():
     assert bad.returncode == 2 and "must divide the 64 heads" in bad.stderr
     ok = zeroedu("plan", "--check", "8,8,4,1,1")
     assert ok.returncode == 0 and "fits" in ok.stdout
+
+
+@pytest.mark.parametrize("answer,broken", [
+    ("DP=256 TP=1 PP=1 stage 0", "fits in memory"),  # 16 bytes per parameter of all 70B on each GPU
+    ("dp 16 tp 16 pp 1 zero 1", "tp inside a node"),
+    ("tp=8 pp=16 dp=2 zero 1", "small bubble"),  # 15/143 = 10.5 % of the step
+    ("dp 8 tp 8 pp 5 zero 1", "exists"),  # 320 GPUs
+    ("tp 8 and pp 4", "a plan"),
+])
+def test_the_design_exercise_names_the_condition_a_wrong_plan_breaks(answer, broken):
+    g = P.grade_design(answer)
+    assert not g.ok and [c.name for c in g.broken()] == [broken], [(c.name, c.detail) for c in g.broken()]
+
+
+@pytest.mark.parametrize("answer,plan", [
+    ("dp 8, tp 8, pp 4, ZeRO-1", P.Plan(8, 8, 4, 1, 1)),
+    ("dp=32 tp=8 pp=1 zero-1", P.Plan(32, 8, 1, 1, 1)),
+    ("ZeRO stage 1 with tp 8, pp 4, dp 8", P.Plan(8, 8, 4, 1, 1)),
+])
+def test_good_designs_pass_however_they_are_written(answer, plan):
+    g = P.grade_design(answer)
+    assert g.ok and g.plan == plan
+
+
+def test_the_design_command_says_which_condition_breaks():
+    from .cli_inprocess import zeroedu
+
+    r = zeroedu("plan", "--design", "tp=8 pp=16 dp=2 zero 1")
+    assert r.returncode == 1 and "NO  small bubble: (pp - 1)/(m + pp - 1) = 15/143 = 10.5%" in r.stdout

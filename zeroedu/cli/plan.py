@@ -3,6 +3,7 @@
     zeroedu plan                         # Llama-2-70B on 256 H100s, global batch 1024 x 4096 tokens
     zeroedu plan --gpus 512 --top 10
     zeroedu plan --check 8,8,4,1,1       # one plan (dp,tp,pp,cp,zero): its memory and time, or why not
+    zeroedu plan --design "dp 8, tp 8, pp 4, ZeRO-1"   # the design exercise: which conditions hold
 
 Every plan that exists and fits in HBM, ranked by the stated time model (compute, the pipeline
 bubble, each axis's exposed communication), with why each of the top three beats the next.
@@ -27,6 +28,14 @@ HEAD = ["#", "dp", "tp", "pp", "cp", "ZeRO", "m", "states GB", "activ. GB", "ste
 
 def cmd_plan(args) -> int:
     model = planner.LLAMA2_70B
+    if args.design is not None:
+        g = planner.grade_design(args.design)
+        print(f"design exercise: Llama-2-70B on {planner.DESIGN_GPUS} GPUs (8 per node, 80 GB), global batch "
+              f"{planner.DESIGN_BATCH} sequences" + (f"; your plan: {g.plan}" if g.plan else ""))
+        for c in g.conditions:
+            print(f"  {'ok ' if c.held else 'NO '} {c.name}: {c.detail}")
+        print("a good plan" if g.ok else "not yet: " + ", ".join(c.name for c in g.broken()))
+        return 0 if g.ok else 1
     cluster = planner.Cluster(args.gpus, args.per_node, args.hbm * 1e9, args.nvlink * 1e9, args.nic * 1e9,
                               args.tflops * 1e12, args.efficiency)
     if args.check:
@@ -73,4 +82,6 @@ def add_parser(subparsers) -> None:
     p.add_argument("--global-batch", type=positive_int, default=1024, help="sequences per step (default 1024)")
     p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10)")
     p.add_argument("--check", default=None, metavar="DP,TP,PP,CP,ZERO", help="one plan: its figures, or why not")
+    p.add_argument("--design", default=None, metavar="ANSWER",
+                   help="grade an answer to the design exercise (70B on 256 GPUs, global batch 256), e.g. 'dp 8, tp 8, pp 4, ZeRO-1'")
     p.set_defaults(func=cmd_plan)

@@ -253,3 +253,77 @@ def why_better(a: Estimate, b: Estimate) -> str:
 
 __all__ = ["Cluster", "Estimate", "LLAMA2_70B", "ModelShape", "Plan", "PlanReport", "estimate", "model_flops", "plan",
            "refusal", "states_bytes", "training_days", "why_better"]
+
+
+# ------------------------------------------------------------------ the design exercise
+# "Train Llama-2-70B on 256 GPUs (8 per node, 80 GB each), global batch 256 sequences: choose dp,
+# tp, pp (cp = 1 unless named) and the ZeRO level, and defend it." A good plan exists, fits, keeps
+# tensor parallelism inside a node and the bubble under BUBBLE_LIMIT of the step.
+DESIGN_GPUS, DESIGN_BATCH, BUBBLE_LIMIT = 256, 256, 0.10
+
+
+@dataclass(frozen=True)
+class Condition:
+    name: str
+    held: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class DesignGrade:
+    plan: Plan | None
+    conditions: list[Condition]
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None and all(c.held for c in self.conditions)
+
+    def broken(self) -> list[Condition]:
+        return [c for c in self.conditions if not c.held]
+
+
+_FIELDS = {"dp": r"dp", "tp": r"tp", "pp": r"pp", "cp": r"cp", "zero": r"zero(?:[\s-]*stage)?|stage"}
+
+
+def parse_plan(text: str) -> Plan | None:
+    """'dp 8, tp 8, pp 4, ZeRO-1' / 'tp=8 pp=4 dp=8 zero 1' / 'DP=8 TP=8 PP=4 stage 1' -> a Plan;
+    None when dp, tp, pp or the ZeRO level is missing. cp is 1 unless named."""
+    t = text.lower()
+    got = {}
+    for key, pat in _FIELDS.items():
+        m = re.search(rf"\b(?:{pat})\s*(?:=|:|-)?\s*(\d+)", t)
+        if m:
+            got[key] = int(m.group(1))
+    if not {"dp", "tp", "pp", "zero"} <= set(got):
+        return None
+    return Plan(got["dp"], got["tp"], got["pp"], got.get("cp", 1), got["zero"])
+
+
+def grade_design(answer: str | Plan, model: ModelShape = LLAMA2_70B,
+                 cluster: Cluster = Cluster(DESIGN_GPUS), global_batch: int = DESIGN_BATCH) -> DesignGrade:
+    """The design exercise's check: which of its conditions the plan holds, each with why."""
+    pl = parse_plan(answer) if isinstance(answer, str) else answer
+    if pl is None:
+        return DesignGrade(None, [Condition("a plan", False, "name dp, tp, pp and the ZeRO level, e.g. 'dp 8, tp 8, pp 4, ZeRO-1'")])
+    inside = pl.tp <= cluster.per_node
+    conds = [Condition("tp inside a node", inside,
+                       f"tp = {pl.tp} {'fits in' if inside else 'spans'} a node of {cluster.per_node} GPUs: "
+                       + ("its all-reduces stay on NVLink" if inside else
+                          "its blocking all-reduces, 4 per layer and micro-batch, would cross the NIC"))]
+    why = refusal(model, cluster, pl, global_batch)
+    if why and inside:
+        conds.append(Condition("exists", False, why))
+    if why:
+        return DesignGrade(pl, conds)
+    e = estimate(model, cluster, pl, global_batch)
+    conds.append(Condition("exists", True, f"{pl.dp * pl.tp * pl.pp * pl.cp} GPUs, {e.microbatches} micro-batches per replica"))
+    conds.append(Condition("fits in memory", e.fits,
+                           f"{e.states / GB:.1f} GB of model states + {e.activations / GB:.1f} GB of activations = "
+                           f"{e.memory / GB:.1f} GB of {cluster.hbm / GB:.0f} GB"))
+    conds.append(Condition("small bubble", e.bubble <= BUBBLE_LIMIT,
+                           f"(pp - 1)/(m + pp - 1) = {pl.pp - 1}/{e.microbatches + pl.pp - 1} = {e.bubble:.1%} of the step "
+                           f"(at most {BUBBLE_LIMIT:.0%})"))
+    return DesignGrade(pl, conds)
+
+
+__all__ += ["Condition", "DesignGrade", "grade_design", "parse_plan"]
