@@ -107,6 +107,12 @@ CASES = [
     (M.imbalance_vs_mean(4), 4 / 2.5, "mean"),
     # a top-2 figure halved
     (M.top_k_forgotten(2560, 2), 1280, "k = 2"),
+    # tensor parallelism: 2 of 4 all-reduces; 34sbh/t where sbh(10 + 24/t) was asked
+    (M.tp_forward_only(469762048), 234881024, "4 per layer"),
+    (M.tp_splits_everything(4096, 1, 8192, 8), 34 * 4096 * 8192 / 8, "10sbh"),
+    # 8 x 69e9 x 1000 / 989e12 counts the recomputed forward; one head's 4096^2 bf16 scores
+    (M.recompute_in_mfu(1000, 69e9, 989e12), 8 * 69e9 * 1000 / 989e12, "HFU"),
+    (M.one_head_scores(1, 4096, 2), 4096 ** 2 * 2, "every head"),
 ]
 
 

@@ -116,6 +116,16 @@ EXPECTED = {
     # k T D bytes (ep-1)/ep = 2 x 8192 x 4096 x 2 x 7/8; ceil(1.25 x 2 x 8192 / 8) = 2560
     "ep_all_to_all": {"disp": 2 * 8192 * 4096 * 2 * 7 / 8},
     "ep_capacity": {"cap": 2560},
+    # 4 all-reduces of b s h = 4096 x 8192 bf16 elements, 2(t-1)/t of each sent: 4 x 2 x 7/8 x 67,108,864 B
+    "tp_bytes": {"blk": 4 * 2 * 7 / 8 * 4096 * 8192 * 2, "nv": 4 * 2 * 7 / 8 * 4096 * 8192 * 2 / 450e9,
+                 "nic": 4 * 2 * 7 / 8 * 4096 * 8192 * 2 / 50e9, "bw_nv": 450e9, "bw_nic": 50e9},
+    # Korthikanti Table 2: sbh(10 + 24/t) selective, 34sbh/t with SP; sbh = 4096 x 8192
+    "sp_memory": {"tp_only": 4096 * 8192 * (10 + 24 / 8), "with_sp": 34 * 4096 * 8192 / 8},
+    # 6 (8 with full recompute) x 68,976,648,192 x 1000 / 989e12
+    "mfu_hfu": {"mfu": 6 * 68976648192 * 1000 / 989e12, "hfu": 8 * 68976648192 * 1000 / 989e12,
+                "tps": 1000, "peak": 989e12},
+    # b a s^2 x 2 bytes; FlashAttention: 4 bytes per row and head
+    "flash_memory": {"scores": 64 * 4096 ** 2 * 2, "lse": 4 * 64 * 4096},
     "pp_zero": {"z1": 2 * 7 / 8 * 2 * P7 / 4, "z2": 17 * 7 / 8 * 2 * P7 / 4, "z3": 16 * 3 * 7 / 8 * 2 * P7 / 4},
 }
 

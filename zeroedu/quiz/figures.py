@@ -18,6 +18,7 @@ from fractions import Fraction
 from .. import recipes, theory
 from ..theory import activations, hybrid
 from ..theory import context as context_theory
+from ..theory import tensor_parallel as tp_theory
 from ..theory import experts as experts_theory
 from ..theory import pipeline as pipeline_theory
 
@@ -221,7 +222,34 @@ def ep_capacity(capacity_factor, top_k: int, tokens: int, experts: int):
     return experts_theory.capacity(capacity_factor, top_k, tokens, experts)
 
 
-FIGURES = {f.__name__: f for f in (pipeline_bubble, pipeline_in_flight, cp_ring_bytes, cp_imbalance, cp_blocks,
+def tp_block_bytes(batch: int, seq: int, hidden: int, t: int, elem: int, bandwidth: float | None = None):
+    """Bytes one tensor-parallel rank sends per layer per step, 4 all-reduces of b·s·h (`theory.tensor_parallel
+    .block_bytes`); divided by `bandwidth` it is the time."""
+    nbytes = tp_theory.block_bytes(batch, seq, hidden, t, elem)
+    return nbytes if bandwidth is None else nbytes / Fraction(bandwidth)
+
+
+def layer_activations_tp(s: int, b: int, h: int, a: int, t: int, recompute: str = "selective", sp: bool = False):
+    """One layer's activation bytes on a tensor-parallel rank (Korthikanti et al. 2022, Table 2):
+    sbh(10 + 24/t) with selective recompute, 34sbh/t with sequence parallelism too."""
+    if sp:
+        return Fraction(34 * s * b * h, t)
+    return activations.korthikanti_layer_bytes_tp(s, b, h, a, t, recompute)
+
+
+def utilisation(tokens_per_second, psi, peak_flops, flops_per_token: int = 6):
+    """Model FLOPs utilisation, 6Ψ per token (8Ψ with full recompute: the hardware's) over the peak."""
+    return Fraction(flops_per_token) * Fraction(psi) * Fraction(tokens_per_second) / Fraction(peak_flops)
+
+
+def attention_scores_bytes(b: int, a: int, s: int, dtype_bytes: int = 2, fused: bool = False):
+    """One layer's attention scores, b·a·s² elements; FlashAttention keeps one fp32 log-sum-exp per
+    row and head instead, 4·b·a·s bytes (Dao et al. 2022, §3.1)."""
+    return 4 * b * a * s if fused else b * a * s * s * dtype_bytes
+
+
+FIGURES = {f.__name__: f for f in (pipeline_bubble, pipeline_in_flight, tp_block_bytes, layer_activations_tp,
+    utilisation, attention_scores_bytes, cp_ring_bytes, cp_imbalance, cp_blocks,
     ep_balanced_bytes, ep_capacity,
     given, recipe_bytes, model_states, comm_total, comm_collective, comm_ratio, zeropp_ratio, sent_bytes,
     recipe_sent, bandwidth, bandwidth_ratio, alpha, all_gather_time, ring_allreduce_time, min_bucket_bytes,

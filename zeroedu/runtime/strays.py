@@ -82,7 +82,25 @@ def end_strays(before: set[int]) -> list[int]:
         ended += sorted(strays)
         time.sleep(0.02)
         _reap_ours(strays)
+    _reap_until_gone(set(ended))
     return ended
+
+
+def _reap_until_gone(pids: set[int], timeout: float = 1.0) -> None:
+    """A killed stray is a zombie until its parent reaps it; one orphaned while the sweep ran is
+    re-parented here a moment later. Reap each as it arrives, so none is left when the caller goes
+    on (a zombie still shows its name in /proc), for at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while pids and time.monotonic() < deadline:
+        for pid in list(pids):
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                    pids.discard(pid)
+            except ChildProcessError:  # not ours (yet), or reaped already
+                if not os.path.exists(f"/proc/{pid}"):
+                    pids.discard(pid)
+        if pids:
+            time.sleep(0.01)
 
 
 def _reap_ours(pids: set[int]) -> None:

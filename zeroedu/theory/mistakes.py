@@ -515,7 +515,34 @@ def top_k_forgotten(total, top_k: int) -> Mistake:
                    f"each token goes to each of its k = {top_k} experts: k rows, and k places in the capacity")
 
 
-MISTAKES = (bubble_over_busy, ring_hops_all, imbalance_vs_mean, top_k_forgotten, whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
+def tp_forward_only(total) -> Mistake:
+    """Tensor parallelism's bytes per layer counted for the forward pass alone (2 all-reduces of 4)."""
+    return Mistake("tp_forward_only", float(total) / 2,
+                   "backward all-reduces the input gradients of both column-parallel matmuls: 4 per layer, not 2")
+
+
+def tp_splits_everything(s: int, b: int, h: int, t: int) -> Mistake:
+    """A layer's activations under tensor parallelism without sequence parallelism counted as 34sbh/t,
+    as if t split every tensor."""
+    return Mistake("tp_splits_everything", 34 * s * b * h / t,
+                   "that is with sequence parallelism; tensor parallelism alone keeps 10sbh of every layer whole "
+                   "on each rank (the LayerNorm inputs, the inputs of the first matmuls, the dropout masks)")
+
+
+def recompute_in_mfu(tokens_per_second, psi, peak_flops) -> Mistake:
+    """MFU counted with the recomputed forward's FLOPs, 8Ψ per token: that is the hardware FLOPs utilisation."""
+    return Mistake("recompute_in_mfu", 8 * float(psi) * float(tokens_per_second) / float(peak_flops),
+                   "the recomputed forward is work the hardware does, not the model: 8Ψ per token is HFU; MFU counts 6Ψ")
+
+
+def one_head_scores(b: int, s: int, dtype_bytes: int) -> Mistake:
+    """The attention scores of one layer counted for one head, b·s²·bytes."""
+    return Mistake("one_head_scores", b * s * s * dtype_bytes,
+                   "every head has its own S × S scores: a of them per layer")
+
+
+MISTAKES = (bubble_over_busy, ring_hops_all, tp_forward_only, tp_splits_everything,
+            recompute_in_mfu, one_head_scores, imbalance_vs_mean, top_k_forgotten, whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
             optimizer_forgotten, parameters_only, other_recompute, one_layer_only, even_split,
             full_chunk_everywhere, floor_rows, unpadded_buffer, one_padded_chunk, only_optimizer_shard, missing_gradients, ring_factor_dropped,
             allreduce_counted_once, other_stage_comm, fp32_gradients, sign_flipped, upside_down, complement,
