@@ -125,3 +125,20 @@ def test_the_design_command_says_which_condition_breaks():
 
     r = zeroedu("plan", "--design", "tp=8 pp=16 dp=2 zero 1")
     assert r.returncode == 1 and "NO  small bubble: (pp - 1)/(m + pp - 1) = 15/143 = 10.5%" in r.stdout
+
+
+def test_the_planner_widget_reranks_and_grades_the_design_as_typed():
+    from zeroedu.notebook import widgets
+
+    w = widgets.planner_widget()
+    first = w.report.ranked[0]
+    assert first == P.plan().ranked[0] and "<td>" in w.table.value and "#1 dp" in w.why.value
+    w.gpus.value = 512  # re-ranked on the change: every plan now uses 512 GPUs
+    assert all(e.plan.dp * e.plan.tp * e.plan.pp * e.plan.cp == 512 for e in w.report.ranked)
+    w.hbm.value = 40  # less memory: fewer plans fit
+    assert len(w.report.ranked) < len(P.plan(P.LLAMA2_70B, P.Cluster(512), 1024).ranked)
+    w.answer.value = "tp=8 pp=16 dp=2 zero 1"
+    g = w.grade()
+    assert not g.ok and "small bubble" in w.verdict.value and "10.5%" in w.verdict.value
+    w.answer.value = "dp 8, tp 8, pp 4, ZeRO-1"
+    assert w.grade().ok and "a good plan" in w.verdict.value

@@ -12,6 +12,8 @@
   flat ring (one lockstep ring or striped over the NICs) over flat ZeRO-3 vs HSDP vs HFSDP.
 * `activation_explorer()`: S, B, L, H, A and recompute over activations + model states +
   gathered unit per strategy, and whether it fits.
+* `planner_widget()`: GPUs, node size, HBM, batch and share of peak over the 5-D planner
+  (`theory.planner`, Llama-2-70B), and the design exercise graded as a plan is typed.
 
 One module per dashboard; `common` holds what they share. All are plain objects holding their widgets: `update()` / `run()` are ordinary methods, so a test
 drives them without a browser, and the observers only call them. Bad input never raises into
@@ -27,8 +29,9 @@ from .collective_explorer import CollectiveExplorer, collective_explorer
 from .common import DEFAULT_RECIPE, bar_chart_html
 from .cross_domain import CrossDomainWidget, cross_domain_widget
 from .memory_explorer import MemoryExplorer, memory_explorer
+from .planner import PlannerWidget, planner_widget
 from .run_panel import RunPanel, run_panel
 
 __all__ = ["CollectiveExplorer", "collective_explorer", "bar_chart_html", "MemoryExplorer", "memory_explorer",
            "RunPanel", "run_panel", "DEFAULT_RECIPE", "CrossDomainWidget", "cross_domain_widget",
-           "ActivationExplorer", "activation_explorer"]
+           "ActivationExplorer", "activation_explorer", "PlannerWidget", "planner_widget"]
