@@ -105,6 +105,8 @@ CASES = [
     (M.ring_hops_all(1, 8, 131072, 128, 8, 2), 16 * 8 * 16384 * 128 * 2, "never travels"),
     # the last rank (4 blocks) over the mean (1 + 2 + 3 + 4) / 4 = 2.5
     (M.imbalance_vs_mean(4), 4 / 2.5, "mean"),
+    # counting kept scores only: the last rank's 3 full blocks + half its diagonal over the first's half
+    (M.masked_scores_only(4), 3.5 / 0.5, "computed whole"),
     # a top-2 figure halved
     (M.top_k_forgotten(2560, 2), 1280, "k = 2"),
     # tensor parallelism: 2 of 4 all-reduces; 34sbh/t where sbh(10 + 24/t) was asked

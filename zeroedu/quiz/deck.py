@@ -226,6 +226,7 @@ NOTEBOOKS = {
     "dashboard": "notebooks/11_dashboard.ipynb",
     "rehearsal": "notebooks/12_interview_rehearsal.ipynb",
     "fact_check": "notebooks/13_fact_check.ipynb",
+    "beyond": "notebooks/14_beyond_data_parallelism.ipynb",
 }
 
 

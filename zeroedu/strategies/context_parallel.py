@@ -73,19 +73,19 @@ class RingContext:
     def my_chunks(self, rank: int | None = None) -> list[range]:
         return chunks(self.seq_len, self.cp, self.axis.rank if rank is None else rank, self.zigzag)
 
-
-def _pairs(ctx: RingContext, owner: int):
-    """(query slice, key slice, mask kind) of every chunk pair to compute against rank `owner`'s
-    block: 'full' (no mask), 'diag' (triangular); pairs with every key after every query are left out."""
-    q_off = 0
-    for qc in ctx.my_chunks():
-        k_off = 0
-        for kc in ctx.my_chunks(owner):
-            if kc.start <= qc.stop - 1:
-                kind = "diag" if kc.start == qc.start else "full"
-                yield slice(q_off, q_off + len(qc)), slice(k_off, k_off + len(kc)), kind
-            k_off += len(kc)
-        q_off += len(qc)
+    def pairs(self, owner: int):
+        """(query slice, key slice, mask kind) of every chunk pair to compute against rank `owner`'s
+        block: 'full' (no mask), 'diag' (triangular); pairs with every key after every query are
+        left out (causal masking would zero them all)."""
+        q_off = 0
+        for qc in self.my_chunks():
+            k_off = 0
+            for kc in self.my_chunks(owner):
+                if kc.start <= qc.stop - 1:
+                    kind = "diag" if kc.start == qc.start else "full"
+                    yield slice(q_off, q_off + len(qc)), slice(k_off, k_off + len(kc)), kind
+                k_off += len(kc)
+            q_off += len(qc)
 
 
 def _scores(q, k, kind):
@@ -93,6 +93,8 @@ def _scores(q, k, kind):
     if kind == "diag":
         n = s.shape[-1]
         s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    elif kind == "future":  # every key after every query: all masked
+        s = torch.full_like(s, float("-inf"))
     return s
 
 
@@ -143,7 +145,7 @@ class _RingAttention(torch.autograd.Function):
             # the next block travels while this one is computed (the sends only read kb, vb)
             nxt = _post(ctx, [kb, vb], "kv") if i < ctx.cp - 1 else None
             t0, c0 = time.perf_counter(), ctx.comm.ledger.now() if ctx.cp > 1 else 0.0
-            for qs, ks, kind in _pairs(ctx, owner):
+            for qs, ks, kind in ctx.pairs(owner):
                 s = _scores(q[:, :, qs].to(acc_t), kb[:, :, ks].to(acc_t), kind)
                 if ctx.stats is not None:
                     ctx.stats.forward_elements += s.numel()
@@ -180,7 +182,7 @@ class _RingAttention(torch.autograd.Function):
             # K and V travel on while this block's gradients are computed; dK and dV, still being
             # summed into, go after
             nxt = _post(ctx, [kb, vb], "kv_grads") if i < ctx.cp - 1 else None
-            for qs, ks, kind in _pairs(ctx, owner):
+            for qs, ks, kind in ctx.pairs(owner):
                 qf, kf, vf = q[:, :, qs].to(acc_t), kb[:, :, ks].to(acc_t), vb[:, :, ks].to(acc_t)
                 p = torch.exp(_scores(qf, kf, kind) - lse[:, :, qs])  # masked: exp(-inf) = 0
                 if ctx.stats is not None:

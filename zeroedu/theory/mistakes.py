@@ -541,7 +541,15 @@ def one_head_scores(b: int, s: int, dtype_bytes: int) -> Mistake:
                    "every head has its own S × S scores: a of them per layer")
 
 
-MISTAKES = (bubble_over_busy, ring_hops_all, tp_forward_only, tp_splits_everything,
+def masked_scores_only(cp: int) -> Mistake:
+    """The last rank's causal score work over the first's counted in the scores the mask keeps,
+    (cp - 1/2)/(1/2) = 2cp - 1, where each diagonal block is computed whole: cp blocks over 1."""
+    return Mistake("masked_scores_only", 2 * cp - 1,
+                   f"that counts only the scores the mask keeps; a diagonal block is computed whole and then "
+                   f"masked, so rank r computes r + 1 blocks: {cp} over 1")
+
+
+MISTAKES = (masked_scores_only, bubble_over_busy, ring_hops_all, tp_forward_only, tp_splits_everything,
             recompute_in_mfu, one_head_scores, imbalance_vs_mean, top_k_forgotten, whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
             optimizer_forgotten, parameters_only, other_recompute, one_layer_only, even_split,
             full_chunk_everywhere, floor_rows, unpadded_buffer, one_padded_chunk, only_optimizer_shard, missing_gradients, ring_factor_dropped,

@@ -27,6 +27,7 @@ from ..models.gpt import GPTConfig
 from ..runtime import cluster
 from ..runtime.comm import Comm
 from ..runtime.ledger import Ledger
+from ..runtime.rank import resolve_ref
 from ..strategies.context_parallel import RingAttentionCore, RingContext, RingStats, chunks
 
 TAG = "cp"
@@ -73,8 +74,9 @@ def mesh(cp: int, dp: int = 1) -> Mesh:
     return Mesh(((DP_SHARD, dp), (CP, cp)))
 
 
-def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int, dp: int = 1) -> dict:
-    """One rank of a context-parallel run: world = dp x cp, cp innermost."""
+def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int, dp: int = 1, ring_class: str = "") -> dict:
+    """One rank of a context-parallel run: world = dp x cp, cp innermost; `ring_class` (a
+    "module:Class" subclass of `RingContext`, e.g. a find-the-bug variant) replaces the ring."""
     cfg = _cfg(model)
     ledger = Ledger(ctx.rank)
     comm = Comm(ledger)
@@ -83,7 +85,7 @@ def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int, dp: in
     cp = axis.size
     b = global_batch // dp
     stats = RingStats()
-    ring = RingContext(comm, axis, cfg.seq_len, zigzag, tag=TAG, stats=stats)
+    ring = (resolve_ref(ring_class) if ring_class else RingContext)(comm, axis, cfg.seq_len, zigzag, tag=TAG, stats=stats)
     m = cfg.build()
     for p in m.parameters():  # model states: what autograd saves of them is not an activation
         ledger.track(p, "param")
@@ -136,17 +138,20 @@ def cp_job(ctx, model: dict, zigzag: bool, steps: int, global_batch: int, dp: in
 
 
 def run_cp(model: GPTConfig, cp: int, *, zigzag: bool = False, steps: int = 3, global_batch: int = 4,
-           dp: int = 1) -> CPReport:
+           dp: int = 1, ring_class: str = "") -> CPReport:
     """Train `model` for `steps` steps with context parallelism over `cp` local ranks (gloo), and
-    data parallelism over `dp` such groups (dp x cp ranks)."""
+    data parallelism over `dp` such groups (dp x cp ranks); `ring_class`: see `cp_job`."""
     if model.attention != "eager":
         raise ValueError("context parallelism replaces the attention core: build the GPT with attention='eager'")
     chunks(model.seq_len, cp, 0, zigzag)  # refuses a sequence that does not split, in the parent
     if global_batch % dp:
         raise ValueError(f"each of the dp = {dp} replicas trains on its share of the batch: "
                          f"global batch {global_batch} does not split")
+    if ring_class and not (isinstance(cls := resolve_ref(ring_class), type) and issubclass(cls, RingContext)):
+        raise ValueError(f"{ring_class} is not a subclass of RingContext")
     out = cluster.get_pool(cp * dp).run(cp_job, {"model": model.as_dict(), "zigzag": zigzag, "steps": steps,
-                                                 "global_batch": global_batch, "dp": dp})
+                                                 "global_batch": global_batch, "dp": dp,
+                                                 "ring_class": ring_class})
     return CPReport(cp, zigzag, dp, [CPRankResult(**r) for r in out])
 
 
@@ -222,13 +227,14 @@ class CPComparison:
 
 
 def compare(model: GPTConfig, cp: int, *, zigzag: bool = False, dp: int = 1, steps: int = 3,
-            global_batch: int = 4) -> CPComparison:
-    """Run context parallelism and one process; every figure beside its closed form."""
+            global_batch: int = 4, ring_class: str = "") -> CPComparison:
+    """Run context parallelism and one process; every figure beside its closed form (the closed
+    forms are the algorithm's, whatever `ring_class` runs)."""
     from ..strategies.context_parallel import theory_bytes, work_elements
     from ..theory.activations import gpt_activation_bytes
     from .pipeline import parameter_error
 
-    rep = run_cp(model, cp, zigzag=zigzag, steps=steps, global_batch=global_batch, dp=dp)
+    rep = run_cp(model, cp, zigzag=zigzag, steps=steps, global_batch=global_batch, dp=dp, ring_class=ring_class)
     ref_losses, ref_params, _ = reference(model, steps, global_batch)
     names = [n for n, _ in model.build().named_parameters()]
     L, H = model.n_layers, model.n_heads

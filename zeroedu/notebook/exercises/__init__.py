@@ -2,8 +2,8 @@
 
 An `Exercise` says what is asked (`prompt`), how the right answer is computed by the package
 (`expected`, from the closed forms, a table or a report the notebook just produced), what kind
-of answer it is (a number, a choice, a set of choices, a name) and which plausible wrong
-answers it anticipates, each with the diagnosis a learner gets (`Wrong`). `check(id, answer)`:
+of answer it is (a number, a choice, a set of choices, a name, or a design: a plan with many
+right forms, judged condition by condition) and which plausible wrong answers it anticipates, each with the diagnosis a learner gets (`Wrong`). `check(id, answer)`:
 
 * the placeholder `...` prints "not answered yet" with the prompt (no hint: the hint is shown
   after a wrong attempt), so a notebook with unanswered exercises still runs from top to bottom;
@@ -18,7 +18,7 @@ The learner's notebooks hold `...` where the answer goes; the solutions live in
 `notebooks/solutions/`, from which the learner's notebooks are generated (`generate`), and are
 what CI executes, so every exercise is proven solvable and every check proven to accept the
 right answer; `tests/test_exercises.py` proves each rejects the placeholder and its anticipated
-wrong answers. One module per notebook (`nb01` ... `nb13`) defines that notebook's exercises.
+wrong answers. One module per notebook (`nb01` ... `nb14`) defines that notebook's exercises.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from ...answers import LETTERS, is_number, learner_seed, normalize_term, read_ch
 from ...fmt import number
 from ...reports import CommRecord, Match, Measured, Predicted, RankReport, RunReport, Timeline, WireReport, made_here
 
-KINDS = ("number", "choice", "set", "name")
+KINDS = ("number", "choice", "set", "name", "design")
 STYLES = ("formula", "predict", "measure", "find-the-bug")
 
 
@@ -61,12 +61,18 @@ class Exercise:
     rel: float = 1e-3  # numbers: relative tolerance
     options: dict[str, str] = field(default_factory=dict)  # choice/set: letter -> text
     example: Callable[[], dict] | None = None  # a context the tests can check the exercise with
+    # design: an answer with many right forms (a plan), judged by `grade` (answer -> (right, why));
+    # `canon` reads an answer into the form anticipated wrong answers are compared in
+    grade: Callable[[Any], tuple[bool, str]] | None = None
+    canon: Callable[[Any], Any] | None = None
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"{self.id}: kind must be one of {KINDS}")
         if self.style not in STYLES:
             raise ValueError(f"{self.id}: style must be one of {STYLES}")
+        if (self.kind == "design") != (self.grade is not None and self.canon is not None):
+            raise ValueError(f"{self.id}: a design exercise, and only one, is judged by grade and canon")
 
     @property
     def notebook(self) -> str:
@@ -74,10 +80,16 @@ class Exercise:
 
     # ---------------------------------------------------------------- grading
     def right(self, answer, context: dict) -> bool:
+        if self.kind == "design":
+            return self.grade(answer)[0]
         return _same(self.kind, answer, self.expected(**context), self.rel, self.options)
 
     def diagnose(self, answer, context: dict) -> str:
         """Why `answer` is wrong: an anticipated mistake, else what is off and by how much."""
+        if self.kind == "design":
+            got = self.canon(answer)
+            known = next((w.why for w in self.wrong if got is not None and got == self.canon(w.resolve(context))), None)
+            return f"{known} ({self.grade(answer)[1]})" if known else self.grade(answer)[1]
         for w in self.wrong:
             if _same(self.kind, answer, w.resolve(context), self.rel, self.options):
                 return w.why
@@ -177,8 +189,8 @@ def check(ex_id: str, answer: Any, **context) -> None:
         want = ex.expected(**context)
         # sets print in sorted order, a shuffled choice its option's text: the same text on every
         # run and for every learner (nbval compares it)
-        shown = (number(want) if _is_number(want) else sorted(want) if isinstance(want, (set, frozenset))
-                 else ex.options[want] if shuffled(ex) else want)
+        shown = (ex.grade(answer)[1] if ex.kind == "design" else number(want) if _is_number(want)
+                 else sorted(want) if isinstance(want, (set, frozenset)) else ex.options[want] if shuffled(ex) else want)
         print(f"{ex.id}: correct ✓ ({shown})")
         return None
     raise AssertionError(f"{ex.id}: {given!r} is not right: {ex.diagnose(answer, context)}."

@@ -1,0 +1,118 @@
+"""Notebook 14 (beyond data parallelism): which context-parallel rank works hardest, the causal
+imbalance read off a run, the 70B design exercise, and a ring attention whose work is off."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+from ...theory import context as cp_theory
+from ...theory import planner
+from ...theory import mistakes
+from . import Exercise, Wrong, mistaken, register
+
+# The notebook's context-parallel runs: gpt-tiny (2 heads, S = 32), global batch 4, cp = 4.
+CP, HEADS, SEQ, BATCH = 4, 2, 32, 4
+RANK_OPTIONS = {"a": "rank 0, the first chunk", "b": "rank 3, the last chunk", "c": "all four the same",
+                "d": "ranks 1 and 2, in the middle"}
+
+
+def _busiest_zigzag() -> str:
+    """Which option describes where zig-zag puts the most score elements (theory.context)."""
+    work = [cp_theory.work_elements(BATCH, HEADS, SEQ, CP, r, zigzag=True) for r in range(CP)]
+    if len(set(work)) == 1:
+        return "c"
+    top = max(work)
+    return {(0,): "a", (CP - 1,): "b", (1, 2): "d"}[tuple(r for r, w in enumerate(work) if w == top)]
+
+
+def _imbalance(plain) -> float:
+    rows = plain.rows
+    return rows[-1].score_elements / rows[0].score_elements
+
+
+def _example_plain() -> dict:
+    # the score elements of the notebook's plain cp = 4 run (rank r computes r + 1 blocks)
+    from ...train.context import CPRow
+
+    def row(r: int) -> CPRow:
+        return CPRow(r, r, 0, "", Fraction(0), 0, Fraction(0), 0, Fraction(0), Fraction(0), 0, 0,
+                     1024 * (r + 1), 1024 * (r + 1), 0.0)
+
+    class Plain:  # what the exercise reads of a CPComparison: its rows
+        rows = [row(r) for r in range(CP)]
+
+    return {"plain": Plain()}
+
+
+def _grade(answer) -> tuple[bool, str]:
+    g = planner.grade_design(answer) if isinstance(answer, str) else planner.grade_design("")
+    if g.ok:
+        return True, f"{g.plan}: " + "; ".join(c.detail for c in g.conditions)
+    return False, "; ".join(f"{c.name}: {c.detail}" for c in g.broken())
+
+
+def _canon(answer):
+    return planner.parse_plan(answer) if isinstance(answer, str) else None
+
+
+register(
+    Exercise(
+        id="14.1", kind="choice", style="predict",
+        prompt="Before the runs: causal attention over cp = 4 ranks with the zig-zag split (rank r holds "
+               "chunks r and 7 - r of 8). Which rank computes the most score elements?",
+        options=RANK_OPTIONS,
+        expected=_busiest_zigzag,
+        hint="count, for each rank's two chunks, the chunks at or before it: chunk c sees c + 1 of them.",
+        wrong=(Wrong("b", "that is the plain split, where the last rank's queries see every key; zig-zag gives it "
+                          "the first chunk too"),
+               Wrong("a", "rank 0's chunk 7 sees all eight chunks, but its chunk 0 sees only itself: 1 + 8, as "
+                          "every other rank's pair sums to 9"),
+               Wrong("d", "the middle ranks hold chunks 3 and 4 (or 2 and 5): 4 + 5 = 3 + 6 = 9, the same as the "
+                          "edges")),
+    ),
+    Exercise(
+        id="14.2", kind="number", style="measure",
+        prompt="From `plain` (the plain split at cp = 4): the score elements rank 3 computed divided by "
+               "rank 0's.",
+        expected=_imbalance,
+        example=_example_plain,
+        hint="plain.rows[r].score_elements; rank r's queries meet r + 1 key blocks, each computed whole.",
+        wrong=(mistaken(mistakes.assumed_equal("ratio"),
+                        "the plain split is not balanced: each rank skips the blocks wholly in its future, and "
+                        "rank 0 has the most of them"),
+               mistaken(mistakes.masked_scores_only(CP)),
+               mistaken(mistakes.imbalance_vs_mean(CP)),
+               mistaken(mistakes.upside_down(CP), "upside down: rank 3 holds the last positions, whose queries "
+                                                  "see every key")),
+    ),
+    Exercise(
+        id="14.3", kind="design", style="formula",
+        prompt="Train Llama-2-70B on 256 GPUs (8 per node, 80 GB each), global batch 256 sequences of 4096 "
+               "tokens: choose dp, tp, pp and the ZeRO level (e.g. 'dp 4, tp 4, pp 16, ZeRO-1'). A good plan "
+               "exists on 256 GPUs, fits in memory, keeps tp inside a node and the bubble at most 10 % of the step.",
+        expected=lambda: "dp 8, tp 8, pp 4, ZeRO-1",
+        grade=_grade,
+        canon=_canon,
+        hint="tp at most 8 (one node); the model states are 16 bytes per parameter divided by tp·pp before "
+             "ZeRO; the bubble is (pp - 1)/(m + pp - 1) with m = 256/dp micro-batches of one sequence.",
+        wrong=(Wrong("dp 256, tp 1, pp 1, ZeRO-0", "plain data parallelism keeps 16 bytes of every one of the 69 "
+                                                    "billion parameters on each GPU"),
+               Wrong("dp 16, tp 16, pp 1, ZeRO-1", "tp = 16 spans two nodes: its all-reduces, four per layer, "
+                                                    "would cross the NIC"),
+               Wrong("dp 2, tp 8, pp 16, ZeRO-1", "16 stages with 128 micro-batches each idle for 15/143 of the "
+                                                   "step")),
+    ),
+    Exercise(
+        id="14.4", kind="choice", style="find-the-bug",
+        prompt="`MysteryRing` trained gpt-tiny with cp = 4 (comparison `bug`). Which mistake is in it?",
+        options={"a": "it computes the key blocks that lie wholly after its queries, then masks them to nothing, "
+                      "instead of skipping them",
+                 "b": "it sends every K and V block around the ring twice",
+                 "c": "it keeps the whole S x S score matrix of each layer for backward",
+                 "d": "it leaves the causal mask off the diagonal block"},
+        expected=lambda: "a",
+        hint="read each column against its closed form, rank by rank, then the losses.",
+        wrong=(Wrong("b", "the ring bytes equal the closed form, 2(cp - 1) blocks forward, on every rank"),
+               Wrong("c", "the activation bytes equal fused attention's at S/cp tokens: nothing S x S was saved"),
+               Wrong("d", "the losses equal one process's: every query saw exactly the keys at or before it")),
+    ),
+)

@@ -1,0 +1,103 @@
+"""Every axis beyond data parallelism in one table: what each run measured beside its closed form.
+
+The runs are made elsewhere (`train.run` with `tp`, `train.pipeline.run`, `train.context.compare`,
+`train.experts.compare`); this module only reads their reports, so the table shows exactly the
+figures those runs measured (tensor storages, the ledger's records of every send) and the closed
+forms each report already holds (`theory.tensor_parallel`, `theory.pipeline`, `theory.context`,
+`theory.experts`). A row's figure is one rank's (rank 0, or the first pipeline stage, which holds
+the most activations); `every_rank` says whether every rank of that run matched all of its closed
+forms, and `trains` whether the run's losses (and, where compared, its parameters) equal one
+process's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .context import PARAM_TOL
+
+
+@dataclass(frozen=True)
+class AxisCheck:
+    axis: str  # "tp", "tp + sp", "pp", "cp", "ep"
+    run: str  # the run, in words: "fsdp2 over dp 2, tp 2"
+    quantity: str  # what is compared, and whose
+    predicted: float
+    measured: float
+    every_rank: bool  # every rank of the run matched every closed form its report holds
+    trains: bool  # losses (and parameters where compared) equal one process's
+
+    @property
+    def match(self) -> bool:
+        return self.measured == self.predicted
+
+
+def _tp_rows(rep, axis: str) -> list[AxisCheck]:
+    r0 = rep.ranks[0]
+    label = f"{rep.strategy}, dp {rep.world_size // rep.tp} x tp {rep.tp}{' + sp' if rep.sequence_parallel else ''}, {rep.model}"
+    ok, trains = rep.match.all(), rep.match.losses
+    return [AxisCheck(axis, label, "bytes rank 0 sends on tp per step", sum(r0.predicted.comm_by_axis.get("tp", {}).values()),
+                      sum(r0.measured.comm_by_axis.get("tp", {}).values()), ok, trains),
+            AxisCheck(axis, label, "activation bytes, rank 0", r0.predicted.activations, r0.measured.activations, ok, trains),
+            AxisCheck(axis, label, "model-state bytes, rank 0", r0.predicted.total, r0.measured.total, ok, trains)]
+
+
+def _pp_rows(rep) -> list[AxisCheck]:
+    st = rep.per_stage[0]
+    label = f"{rep.schedule}, p {rep.stages}, m {rep.microbatches}, {rep.model}"
+    ok = all(s.match for s in rep.per_stage)
+    trains = rep.losses_match and rep.param_error <= PARAM_TOL
+    return [AxisCheck("pp", label, "peak activation bytes, stage 0", st.predicted_peak_activations,
+                      st.peak_activations, ok, trains),
+            AxisCheck("pp", label, "bytes stage 0 sends on pp per step", st.predicted_sent, st.sent, ok, trains)]
+
+
+def _cp_rows(rep) -> list[AxisCheck]:
+    r0 = rep.rows[0]
+    label = f"{'zig-zag' if rep.zigzag else 'plain'}, cp {rep.cp} x dp {rep.dp}, {rep.model}"
+    ok, trains = all(r.match for r in rep.rows), rep.losses_match and rep.param_error <= PARAM_TOL
+    worst = max(rep.rows, key=lambda r: r.score_elements)
+    return [AxisCheck("cp", label, "ring bytes rank 0 sends, forward + backward", r0.predicted_forward + r0.predicted_backward,
+                      r0.forward_sent + r0.backward_sent, ok, trains),
+            AxisCheck("cp", label, "activation bytes, rank 0", r0.predicted_activations, r0.activation_bytes, ok, trains),
+            AxisCheck("cp", label, f"score elements, the busiest rank ({worst.rank})", worst.predicted_score_elements,
+                      worst.score_elements, ok, trains)]
+
+
+def _ep_rows(rep) -> list[AxisCheck]:
+    r0 = rep.rows[0]
+    label = f"top-{rep.spec.top_k} of {rep.spec.experts}, ep {rep.ep} x dp {rep.dp}, {rep.model}"
+    ok = all(r.match for r in rep.rows)
+    trains = rep.losses_match and rep.routing_match and rep.param_error <= PARAM_TOL
+    return [AxisCheck("ep", label, "all-to-all bytes rank 0 sends (4 per layer, and counts)", r0.predicted_all_to_all,
+                      r0.all_to_all_sent, ok, trains),
+            AxisCheck("ep", label, "parameter bytes, rank 0 (its experts)", r0.predicted_param_bytes, r0.param_bytes,
+                      ok, trains)]
+
+
+def summary(*, tp: Any = None, sp: Any = None, pp: Any = None, cp: Any = None, ep: Any = None) -> list[AxisCheck]:
+    """The rows for the runs given: `tp` and `sp` are `RunReport`s (a strategy with `tp`, without and
+    with sequence parallelism), `pp` a `PipelineReport`, `cp` a `CPComparison`, `ep` an `EPComparison`."""
+    rows: list[AxisCheck] = []
+    if tp is not None:
+        rows += _tp_rows(tp, "tp")
+    if sp is not None:
+        rows += _tp_rows(sp, "tp + sp")
+    if pp is not None:
+        rows += _pp_rows(pp)
+    if cp is not None:
+        rows += _cp_rows(cp)
+    if ep is not None:
+        rows += _ep_rows(ep)
+    return rows
+
+
+def table_text(rows: list[AxisCheck]) -> str:
+    out = [f"{'axis':7s} {'run':34s} {'what':52s} {'predicted':>11} {'measured':>11}  match  all ranks  trains"]
+    for r in rows:
+        out.append(f"{r.axis:7s} {r.run:34s} {r.quantity:52s} {float(r.predicted):>11,.0f} {float(r.measured):>11,.0f}  "
+                   f"{str(r.match):5s}  {str(r.every_rank):9s}  {r.trains}")
+    return "\n".join(out)
+
+
+__all__ = ["AxisCheck", "summary", "table_text"]
