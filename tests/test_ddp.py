@@ -92,3 +92,11 @@ def test_cli_record_says_what_ranks_keep_and_json_timelines_what_is_printed():
 def test_cli_run_bad_input_exit_2(argv, msg):
     out = zeroedu("run", *argv)
     assert out.returncode == 2 and msg in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bus_factor_is_what_a_ring_all_reduce_sends_per_rank(runs):
+    """Measured: DDP's all-reduce on 4 ranks records 2(N - 1)/N of the gradient bytes sent per rank,
+    nccl-tests' bus factor (`theory.bus_factor`)."""
+    r = runs(RunConfig("ddp", 4, steps=3, model="gpt-tiny", recipe="fp32"))
+    for rank in r.ranks:
+        assert rank.measured.comm["all_reduce"] / rank.measured.grad == theory.bus_factor("all_reduce", 4)

@@ -117,6 +117,7 @@ EXPECTED = {
     "ep_all_to_all": {"disp": 2 * 8192 * 4096 * 2 * 7 / 8},
     "ep_capacity": {"cap": 2560},
     # 4 all-reduces of b s h = 4096 x 8192 bf16 elements, 2(t-1)/t of each sent: 4 x 2 x 7/8 x 67,108,864 B
+    "nccl_busbw": {"alg": 130e9, "bus": 130e9 * 2 * 7 / 8, "factor": 2 * 7 / 8},
     "tp_bytes": {"blk": 4 * 2 * 7 / 8 * 4096 * 8192 * 2, "nv": 4 * 2 * 7 / 8 * 4096 * 8192 * 2 / 450e9,
                  "nic": 4 * 2 * 7 / 8 * 4096 * 8192 * 2 / 50e9, "bw_nv": 450e9, "bw_nic": 50e9},
     # Korthikanti Table 2: sbh(10 + 24/t) selective, 34sbh/t with SP; sbh = 4096 x 8192

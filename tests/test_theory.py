@@ -346,3 +346,21 @@ def test_exact_padding_overhead_bounded(name, units, n, m, recipe):
     wire = _wire_numel(spec, units, n, mm)
     assert dict(ex_c) == dict(theory.comm_per_rank(name, wire, n, m, recipe))
     assert ex_c.total() >= theory.comm_per_rank(name, psi, n, m, recipe).total()
+
+
+# nccl-tests, doc/PERFORMANCE.md, "Summary": the factor from algorithm to bus bandwidth per collective
+NCCL_TESTS_BUS_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "reduce_scatter": lambda n: (n - 1) / n,
+                          "all_gather": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n,
+                          "broadcast": lambda n: 1, "reduce": lambda n: 1}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("collective", sorted(NCCL_TESTS_BUS_FACTORS))
+@pytest.mark.parametrize("n", [2, 8, 64])
+def test_bus_factor_is_the_one_nccl_tests_publishes(collective, n):
+    assert theory.bus_factor(collective, n) == pytest.approx(NCCL_TESTS_BUS_FACTORS[collective](n), rel=1e-15)
+    # 130 GB/s of algbw on an 8-GPU all-reduce is 227.5 GB/s of busbw
+    assert theory.bus_bandwidth("all_reduce", 130e9, 1, 8) == pytest.approx(227.5e9)
+    with pytest.raises(ValueError, match="unknown collective"):
+        theory.bus_factor("gather", n)
+

@@ -248,7 +248,14 @@ def attention_scores_bytes(b: int, a: int, s: int, dtype_bytes: int = 2, fused: 
     return 4 * b * a * s if fused else b * a * s * s * dtype_bytes
 
 
-FIGURES = {f.__name__: f for f in (pipeline_bubble, pipeline_in_flight, tp_block_bytes, layer_activations_tp,
+def bus_bandwidth(collective: str, n: int, algbw=None):
+    """nccl-tests' bus bandwidth of a collective over n ranks measured at `algbw` (`theory.bus_factor`:
+    2(n-1)/n for all-reduce); without `algbw`, the factor busbw / algbw itself."""
+    factor = theory.bus_factor(collective, n)
+    return factor if algbw is None else Fraction(algbw) * factor
+
+
+FIGURES = {f.__name__: f for f in (bus_bandwidth, pipeline_bubble, pipeline_in_flight, tp_block_bytes, layer_activations_tp,
     utilisation, attention_scores_bytes, cp_ring_bytes, cp_imbalance, cp_blocks,
     ep_balanced_bytes, ep_capacity,
     given, recipe_bytes, model_states, comm_total, comm_collective, comm_ratio, zeropp_ratio, sent_bytes,

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from .. import catalog
 from .activations import TransformerShape, transformer_activation_bytes, transformer_shape
-from .comm import COLLECTIVES, CommBytes, CommOp, comm_per_rank, exact_comm, sent_bytes
+from .comm import BUS_OPS, COLLECTIVES, CommBytes, CommOp, bus_bandwidth, bus_factor, comm_per_rank, exact_comm, sent_bytes
 from .extensions import (DEFAULT_RECOMPUTE, OFFLOAD_MODES, compose, device_bytes, fits,
                          gathered_unit_bytes, gpu_count, offload, offload_not_applicable,
                          offload_pcie_bytes)
@@ -44,7 +44,7 @@ __all__ = [
     "DEFAULT_ALPHA", "DEFAULT_RECOMPUTE",
     "ModelStates", "model_states", "exact_model_states", "fsdp_peak",
     "TransformerShape", "transformer_shape", "transformer_activation_bytes",
-    "CommBytes", "CommOp", "comm_per_rank", "exact_comm", "sent_bytes",
+    "CommBytes", "CommOp", "comm_per_rank", "exact_comm", "sent_bytes", "BUS_OPS", "bus_factor", "bus_bandwidth",
     "ring_allreduce_time", "all_gather_time", "reduce_scatter_time", "comm_time",
     "ring_steps", "ring_time", "bucket_time", "min_bucket_bytes", "bucketed_time",
     "offload", "offload_not_applicable", "offload_pcie_bytes", "compose", "gpu_count", "gathered_unit_bytes",

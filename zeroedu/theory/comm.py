@@ -65,6 +65,31 @@ def sent_bytes(collective: str, nbytes, group: int) -> Fraction:
     return (2 if collective == "all_reduce" else 1) * factor * Fraction(nbytes)
 
 
+# nccl-tests' two bandwidths (NVIDIA/nccl-tests, doc/PERFORMANCE.md): algbw = S/t, the buffer over
+# the time, and busbw = algbw times the share of S that each rank's link must carry at least, for
+# any algorithm built from point-to-point sends (ring or tree). busbw is then independent of n and
+# compares with the link's peak. For the ring collectives that share is `sent_bytes(op, S, n)/S`;
+# broadcast and reduce push all of S through the root's one link.
+BUS_OPS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce")
+
+
+def bus_factor(collective: str, n: int) -> Fraction:
+    """busbw / algbw for `collective` over n ranks: 2(n-1)/n, (n-1)/n (reduce-scatter, all-gather,
+    all-to-all), 1 (broadcast, reduce)."""
+    if collective not in BUS_OPS:
+        raise ValueError(f"unknown collective {collective!r}; choose one of {', '.join(BUS_OPS)}")
+    if collective in ("broadcast", "reduce"):
+        return Fraction(1)
+    if collective == "all_to_all":
+        return Fraction(n - 1, n)  # every rank keeps its own 1/n and sends the rest
+    return sent_bytes(collective, 1, n)
+
+
+def bus_bandwidth(collective: str, nbytes, seconds, n: int) -> Fraction:
+    """busbw of one measured collective: (nbytes / seconds) · `bus_factor`."""
+    return Fraction(nbytes) / Fraction(seconds) * bus_factor(collective, n)
+
+
 @dataclass(frozen=True)
 class CommOp:
     """One collective call: which axis, what it moves, how big, over how many ranks."""
@@ -245,4 +270,4 @@ def on_the_wire(comm: CommBytes, implementation: str = "ring", transport: str = 
                 for op in comm.ops), Fraction(0))
 
 
-__all__ = ["TRANSPORTS", "on_the_wire", "COLLECTIVES", "CommBytes", "CommOp", "sent_bytes", "comm_per_rank", "exact_comm"]
+__all__ = ["BUS_OPS", "bus_bandwidth", "bus_factor", "TRANSPORTS", "on_the_wire", "COLLECTIVES", "CommBytes", "CommOp", "sent_bytes", "comm_per_rank", "exact_comm"]
