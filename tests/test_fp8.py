@@ -4,6 +4,7 @@ torch's own float8 dtypes: their `finfo`, and casts made by torch."""
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import pytest
 import torch
@@ -55,3 +56,14 @@ def test_bytes_are_one_per_element_plus_the_scales():
         fp8.scale(1.0, "e3m4")
     with pytest.raises(ValueError, match="amax must be > 0"):
         fp8.scale(0.0)
+
+
+def test_fp8_activations_halve_the_four_linear_inputs_of_korthikantis_34():
+    from zeroedu.theory import activations
+
+    s, b, h, t = 2048, 2, 4096, 4
+    # Korthikanti et al. 2022, Table 2: 34·sbh/t with selective recompute and sequence parallelism
+    bf16 = activations.korthikanti_layer_bytes(s, b, h, 32, "selective")
+    assert bf16 == 34 * s * b * h
+    # QKV input 2, output projection input 2, first linear input 2, GeLU output 8: 14 sbh, halved
+    assert fp8.layer_activation_bytes(s, b, h, t) == Fraction(bf16 - 7 * s * b * h, t) == Fraction(27 * s * b * h, t)

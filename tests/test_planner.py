@@ -142,3 +142,66 @@ def test_the_planner_widget_reranks_and_grades_the_design_as_typed():
     assert not g.ok and "small bubble" in w.verdict.value and "10.5%" in w.verdict.value
     w.answer.value = "dp 8, tp 8, pp 4, ZeRO-1"
     assert w.grade().ok and "a good plan" in w.verdict.value
+
+
+# ------------------------------------------------------------------ optimizer offload and FP8
+def test_offloaded_states_are_theory_offloads_and_offload_is_refused_without_zero():
+    from zeroedu import theory
+
+    psi, g = 8 * 10**9, 8
+    for zero, strategy in ((1, "zero1"), (2, "zero2"), (3, "fsdp1")):
+        device, host = P.offloaded_states_bytes(psi, g, zero)
+        o = theory.offload(strategy, psi, g)  # checked against DeepSpeed's estimators
+        assert (device, host) == (o["device"].total, o["host"].total), strategy
+    assert "ZeRO-0 has none" in P.refusal(P.LLAMA2_70B, P.Cluster(256), P.Plan(32, 8, 1, 1, 0, offload=True), 1024)
+    assert not any(e.plan.offload and e.plan.zero == 0 for e in P.plan(offload=(False, True)).ranked)
+
+
+def test_offload_pays_where_memory_is_short_and_its_term_is_the_pcie_bytes_and_the_cpu_step():
+    from zeroedu import theory
+
+    cluster, batch = P.Cluster(16), 64
+    plain = P.plan(P.LLAMA2_70B, cluster, batch)
+    both = P.plan(P.LLAMA2_70B, cluster, batch, offload=(False, True))
+    # 70B on 16 GPUs: without offload only ZeRO-3 plans with gathers every micro-batch fit
+    assert all(e.plan.zero == 3 for e in plain.ranked) and plain.ranked[0].step > 30
+    best = both.ranked[0]
+    assert best.plan.offload and best.step < plain.ranked[0].step / 2
+    # its term: the fp32 gradient partition down (behind backward), the CPU's Adam, the bf16 weights up
+    pl = best.plan
+    psi_r = P.LLAMA2_70B.params() / (pl.tp * pl.pp)
+    g = pl.dp * pl.cp
+    pcie = theory.offload_pcie_bytes("zero2", psi_r, g)
+    expected = (max(0.0, pcie["down"] / cluster.pcie - 2 / 3 * best.compute)
+                + P.CPU_ADAM_BYTES * psi_r / g / cluster.host_memory + pcie["up"] / cluster.pcie)
+    assert best.offload == pytest.approx(expected) and best.host == pytest.approx(16 * psi_r / g)
+    assert best.step == pytest.approx(sum(best.terms().values()))
+
+
+def test_fp8_moves_the_linear_flops_to_the_fp8_peak_and_halves_what_it_stores_and_gathers():
+    # NVIDIA's H100 SXM datasheet: dense FP8 1979 TFLOP/s, twice dense BF16's 989 (rounded)
+    c = P.Cluster(256)
+    assert round(c.fp8_flops / c.peak_flops) == 2
+    model, batch = P.LLAMA2_70B, 1024
+    bf16 = P.estimate(model, c, P.Plan(8, 8, 4, 1, 3), batch)
+    fp8 = P.estimate(model, c, P.Plan(8, 8, 4, 1, 3, fp8=True), batch)
+    L, h, s, V = model.layers, model.hidden, model.seq, model.vocab
+    linear = 72 * batch * s * L * h * h
+    rest = P.model_flops(batch, s, L, h, V) - linear
+    rate = c.gpus * c.efficiency
+    assert fp8.compute == pytest.approx(linear / (rate * c.fp8_flops) + float(rest) / (rate * c.peak_flops))
+    assert fp8.compute < bf16.compute < 2 * fp8.compute
+    # the saved linear inputs: 27 of Korthikanti's 34 sbh; ZeRO-3's two gathered layers, 1 byte not 2
+    assert fp8.activations / bf16.activations == pytest.approx(27 / 34)
+    assert bf16.states - fp8.states == pytest.approx(2 * model.layer_params() / 8)
+
+
+def test_the_command_line_ranks_offload_and_fp8_plans():
+    from .cli_inprocess import zeroedu
+
+    r = zeroedu("plan", "--gpus", "16", "--global-batch", "64", "--offload", "--top", "3")
+    assert r.returncode == 0 and "host GB" in r.stdout and "+ offload:" in r.stdout, r.stdout
+    f = zeroedu("plan", "--fp8", "--top", "2")
+    assert f.returncode == 0 and "FP8 linear layers at 1979 TFLOP/s" in f.stdout and ", FP8:" in f.stdout
+    bad = zeroedu("plan", "--check", "32,8,1,1,0", "--offload")
+    assert bad.returncode == 2 and "ZeRO-0 has none" in bad.stderr

@@ -212,6 +212,21 @@ def test_offload_and_compose_and_fits():
     assert not theory.fits("zero1", 7e9, 1, offload="optimizer", gpu_bytes=28e9 - 1)
 
 
+def test_offload_pcie_bytes_are_the_papers_4_psi_and_deepspeeds_6_psi():
+    # Ren et al. 2021 (ZeRO-Offload), §3: fp16 gradients go down and fp16 parameters come up, a
+    # volume of 4M for a model of M parameters on one GPU, the least an optimizer offload can move
+    # while the forward and backward stay on the GPU
+    paper = theory.offload_pcie_bytes("zero2", PSI, 1, down="bit16")
+    assert paper == {"down": 2 * PSI, "up": 2 * PSI, "total": 4 * PSI}
+    # DeepSpeed (stage_1_and_2.py) casts the gradient slice to fp32 on the device before the copy: 6Ψ/N
+    assert theory.offload_pcie_bytes("zero2", PSI, 8)["total"] == 6 * PSI / 8
+    assert theory.offload_pcie_bytes("zero2", PSI, 8, upload="fp32")["total"] == 8 * PSI / 8
+    # each rank moves its own partition only: N GPUs move the paper's 4Ψ between them
+    assert 8 * theory.offload_pcie_bytes("zero2", PSI, 8, down="bit16")["total"] == 4 * PSI
+    with pytest.raises(ValueError, match="unknown down 'fp8'"):
+        theory.offload_pcie_bytes("zero2", PSI, 8, down="fp8")
+
+
 @pytest.mark.parametrize("call, match", [
     (lambda: theory.model_states("ddp", 0, 8), "psi"),
     (lambda: theory.model_states("ddp", -1.0, 8), "psi"),

@@ -154,18 +154,22 @@ def offload(strategy, psi, n, m=1, recipe=None, what="optimizer") -> dict[str, M
 OFFLOAD_UPLOADS = ("bit16", "fp32")
 
 
-def offload_pcie_bytes(strategy, psi, n, m=1, recipe=None, upload: str = "bit16") -> dict:
+def offload_pcie_bytes(strategy, psi, n, m=1, recipe=None, upload: str = "bit16", down: str = "fp32") -> dict:
     """Bytes one GPU moves over PCIe per optimizer step under optimizer offload (ZeRO-Offload,
     Ren et al. 2021 §4), {"down", "up", "total"}: down, the reduced gradient shard, cast to fp32
     on the device before the copy (`async_inplace_copy_grad_to_fp32_buffer_from_gpu`), 4Ψ/N;
     up, the updated weights: 2Ψ/N as 16 bits (`upload="bit16"`, DeepSpeed ≥ 0.17.0) or the fp32
-    partition, 4Ψ/N (`"fp32"`, DeepSpeed ≤ 0.16.x), cast on the device."""
-    if upload not in OFFLOAD_UPLOADS:
-        raise ValueError(f"unknown upload {upload!r}; choose one of {', '.join(OFFLOAD_UPLOADS)}")
+    partition, 4Ψ/N (`"fp32"`, DeepSpeed ≤ 0.16.x), cast on the device. `down="bit16"` is the
+    paper's data flow instead (§3, its Fig. 2: the 16-bit gradients cross and the CPU casts them),
+    2Ψ/N: with 16-bit weights coming up, the 4Ψ of one GPU that the paper calls the least any
+    offload of the optimizer can move; DeepSpeed's fp32 copy down makes it 6Ψ."""
+    for name, value in (("upload", upload), ("down", down)):
+        if value not in OFFLOAD_UPLOADS:
+            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(OFFLOAD_UPLOADS)}")
     host = offload(strategy, psi, n, m, recipe)["host"]
     _, rec = resolve(strategy, recipe)
     part = host.m / DTYPE_BYTES[rec.m]  # elements of this rank's optimizer partition
-    down = 4 * part
+    down = 4 * part if down == "fp32" else DTYPE_BYTES[rec.grad] * part
     up = 4 * part if upload == "fp32" else DTYPE_BYTES[rec.param] * part
     return {"down": down, "up": up, "total": down + up}
 

@@ -85,4 +85,26 @@ def tensor_bytes(numel: int, scaling: str = "tensor") -> int:
     raise ValueError(f"unknown scaling {scaling!r}; choose 'tensor' or 'mxfp8'")
 
 
-__all__ = ["E4M3", "E5M2", "FORMATS", "FP8Format", "MX_BLOCK", "get_format", "scale", "tensor_bytes"]
+
+
+# The tensors of one layer (Korthikanti et al. 2022, §4.1: `activations.korthikanti_layer_terms`) that
+# feed a linear layer's matmul: in FP8 training the matmul's input is cast to FP8 and that copy is
+# what is saved for the weight gradient, 1 byte per element instead of 2.
+LINEAR_INPUTS = ("QKV matmul input (shared)", "output projection input", "first linear input",
+                 "second linear input (GeLU output)")
+
+
+def layer_activation_bytes(s: int, b: int, h: int, t: int = 1) -> Fraction:
+    """One layer's activation bytes per tensor-parallel rank with selective recompute and sequence
+    parallelism, the four linear inputs held in FP8: Korthikanti's 34·sbh/t with 2 + 2 + 2 + 8 = 14
+    of its sbh halved, 27·sbh/t (their as²b terms are the ones selective recompute drops)."""
+    from .activations import korthikanti_layer_terms
+
+    terms = korthikanti_layer_terms(s, b, h, 1)
+    kept = [(name, nbytes) for _, name, nbytes in terms if "softmax" not in name]  # the as²b three
+    total = sum(nbytes // 2 if name in LINEAR_INPUTS else nbytes for name, nbytes in kept)
+    return Fraction(total, t)
+
+
+__all__ = ["E4M3", "E5M2", "FORMATS", "FP8Format", "LINEAR_INPUTS", "MX_BLOCK", "get_format", "layer_activation_bytes",
+           "scale", "tensor_bytes"]

@@ -20,6 +20,13 @@ Memory per GPU (mixed precision with Adam: 2 + 2 + 12 bytes per parameter, ZeRO 
     activations  34·(s/cp)·b·h/tp bytes per layer and micro-batch (Korthikanti et al. 2022,
         Table 2: tensor + sequence parallel, selective recompute), held for L/pp layers by
         min(pp, m) micro-batches on the first stage under 1F1B (§4.2.3)
+    optimizer offload (`Plan.offload`, ZeRO-1..3; Ren et al. 2021): the fp32 master, the moments and
+        the fp32 gradient partition live on the host, 16Ψ_r/g there; the device keeps
+        1: 4Ψ_r (stage 1's whole 16-bit gradients wait for their reduce)  2: 2Ψ_r  3: 2Ψ_r/g
+        (`theory.offload`, checked against DeepSpeed's estimators)
+    FP8 (`Plan.fp8`; `theory.fp8`): model states as above (the fp32 master stays); the four linear
+        layers' saved inputs take 1 byte, 27 of the 34 (`fp8.layer_activation_bytes`); ZeRO-3's
+        gathered layers are FP8 copies, 1 byte per element
 
 Time per step (each term a lower bound; `Estimate`):
     compute   F = 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)) FLOPs (`model_flops`; a GPT's count, an
@@ -34,9 +41,18 @@ Time per step (each term a lower bound; `Estimate`):
     dp        with r = 2Ψ_r·(g − 1)/g bytes (one bf16 reduce-scatter or all-gather): ZeRO-0/1 2r per
               step (whole gradients accumulate, one reduce); ZeRO-2 (m + 1)·r (a reduce-scatter per
               micro-batch, the parameters' all-gather once); ZeRO-3 3m·r (gathers forward and
-              backward and a reduce-scatter per micro-batch); on the NIC when the g ranks span nodes,
-              hidden behind the backward pass (2/3 of compute) up to its length
-Ranked by the sum: compute·(m + pp − 1)/m + tp + cp exposed + dp exposed.
+              backward and a reduce-scatter per micro-batch; in FP8 the 2m gathers move r/2 each,
+              the gradients stay bf16); on the NIC when the g ranks span nodes, hidden behind the
+              backward pass (2/3 of compute) up to its length
+    offload   one optimizer step's PCIe traffic per GPU (`theory.offload_pcie_bytes`, as DeepSpeed
+              moves it: the fp32 gradient partition down, 4Ψ_r/g, hidden behind backward up to its
+              length; the 16-bit weights up, 2Ψ_r/g, exposed: the next forward needs them) over
+              one PCIe 5.0 x16 link, and between them the CPU's Adam step, memory-bound: 30 bytes
+              per element of the partition (reads the fp32 master, gradient and two moments, writes
+              the master, the moments and the 16-bit copy) at `Cluster.host_memory` per GPU
+    FP8       the linear layers' FLOPs (the 1 in the bracket) at the FP8 peak, attention's and the
+              logits' at the BF16 peak (`Cluster.fp8_flops`: H100 SXM dense FP8 is twice BF16)
+Ranked by the sum: compute·(m + pp − 1)/m + tp + cp exposed + dp exposed + offload exposed.
 """
 from __future__ import annotations
 
@@ -45,9 +61,11 @@ from fractions import Fraction
 import re
 from itertools import product
 
+from . import fp8 as fp8_forms
 from .context import ring_bytes
 
 GB = 1e9
+CPU_ADAM_BYTES = 30  # per element of the host's partition: reads 4 x fp32, writes 3 x fp32 and a 16-bit copy
 
 
 @dataclass(frozen=True)
@@ -87,6 +105,9 @@ class Cluster:
     nic: float = 50e9  # one 400 Gb/s NIC per GPU
     peak_flops: float = 989e12  # H100 SXM dense BF16 (NVIDIA's datasheet)
     efficiency: float = 0.5  # an assumption: the share of peak the matrix multiplications reach
+    fp8_flops: float = 1979e12  # H100 SXM dense FP8 (the same datasheet; 3958 is with sparsity)
+    pcie: float = 63e9  # host link per GPU per direction: PCIe 5.0 x16, 32 GT/s x 16 lanes, 128b/130b
+    host_memory: float = 50e9  # an assumption: a node's ~400 GB/s of DDR5 shared by its 8 GPUs' CPU steps
 
 
 @dataclass(frozen=True)
@@ -96,9 +117,12 @@ class Plan:
     pp: int
     cp: int
     zero: int
+    offload: bool = False  # the optimizer's partition on the host (ZeRO-Offload)
+    fp8: bool = False  # the linear layers in FP8
 
     def __str__(self) -> str:
-        return f"dp {self.dp} x tp {self.tp} x pp {self.pp} x cp {self.cp}, ZeRO-{self.zero}"
+        return (f"dp {self.dp} x tp {self.tp} x pp {self.pp} x cp {self.cp}, ZeRO-{self.zero}"
+                + (" + offload" if self.offload else "") + (", FP8" if self.fp8 else ""))
 
 
 @dataclass(frozen=True)
@@ -113,6 +137,8 @@ class Estimate:
     cp: float
     dp: float
     fits: bool
+    offload: float = 0.0  # seconds of PCIe traffic exposed
+    host: float = 0.0  # bytes per GPU on the host (optimizer offload)
 
     @property
     def memory(self) -> float:
@@ -120,12 +146,13 @@ class Estimate:
 
     @property
     def step(self) -> float:
-        return self.compute / (1 - self.bubble) + self.tp + self.cp + self.dp
+        return self.compute / (1 - self.bubble) + self.tp + self.cp + self.dp + self.offload
 
     def terms(self) -> dict[str, float]:
-        """The step's parts in seconds: compute, the bubble's idle time, and each axis's exposed comm."""
+        """The step's parts in seconds: compute, the bubble's idle time, each axis's exposed comm
+        and the host link's."""
         return {"compute": self.compute, "bubble": self.compute / (1 - self.bubble) - self.compute,
-                "tp": self.tp, "cp": self.cp, "dp": self.dp}
+                "tp": self.tp, "cp": self.cp, "dp": self.dp, "offload": self.offload}
 
 
 def states_bytes(psi, g: int, zero: int) -> Fraction:
@@ -133,6 +160,15 @@ def states_bytes(psi, g: int, zero: int) -> Fraction:
     ZeRO stage `zero` over g ranks (Rajbhandari et al. 2019, §3 and Fig. 1)."""
     psi = Fraction(psi)
     return {0: 16 * psi, 1: 4 * psi + 12 * psi / g, 2: 2 * psi + 14 * psi / g, 3: 16 * psi / g}[zero]
+
+
+def offloaded_states_bytes(psi, g: int, zero: int) -> tuple[Fraction, Fraction]:
+    """(device, host) model-state bytes per GPU under optimizer offload, ZeRO stage `zero` ≥ 1 over
+    g ranks: `theory.offload` for bf16 with Adam (the planner's 2 + 2 + 12 bytes)."""
+    psi = Fraction(psi)
+    if zero not in (1, 2, 3):
+        raise ValueError(f"optimizer offload moves a ZeRO optimizer's partition: ZeRO-1..3, not {zero}")
+    return {1: 4 * psi, 2: 2 * psi, 3: 2 * psi / g}[zero], 16 * psi / g
 
 
 def model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> Fraction:
@@ -156,6 +192,8 @@ def refusal(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int) 
         return f"dp x tp x pp x cp = {d * t * p * c}, not the {cluster.gpus} GPUs"
     if plan.zero not in (0, 1, 2, 3):
         return f"ZeRO levels are 0..3, not {plan.zero}"
+    if plan.offload and plan.zero == 0:
+        return "optimizer offload moves a ZeRO optimizer's partition: ZeRO-0 has none"
     if model.heads % t or model.kv_heads % t:
         return f"tp = {t} must divide the {model.heads} heads and the {model.kv_heads} KV heads"
     if t > cluster.per_node:
@@ -179,11 +217,20 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     psi = model.params()
     psi_r = Fraction(psi, t * p)
     g = d * c
-    states = states_bytes(psi_r, g, z) + (2 * 2 * Fraction(model.layer_params(), t) if z == 3 else 0)
-    act_layer = Fraction(34 * (s // c) * h, t)
+    gathered_byte = 1 if plan.fp8 else 2  # ZeRO-3 gathers FP8 copies of the weights in FP8
+    host = Fraction(0)
+    states = states_bytes(psi_r, g, z)
+    if plan.offload:
+        states, host = offloaded_states_bytes(psi_r, g, z)
+    states += 2 * gathered_byte * Fraction(model.layer_params(), t) if z == 3 else 0
+    act_layer = (fp8_forms.layer_activation_bytes(s // c, 1, h, t) if plan.fp8
+                 else Fraction(34 * (s // c) * h, t))
     activations = act_layer * (L // p) * min(p, m)
     flops = model_flops(global_batch, s, L, h, V)
-    compute = float(flops) / (cluster.gpus * cluster.peak_flops * cluster.efficiency)
+    linear = 72 * global_batch * s * L * h * h  # the bracket's 1: the linear layers' FLOPs
+    per_gpu = cluster.gpus * cluster.efficiency
+    compute = (float(linear) / (per_gpu * (cluster.fp8_flops if plan.fp8 else cluster.peak_flops))
+               + float(flops - linear) / (per_gpu * cluster.peak_flops))
     bubble = (p - 1) / (m + p - 1)
     # tensor parallel: 4 all-reduce-equivalents per layer and micro-batch, this stage's L/p layers
     tp_link = cluster.nvlink if t <= cluster.per_node else cluster.nic
@@ -200,10 +247,17 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     one = float(2 * psi_r) * (g - 1) / g  # one bf16 reduce-scatter or all-gather of this rank's Ψ_r
     # ZeRO-0/1 keep whole gradients: one reduce per step; ZeRO-2 reduce-scatters every micro-batch
     # (card pp_zero); ZeRO-3 also gathers the parameters for every micro-batch's forward and backward
-    dp_bytes = {0: 2 * one, 1: 2 * one, 2: (m + 1) * one, 3: 3 * m * one}[z]
+    dp_bytes = {0: 2 * one, 1: 2 * one, 2: (m + 1) * one, 3: m * one * (1 + 2 * gathered_byte / 2)}[z]
     dp_time = max(0.0, dp_bytes / dp_link - 2 / 3 * compute)
+    off_time = 0.0
+    if plan.offload:
+        # one optimizer step of DeepSpeed's traffic (theory.offload_pcie_bytes): fp32 gradients down
+        # behind backward, then the CPU's Adam step, then the 16-bit weights up before the next forward
+        part = float(psi_r) / g
+        off_time = (max(0.0, 4 * part / cluster.pcie - 2 / 3 * compute) + CPU_ADAM_BYTES * part / cluster.host_memory
+                    + 2 * part / cluster.pcie)
     return Estimate(plan, m, float(states), float(activations), compute, bubble, tp_time, cp_time, dp_time,
-                    float(states + activations) <= cluster.hbm)
+                    float(states + activations) <= cluster.hbm, off_time, float(host))
 
 
 @dataclass(frozen=True)
@@ -217,15 +271,18 @@ class PlanReport:
 
 
 def plan(model: ModelShape = LLAMA2_70B, cluster: Cluster = Cluster(256), global_batch: int = 1024,
-         zero_levels=(0, 1, 2, 3), cp_sizes=(1, 2, 4, 8)) -> PlanReport:
-    """Every dp × tp × pp × cp × ZeRO level on `cluster`; the ones that fit, ranked by step time."""
+         zero_levels=(0, 1, 2, 3), cp_sizes=(1, 2, 4, 8), offload=(False,), fp8=(False,)) -> PlanReport:
+    """Every dp × tp × pp × cp × ZeRO level on `cluster` (× with and without optimizer offload, in
+    bf16 or FP8, as `offload` and `fp8` list); the ones that fit, ranked by step time."""
     n = cluster.gpus
     divisors = [k for k in range(1, n + 1) if n % k == 0]
     ranked, too_big, refused = [], 0, {}
-    for t, p, c, z in product(divisors, divisors, cp_sizes, zero_levels):
+    for t, p, c, z, off, f8 in product(divisors, divisors, cp_sizes, zero_levels, offload, fp8):
         if n % (t * p * c):
             continue
-        pl = Plan(n // (t * p * c), t, p, c, z)
+        if off and z == 0:
+            continue  # offload has no partition to move without ZeRO: not a plan, not a refusal
+        pl = Plan(n // (t * p * c), t, p, c, z, off, f8)
         why = refusal(model, cluster, pl, global_batch)
         if why:
             key = re.sub(r"\d+", "N", why)  # one count per kind of reason
@@ -251,8 +308,8 @@ def why_better(a: Estimate, b: Estimate) -> str:
     return f"{1e3 * (b.step - a.step):.0f} ms faster than {b.plan}: " + "; ".join(gains + costs)
 
 
-__all__ = ["Cluster", "Estimate", "LLAMA2_70B", "ModelShape", "Plan", "PlanReport", "estimate", "model_flops", "plan",
-           "refusal", "states_bytes", "training_days", "why_better"]
+__all__ = ["Cluster", "Estimate", "LLAMA2_70B", "ModelShape", "Plan", "PlanReport", "estimate", "model_flops",
+           "offloaded_states_bytes", "plan", "refusal", "states_bytes", "training_days", "why_better"]
 
 
 # ------------------------------------------------------------------ the design exercise
