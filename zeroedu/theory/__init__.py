@@ -18,6 +18,9 @@ measured runs against. Submodules, each stating its formulas and paper sections:
 * `extensions`: ZeRO-Offload / ZeRO-Infinity, composing with TP/PP (GPU count), and what one
   GPU holds: model states + activations + the gathered unit, and whether it fits;
 * `hybrid`: flat ZeRO-3 vs HSDP vs HFSDP across domains, in bytes and seconds;
+* `allocator`: what torch's CUDA caching allocator rounds a request to, the segment it takes from
+  the driver and what it keeps cached beside it;
+* `fp8`: FP8's two formats, per-tensor scaling and what FP8 stores;
 * `tensor_parallel`: what one tp rank holds of a GPT (Megatron's column / row split) and the
   bytes tensor and sequence parallelism send per layer, for the data-parallel forms to apply to.
 
