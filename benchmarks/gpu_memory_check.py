@@ -13,7 +13,11 @@ rounding is small, and prints per rank:
     outside          device used (`mem_get_info`) less what the allocator reserved: the CUDA
                      context, kernel modules, NCCL's buffers; what nvidia-smi adds on top
 
-and fails (exit 1) where a rank's named total is off by more than 1 %, where model states do not
+First, the caching allocator alone (`theory.allocator`): one tensor of 600,000, 5,000,000,
+30,000,000 and 21 MiB + 1 bytes, each on an empty cache, must grow `memory_allocated` by the
+closed form's block (or whole segment) and `memory_reserved` by its segment, to the byte.
+
+It fails (exit 1) where the allocator's growth differs, where a rank's named total is off by more than 1 %, where model states do not
 equal the closed form, or where a term cannot be read (the error says which). Without a GPU it
 says so and exits 2: the CPU path is covered by `make test`.
 
@@ -30,10 +34,33 @@ from zeroedu.references.torch_memory import cuda_memory_job
 from zeroedu.reports import CudaMemory
 from zeroedu.runtime import cluster
 from zeroedu.kinds import MODEL_STATE
+from zeroedu.theory import allocator
 from zeroedu.theory.memory import exact_model_states
 from zeroedu.train import RunConfig, config_to_dict
 
 TOLERANCE = 0.01
+ALLOCATOR_REQUESTS = (600_000, 5_000_000, 30_000_000, 21 * 2**20 + 1)
+
+
+def allocator_check() -> list[str]:
+    """Each request on an empty cache: what memory_allocated and memory_reserved grow by, measured,
+    against `theory.allocator`'s allocated_bytes and segment_bytes."""
+    failures = []
+    print(f"{'request':>12s} {'allocated +':>12s} {'closed form':>12s} {'reserved +':>12s} {'closed form':>12s}")
+    for nbytes in ALLOCATOR_REQUESTS:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        a0, r0 = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+        x = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        da, dr = torch.cuda.memory_allocated() - a0, torch.cuda.memory_reserved() - r0
+        del x
+        want_a, want_r = allocator.allocated_bytes(nbytes), allocator.segment_bytes(nbytes)
+        print(f"{nbytes:12,d} {da:12,d} {want_a:12,d} {dr:12,d} {want_r:12,d}")
+        if (da, dr) != (want_a, want_r):
+            failures.append(f"allocator, {nbytes:,d} bytes: allocated +{da:,d} reserved +{dr:,d}, "
+                            f"closed form +{want_a:,d} +{want_r:,d}")
+    torch.cuda.empty_cache()
+    return failures
 
 
 def main(argv=None) -> int:
@@ -53,8 +80,8 @@ def main(argv=None) -> int:
           f"{cluster.choose_backend(n)}, MLP hidden {a.hidden} depth {a.depth}, {a.batch} samples per rank, {a.recipe}")
     head = (f"{'strategy':17s} {'rank':>4s} {'ledger peak':>12s} {'+ cuBLAS':>11s} {'= named':>12s} "
             f"{'max allocated':>14s} {'named/alloc':>11s} {'reserved-alloc':>14s} {'outside':>12s}  ledger peak at")
+    failures = allocator_check()
     print(head)
-    failures = []
     for name, spec in catalog.STRATEGIES.items():
         m = 2 if spec.hybrid and n % 2 == 0 and n > 1 else 1
         recipe = "megatron-bf16" if name == "megatron_distopt" and a.recipe == "mixed-bf16" else a.recipe

@@ -36,6 +36,10 @@ CASES = [
     (M.other_recompute("none", "selective", 2048, 1, 12288, 96), 34 * 2048 * 12288, "selective"),
     (M.other_recompute("selective", "full", 4096, 1, 4096, 32, layers=32), 32 * 2 * 4096 * 4096, "full"),
     (M.one_layer_only(4096, 1, 4096, 32, "selective", 32), 34 * 4096 * 4096, "32"),
+    (M.scale_inverted(0.002), 0.002 / 448, "amax / max"),
+    (M.other_fp8_format(0.002), 57344 / 0.002, "E5M2"),
+    (M.block_as_reserved(5_000_000), 9766 * 512, "whole segment"),
+    (M.large_rounding_everywhere(5_000_000), 3 * 2**21, "20 MiB"),
     (M.root_of_every_parameter(7e9, 8), 4 * 7e9, "Ψ/8"),  # foreach's roots for the whole model
     (M.for_loop_temporaries(7e9, 8), 2 * 4 * 7e9 / 8, "foreach makes one root"),
     (M.even_split(10, 4), 2.5, "whole rows"),  # 10 rows on 4 ranks: chunks of 3, 3, 3, 1

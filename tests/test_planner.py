@@ -176,6 +176,11 @@ def test_offload_pays_where_memory_is_short_and_its_term_is_the_pcie_bytes_and_t
                 + P.CPU_ADAM_BYTES * psi_r / g / cluster.host_memory + pcie["up"] / cluster.pcie)
     assert best.offload == pytest.approx(expected) and best.host == pytest.approx(16 * psi_r / g)
     assert best.step == pytest.approx(sum(best.terms().values()))
+    # the README quotes the pair
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert f"70B steps in {best.step:.0f} s with it and {plain.ranked[0].step:.0f} s without" in readme
 
 
 def test_fp8_moves_the_linear_flops_to_the_fp8_peak_and_halves_what_it_stores_and_gathers():

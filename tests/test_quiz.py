@@ -118,6 +118,13 @@ EXPECTED = {
     "ep_capacity": {"cap": 2560},
     # 4 all-reduces of b s h = 4096 x 8192 bf16 elements, 2(t-1)/t of each sent: 4 x 2 x 7/8 x 67,108,864 B
     "nccl_busbw": {"alg": 130e9, "bus": 130e9 * 2 * 7 / 8, "factor": 2 * 7 / 8},
+    # E4M3: 1.75 x 2^8 and 2^-6; E5M2: 1.75 x 2^15; the scale 448 / 0.002 (Micikevicius et al. 2022, Table 1)
+    "fp8_scaling": {"e4max": 448, "e4min": 2**-6, "e5max": 57344, "scale": 224000},
+    # 5,000,000 rounded up to 512 B: 9766 x 512; a 1-10 MiB request takes a 20 MiB segment; 30,000,000 B:
+    # 15 x 2 MiB (torch 2.13 c10/core/AllocatorConfig.h and CUDACachingAllocator.cpp)
+    "caching_allocator": {"block": 9766 * 512, "segment": 20 * 2**20, "cached": 20 * 2**20 - 9766 * 512,
+                          "seg30": 15 * 2**21, "small": 2**20, "smallseg": 2**21, "minlarge": 10 * 2**20,
+                          "largeseg": 20 * 2**20, "roundlarge": 2**21},
     "tp_bytes": {"blk": 4 * 2 * 7 / 8 * 4096 * 8192 * 2, "nv": 4 * 2 * 7 / 8 * 4096 * 8192 * 2 / 450e9,
                  "nic": 4 * 2 * 7 / 8 * 4096 * 8192 * 2 / 50e9, "bw_nv": 450e9, "bw_nic": 50e9},
     # Korthikanti Table 2: sbh(10 + 24/t) selective, 34sbh/t with SP; sbh = 4096 x 8192

@@ -16,7 +16,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .. import recipes, theory
-from ..theory import activations, hybrid
+from ..theory import activations, allocator, hybrid
+from ..theory import fp8 as fp8_theory
 from ..theory import context as context_theory
 from ..theory import tensor_parallel as tp_theory
 from ..theory import experts as experts_theory
@@ -255,7 +256,43 @@ def bus_bandwidth(collective: str, n: int, algbw=None):
     return factor if algbw is None else Fraction(algbw) * factor
 
 
-FIGURES = {f.__name__: f for f in (bus_bandwidth, pipeline_bubble, pipeline_in_flight, tp_block_bytes, layer_activations_tp,
+def fp8_limit(fmt: str, what: str = "max"):
+    """A limit of an FP8 format (`theory.fp8`): its largest finite value ("max"), smallest normal
+    ("min_normal") or smallest subnormal ("min_subnormal"), from its bits."""
+    if what not in ("max", "min_normal", "min_subnormal"):
+        raise ValueError(f"what is max, min_normal or min_subnormal, got {what!r}")
+    return getattr(fp8_theory.get_format(fmt), what)
+
+
+def fp8_scale(amax, fmt: str = "e4m3", margin: int = 0):
+    """The per-tensor scale (max / amax) / 2^margin that puts a tensor's amax at the format's largest
+    (amax read as the decimal the card writes: 0.002 is 1/500, not its nearest double)."""
+    return fp8_theory.scale(Fraction(str(amax)), fmt, margin)
+
+
+def allocator_bytes(nbytes: int, what: str = "segment"):
+    """torch's CUDA caching allocator on one request (`theory.allocator`): the rounded "block", the
+    "segment" it takes from the driver, what memory_allocated grows by ("allocated"), or the bytes
+    left "cached" beside it in the new segment."""
+    fns = {"block": allocator.block_bytes, "segment": allocator.segment_bytes,
+           "allocated": allocator.allocated_bytes, "cached": allocator.cached_beside}
+    if what not in fns:
+        raise ValueError(f"what is one of {', '.join(fns)}, got {what!r}")
+    return fns[what](nbytes)
+
+
+def allocator_limit(what: str):
+    """One of the caching allocator's sizes (`theory.allocator`, torch's constants): "small_size",
+    "small_segment", "min_large_alloc", "large_segment" or "round_large"."""
+    sizes = {"small_size": allocator.SMALL_SIZE, "small_segment": allocator.SMALL_SEGMENT,
+             "min_large_alloc": allocator.MIN_LARGE_ALLOC, "large_segment": allocator.LARGE_SEGMENT,
+             "round_large": allocator.ROUND_LARGE}
+    if what not in sizes:
+        raise ValueError(f"what is one of {', '.join(sizes)}, got {what!r}")
+    return sizes[what]
+
+
+FIGURES = {f.__name__: f for f in (fp8_limit, fp8_scale, allocator_bytes, allocator_limit, bus_bandwidth, pipeline_bubble, pipeline_in_flight, tp_block_bytes, layer_activations_tp,
     utilisation, attention_scores_bytes, cp_ring_bytes, cp_imbalance, cp_blocks,
     ep_balanced_bytes, ep_capacity,
     given, recipe_bytes, model_states, comm_total, comm_collective, comm_ratio, zeropp_ratio, sent_bytes,

@@ -17,7 +17,9 @@ from fractions import Fraction
 
 from ..catalog import get_spec
 from .activations import korthikanti_layer_bytes
+from .allocator import ROUND_LARGE, block_bytes
 from .comm import comm_per_rank, sent_bytes
+from .fp8 import FORMATS, get_format
 from .memory import model_states
 
 
@@ -549,7 +551,38 @@ def masked_scores_only(cp: int) -> Mistake:
                    f"masked, so rank r computes r + 1 blocks: {cp} over 1")
 
 
-MISTAKES = (masked_scores_only, bubble_over_busy, ring_hops_all, tp_forward_only, tp_splits_everything,
+def scale_inverted(amax, fmt: str = "e4m3") -> Mistake:
+    """An FP8 scale taken as amax / max, the inverse of max / amax."""
+    return Mistake("scale_inverted", float(Fraction(str(amax)) / get_format(fmt).max),
+                   "upside down: that is amax / max, which shrinks the tensor further below the format's smallest "
+                   "normal; the scale is max / amax")
+
+
+def other_fp8_format(amax, fmt: str = "e4m3") -> Mistake:
+    """An FP8 scale computed with the other format's largest value."""
+    other = next(f for name, f in FORMATS.items() if name != fmt)
+    return Mistake("other_fp8_format", float(other.max / Fraction(str(amax))),
+                   f"that scales to {other.name.upper()}'s largest, {float(other.max):g}; "
+                   f"{fmt.upper()} tops out at {float(FORMATS[fmt].max):g}, so the cast would overflow")
+
+
+def block_as_reserved(nbytes) -> Mistake:
+    """The allocator's reservation taken as the request, or as its block rounded up to 512 bytes (the
+    two are within the grader's tolerance of each other)."""
+    return Mistake("block_as_reserved", float(block_bytes(nbytes)),
+                   "that is the request, or its block rounded up to 512 bytes; the allocator takes a whole segment "
+                   "from the driver and keeps the rest of it cached")
+
+
+def large_rounding_everywhere(nbytes) -> Mistake:
+    """A 1-10 MiB request's segment rounded up to 2 MiB, the rule for requests of 10 MiB and more."""
+    return Mistake("large_rounding_everywhere", float(-(-block_bytes(nbytes) // ROUND_LARGE) * ROUND_LARGE),
+                   "that rounds up to 2 MiB, the rule from 10 MiB on; a request between 1 and 10 MiB takes a "
+                   "20 MiB segment")
+
+
+MISTAKES = (scale_inverted, other_fp8_format, block_as_reserved, large_rounding_everywhere,
+            masked_scores_only, bubble_over_busy, ring_hops_all, tp_forward_only, tp_splits_everything,
             recompute_in_mfu, one_head_scores, imbalance_vs_mean, top_k_forgotten, whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
             optimizer_forgotten, parameters_only, other_recompute, one_layer_only, even_split,
             full_chunk_everywhere, floor_rows, unpadded_buffer, one_padded_chunk, only_optimizer_shard, missing_gradients, ring_factor_dropped,
