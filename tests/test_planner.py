@@ -210,3 +210,16 @@ def test_the_command_line_ranks_offload_and_fp8_plans():
     assert f.returncode == 0 and "FP8 linear layers at 1979 TFLOP/s" in f.stdout and ", FP8:" in f.stdout
     bad = zeroedu("plan", "--check", "32,8,1,1,0", "--offload")
     assert bad.returncode == 2 and "ZeRO-0 has none" in bad.stderr
+
+
+def test_the_planner_widget_switches_offload_and_fp8():
+    from zeroedu.notebook import widgets
+
+    w = widgets.planner_widget(gpus=16, global_batch=256)
+    plain = w.report
+    assert not any(e.plan.offload for e in plain.ranked)
+    w.offload.value = True  # re-ranked with the offloaded plans beside the others
+    assert w.report == P.plan(P.LLAMA2_70B, w.cluster(), 256, offload=(False, True))
+    assert w.report.ranked[0].plan.offload and "+ offload" in w.table.value and "offload ms" in w.table.value
+    w.fp8.value = True
+    assert all(e.plan.fp8 for e in w.report.ranked) and ", FP8" in w.why.value
