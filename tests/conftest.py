@@ -40,3 +40,24 @@ def _fast_tests_start_no_ranks(request, monkeypatch):
 
     monkeypatch.setattr(cluster.Pool, "_start", refuse)
     monkeypatch.setattr(cluster.Pool, "run", refuse)
+
+
+def _kept_log_dirs() -> set[str]:
+    import glob
+    import tempfile
+
+    root = tempfile.gettempdir()
+    return {os.path.dirname(p) for p in glob.glob(os.path.join(root, cluster.LOG_PREFIX + "*", cluster.KEPT_FILE))}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A run a test fails on purpose keeps its ranks' logs (named in the error, for a reader to
+    open); once the test has passed nobody will, so they are removed. A failing test's stay."""
+    import shutil
+
+    before = _kept_log_dirs()
+    outcome = yield
+    if outcome.excinfo is None:
+        for d in _kept_log_dirs() - before:
+            shutil.rmtree(d, ignore_errors=True)

@@ -224,3 +224,33 @@ def tp_axis_names(ctx, cfg: dict) -> dict:
     return {"dp": run.dist.inner.name, "tp": run.dist.axes["tp"].name, "outer": run.dist.outer,
             "world_group_axis": run.ledger.mesh.world_group_axis, "labels": labels,
             "axes": {k: list(a.ranks) for k, a in run.dist.axes.items()}}
+
+
+def bytes_on_both_paths(ctx, cfgs: list[dict]) -> list[dict]:
+    """Each configuration trained twice on this rank, its 16-bit products native then emulated
+    (`zeroedu.runtime.matmul16`, the process's decision replaced for the job and restored): per
+    run and path, every byte figure the report holds (model states, activations and the comm
+    payloads the ledger counted, the peak, what the kernel counted on the wire) and the losses."""
+    from dataclasses import replace
+
+    from zeroedu.reports import RankReport
+    from zeroedu.runtime import matmul16
+    from zeroedu.train.launch import train_job
+
+    out = []
+    before = matmul16.decision()
+    try:
+        for cfg in cfgs:
+            row = {}
+            for mode in matmul16.Matmul16:
+                matmul16._DECISION = replace(before, bf16=mode, fp16=mode, forced=True)
+                plain = train_job(ctx, cfg)
+                plain.pop("backend")
+                how = plain.pop("matmul16")
+                r = RankReport.from_plain(plain)
+                row[mode.value] = {"states": r.measured.plain(), "peak": r.peak, "wire": r.wire.sent,
+                                   "wire_by_axis": r.wire.by_axis, "matmul16": how, "losses": r.losses}
+            out.append(row)
+    finally:
+        matmul16._DECISION = before
+    return out

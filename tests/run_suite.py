@@ -113,6 +113,12 @@ def main(argv: list[str]) -> int:
     # sibling the other processes keep off the cores: 180 of 1,175 core-seconds on 2 cores, and
     # the suite 638 -> 549 s. Ranks already use one thread each (`rank.worker_main`).
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    # A temporary folder of the suite's own, for every process it starts (ranks' logs, pytest's
+    # tmp_path, kernels): checked empty at the end, then removed, so nothing the run made is left
+    # in the machine's /tmp (before, about 26 rank-log folders per run stayed there).
+    tmp = tempfile.mkdtemp(prefix="zeroedu-suite-")
+    os.environ["TMPDIR"] = tmp
+    tempfile.tempdir = None  # read TMPDIR again
     # zeroedu's and the tests' bytecode, written once ahead (under __pycache__/, which git
     # ignores). With PYTHONDONTWRITEBYTECODE set, as on the machines this suite was timed on,
     # Python writes none itself, so every process the suite starts (a kernel, a CLI run, each
@@ -136,6 +142,13 @@ def main(argv: list[str]) -> int:
         return _rest(tests, serial, extra, snap, results, t_all, c_all, deps)
     finally:
         tests.stop()  # an interrupted suite leaves no stage running
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def left_in_tmp(tmp: str) -> list[str]:
+    """What the run left in its temporary folder, but pytest's own base folder (`pytest-of-*`,
+    which pytest keeps for its last three runs by design and the suite removes with the folder)."""
+    return sorted(name for name in os.listdir(tmp) if not name.startswith("pytest-of-"))
 
 
 def _rest(tests: Stage, serial: bool, extra: list[str], snap: str, results: list, t_all: float, c_all: float,
@@ -166,6 +179,10 @@ def _rest(tests: Stage, serial: bool, extra: list[str], snap: str, results: list
     print("\n== tree: the working tree against its state before the run", flush=True)
     results.append(("tree", tree_state.main(["check", snap]), time.monotonic() - t0))
     Path(snap).unlink(missing_ok=True)
+    left = left_in_tmp(tempfile.gettempdir())
+    print(f"\n== tmp: the suite's temporary folder after the run: "
+          f"{'empty' if not left else 'holds ' + ', '.join(left)}", flush=True)
+    results.append(("tmp", 1 if left else 0, 0.0))
     wall, cpu = time.monotonic() - t_all, _cpu_seconds() - c_all
     # How many cores the run kept busy on average: near the machine's count, only less work makes
     # it faster; well below it, the run waits (start-ups, timers, the browser).

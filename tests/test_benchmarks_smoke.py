@@ -171,3 +171,13 @@ def test_pipeline(bench):
     rows = pipeline_results(str(out / "pipeline.json"))
     assert [(r.p, r.schedule, r.m) for r in rows] == [(2, "gpipe", 2), (2, "1f1b", 2)]
     assert all(len(r.measured) == 2 and r.predicted == pytest.approx(1 / 3) for r in rows)
+
+
+def test_matmul16(bench):
+    load, out = bench
+    rows = load("bench_matmul16").main(["--model", "gpt-tiny", "--quick", "--steps", "1", "--batch", "4"])
+    assert [r["matmul16"]["bf16"] for r in rows[1:]] == ["native", "emulated"]
+    assert all(r["fp32"] > 0 and r["mixed-bf16"] > 0 and r["ratio"] > 0 for r in rows)
+    assert rows[1]["matmul16"]["onednn_bf16"] is False  # the recipe takes oneDNN's bf16 away
+    data = json.load(open(out / "matmul16.json"))
+    assert [r["label"] for r in data["rows"]] == [r["label"] for r in rows]

@@ -23,11 +23,13 @@ from typing import Any
 
 from .kinds import EventKind
 
-SCHEMA = 5  # the JSON's shape (README, "JSON report"); a change of shape changes it
+SCHEMA = 6  # the JSON's shape (README, "JSON report"); a change of shape changes it
 # 2: each rank's "time" (compute, exposed communication, communication by axis, per step) and
 #    the run's "links" (the emulated links it ran on, or null)
 # 5: GPU runs: each rank's "cuda" (`CudaMemory`: the allocator's peaks, the cuBLAS workspace, what lies
 #    outside the allocator), in place of "cuda_max_memory_allocated"
+# 6: "matmul16": how the ranks multiplied the recipe's 16-bit matrices ("native" or "emulated",
+#    `runtime.matmul16`; null for fp32)
 
 
 def _plain_fields(obj, drop_none: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -448,6 +450,7 @@ class RunReport:
     clip_grad_norm: float | None
     collectives: str  # the implementation that ran: "ring" or "backend" (never "auto")
     backend: str  # "gloo" or "nccl": the transport the collectives ran on
+    matmul16: str | None  # 16-bit products "native" or "emulated" in fp32 (`runtime.matmul16`); None in fp32
     options: dict[str, Any]
     timeline_mode: str
     psi: int

@@ -70,12 +70,13 @@ def config_from_args(args, world_size: int) -> ResolvedConfig:
 class Progress:
     """One line on stderr, rewritten as rank 0 finishes each step: step, loss, time."""
 
-    def __init__(self, steps: int, stream=None):
+    def __init__(self, steps: int, stream=None, dtype: str = "bf16"):
         # sys.stderr as it is now, not as it was when this module was imported (a caller that
         # redirects stderr, a notebook or a test, gets the line where it looks)
         stream = sys.stderr if stream is None else stream
         self.steps, self.stream, self.t0 = steps, stream, time.perf_counter()
         self.tty = stream.isatty()
+        self.dtype = dtype  # the recipe's 16-bit compute dtype, named on the line
 
     def __call__(self, msg: dict) -> None:
         if msg.get("type") != "progress" or msg.get("rank") != 0:
@@ -84,6 +85,8 @@ class Progress:
         bar = "#" * (20 * k // self.steps)
         line = (f"step {k:>{len(str(self.steps))}}/{self.steps} [{bar:<20}] loss {msg['loss']:.4f}  "
                 f"{time.perf_counter() - self.t0:.1f} s")
+        if msg.get("matmul16"):  # a 16-bit recipe: whether this CPU's products are native or emulated
+            line += f"  {self.dtype} matmul: {msg['matmul16']}"
         if self.tty:
             self.stream.write("\r" + line + ("\n" if k == self.steps else ""))
         elif k == self.steps or k == 1 or k % max(1, self.steps // 10) == 0:
@@ -135,7 +138,7 @@ def cmd_run(args) -> int:
         raise ValueError("--predict replays the run's schedule on its emulated links: add --link")
     if args.predict and not args.quiet:
         print("calibration run (no emulated link) for --predict ...", file=sys.stderr, flush=True)
-    report = run(cfg, warm=False, timeout=args.timeout, on_event=None if args.quiet else Progress(cfg.steps),
+    report = run(cfg, warm=False, timeout=args.timeout, on_event=None if args.quiet else Progress(cfg.steps, dtype=recipes.get_recipe(cfg.recipe).param),
                  predict=args.predict)
     _emit(report, args)
     return 0

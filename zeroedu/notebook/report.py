@@ -7,6 +7,7 @@ from typing import Any
 
 from ..kinds import Implementation, TimelineMode
 from ..fmt import number as _fmt
+from ..recipes import get_recipe
 from ..reports import RunReport
 from ..train.launch import rank_wire_ok
 
@@ -92,6 +93,8 @@ def summary(report: RunReport) -> str:
               if v not in (None, 1, "none")]
     if extras:
         head += "  " + "  ".join(extras)
+    if report.matmul16 is not None:  # how this CPU multiplied the recipe's 16-bit matrices (runtime.matmul16)
+        head += f"  {get_recipe(report.recipe).param} matmul: {report.matmul16}"
     out = [head, "bytes per rank: model states at the optimizer step, activations at the forward/backward "
                  "boundary of one micro-batch, sent per optimizer step; measured vs zeroedu.theory (exact mode)",
            table(rank_rows(report), ["rank", "what", "measured", "predicted", "match"])]

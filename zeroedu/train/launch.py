@@ -15,7 +15,7 @@ from .. import theory
 from ..models import check_trainable
 from ..recipes import get_recipe, loss_tolerance
 from ..reports import Match, Predicted, RankReport, RunReport, vouch
-from ..runtime import analysis, cluster
+from ..runtime import analysis, cluster, matmul16
 from ..runtime.comm import resolve_implementation
 from ..runtime.cuda import cuda_memory
 from ..runtime.links import Links
@@ -79,6 +79,7 @@ def train_job(ctx, cfg: dict) -> dict:
     out = {
         "rank": ctx.rank,
         "backend": ctx.backend,
+        "matmul16": matmul16.mode_for(get_recipe(cfg.recipe).param),
         "measured": ledger.measured(),
         "predicted": _predicted(cfg, ctx.rank, ctx.backend, ctx.device),
         "peak": ledger.peak,
@@ -157,6 +158,10 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
     if len(backends) != 1:
         raise RuntimeError(f"the ranks ran on different backends: {sorted(backends)}")
     backend = backends.pop()
+    matmuls = {r.pop("matmul16", None) for r in ranks}
+    # Ranks decide alone (a probe each); on one machine they agree, across unlike nodes they
+    # may not, and the report says so rather than pick one.
+    matmul = matmuls.pop() if len(matmuls) == 1 else "mixed"
     reports = [RankReport.from_plain(r) for r in ranks]
     n = len(reports)
     for r in reports:  # share of gradient communication hidden behind backward (a measurement)
@@ -166,7 +171,7 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
         strategy=cfg.strategy, world_size=cfg.world_size, n=cfg.n, m=cfg.m, recipe=cfg.recipe,
         steps=cfg.steps, model=cfg.model.name, global_batch=cfg.global_batch,
         micro_batches=cfg.micro_batches, recompute=cfg.recompute, clip_grad_norm=cfg.clip_grad_norm,
-        collectives=resolve_implementation(cfg.collectives, backend), backend=backend,
+        collectives=resolve_implementation(cfg.collectives, backend), backend=backend, matmul16=matmul,
         options=dict(cfg.options), timeline_mode=cfg.timeline,
         links=None if cfg.links is None else cfg.links.plain(), tp=cfg.tp, sequence_parallel=cfg.sequence_parallel,
         psi=sum(p.numel() for p in ref_params), ranks=reports, losses=losses, reference_losses=ref_losses,

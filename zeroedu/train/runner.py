@@ -26,6 +26,7 @@ from ..recipes import get_recipe
 from ..kinds import DP_OUTER, DP_SHARD, EventKind, RecomputeMode
 from ..runtime.comm import Comm
 from ..runtime.ledger import Ledger
+from ..runtime import matmul16
 from ..runtime.rank import JobStopped
 from ..runtime.rank import resolve_ref
 from ..strategies import strategy_class
@@ -121,9 +122,12 @@ def train_step(run: RankRun, step: int, micro: list | None = None) -> float:
     run.ledger.begin_step(step)
     micro = run.micro_batches(step) if micro is None else micro
     losses = []
-    for k, (x, y) in enumerate(micro):
-        with strategy.no_sync() if k < len(micro) - 1 else nullcontext():
-            losses.append(strategy.forward_backward(x, y))
+    # 16-bit products computed in fp32 where the CPU has no fast 16-bit kernel (`runtime.matmul16`):
+    # the same tensors saved and sent, so nothing the ledger or the wire counts changes.
+    with matmul16.compute(get_recipe(run.cfg.recipe).param):
+        for k, (x, y) in enumerate(micro):
+            with strategy.no_sync() if k < len(micro) - 1 else nullcontext():
+                losses.append(strategy.forward_backward(x, y))
     strategy.step()
     run.ledger.end_step()
     return sum(losses) / len(losses)
@@ -157,7 +161,8 @@ def train_steps(run: RankRun, start: int = 0, stop: int | None = None,
         if not math.isfinite(losses[-1]):
             raise NonFiniteLoss(step, run.ctx.rank, losses[-1], run.cfg)
         if progress:  # a small message per step: the parent shows progress, knows ranks live
-            run.ctx.emit({"type": "progress", "rank": run.ctx.rank, "step": step, "loss": losses[-1]})
+            run.ctx.emit({"type": "progress", "rank": run.ctx.rank, "step": step, "loss": losses[-1],
+                          "matmul16": matmul16.mode_for(get_recipe(run.cfg.recipe).param)})
         if after_step is not None:
             after_step(step)
     return losses

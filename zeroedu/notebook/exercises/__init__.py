@@ -144,7 +144,8 @@ def example_report(*ranks: dict, **fields) -> RunReport:
 
     run = dict(strategy="", world_size=len(ranks), n=len(ranks), m=1, recipe="", steps=1, model="",
                global_batch=0, micro_batches=1, recompute="none", clip_grad_norm=None, collectives="ring",
-               backend="gloo", options={}, timeline_mode="full", psi=0, losses=[], reference_losses=[],
+               backend="gloo", matmul16=None, options={}, timeline_mode="full", psi=0, losses=[],
+               reference_losses=[],
                match=Match(model_states=True, comm=True, wire=None, activations=None, losses=True))
     run.update(fields)
     return RunReport(ranks=[rank(i, d) for i, d in enumerate(ranks)], **run)
