@@ -29,23 +29,32 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 # tests/test_ddp_bucketed.py): 1e-2 leaves room.
 TOLERANCE = {"fp32": 1e-6, "megatron-bf16": 1e-2, "mixed-bf16": 1e-2, "fp16": 1e-2}
 # Over longer runs a low-precision trajectory separates from the fp32 one: the rounding of each
-# step changes the next step's weights, and the difference compounds (the strategies stay
-# together: ddp, hsdp and fsdp2 in bf16 peak at the same step). Measured against the fp32
-# reference, DDP on 2 ranks: gpt-tiny 0.2 % by step 20, 3.5 % at step 41, 5.5 % at step 116
-# (mixed-bf16) and 4.6 % at step 92 (fp16); gpt-small 0.24 % over 60 steps; the MLP 0.05 %.
-# So the flat tolerance holds for the first TOLERANCE_STEPS steps and then widens by
-# TOLERANCE_PER_STEP a step (`loss_tolerance`): 10.6 % at step 116, 8.2 % at step 92.
-TOLERANCE_STEPS = 20
-TOLERANCE_PER_STEP = 1e-3
+# step changes the next step's weights, and the difference compounds, by an amount that depends
+# on the CPU's kernels (hsdp in mixed-bf16 on gpt-tiny, 60 steps: 3.09 % with AVX-512's, 3.23 %
+# with AVX2's, 4.32 % with the scalar ones, seen on two machines). So no constant bound is right
+# for every CPU. The bound is measured in the same run instead: one process trains in the same
+# recipe with torch alone (`train.reference.recipe_losses`), and its own distance from fp32 is
+# what the recipe's rounding does by itself on this CPU. A distributed run may lie from the fp32
+# reference at step k by the flat tolerance plus LOWP_FACTOR times the largest distance the one
+# process reached up to step k (`loss_bound`). Measured here (gpt-tiny, hsdp 2 x 2, 60 steps,
+# native, emulated, AVX2 and scalar kernels): the one process drifts to 3.7-3.8 %, hsdp to
+# 3.1-3.4 %, and hsdp's excess over the flat tolerance is at most 0.64 of the one process's
+# running drift, so a factor of 2 leaves room; a strategy that is wrong by 2 % in its first steps,
+# where the one process has not drifted yet, is still refused.
+LOWP_FACTOR = 2.0
 
 
-def loss_tolerance(recipe: str, step: int) -> float:
-    """Relative tolerance of the loss at 0-based `step` against single-process fp32 training:
-    `TOLERANCE[recipe]`, widened after `TOLERANCE_STEPS` steps for low-precision recipes."""
+def loss_bound(recipe: str, step: int, one_process: list[float] | None = None,
+               reference: list[float] | None = None) -> float:
+    """Relative bound on a run's loss at 0-based `step` against single-process fp32 training:
+    `TOLERANCE[recipe]`, plus, for a 16-bit recipe, LOWP_FACTOR times the largest relative
+    distance of `one_process` (the recipe trained by one process) from `reference` (fp32) over
+    steps 0..step. fp32, or no one-process run given: the flat tolerance."""
     base = TOLERANCE[recipe]
-    if recipe == "fp32" or step < TOLERANCE_STEPS:
+    if recipe == "fp32" or one_process is None:
         return base
-    return base + TOLERANCE_PER_STEP * (step + 1 - TOLERANCE_STEPS)
+    drift = max(abs(a - b) / max(abs(b), 1e-30) for a, b in zip(one_process[:step + 1], reference[:step + 1]))
+    return base + LOWP_FACTOR * drift
 
 
 @dataclass(frozen=True)

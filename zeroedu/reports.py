@@ -29,7 +29,7 @@ SCHEMA = 6  # the JSON's shape (README, "JSON report"); a change of shape change
 # 5: GPU runs: each rank's "cuda" (`CudaMemory`: the allocator's peaks, the cuBLAS workspace, what lies
 #    outside the allocator), in place of "cuda_max_memory_allocated"
 # 6: "matmul16": how the ranks multiplied the recipe's 16-bit matrices ("native" or "emulated",
-#    `runtime.matmul16`; null for fp32)
+#    `runtime.matmul16`; null for fp32); "recipe_losses": one process in the run's 16-bit recipe
 
 
 def _plain_fields(obj, drop_none: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -458,6 +458,9 @@ class RunReport:
     losses: list[float]
     reference_losses: list[float]
     match: Match
+    # one process training in the run's 16-bit recipe (torch alone): the measured yardstick of the
+    # recipe's drift from fp32 that `match.losses` allows (`recipes.loss_bound`); None in fp32
+    recipe_losses: list[float] | None = None
     params: list | None = None  # rank 0's full parameters (return_params)
     reference_params: list | None = None  # single-process training's
     replica_max_diff: float | None = None  # largest difference of any rank's from rank 0's

@@ -13,7 +13,7 @@ from typing import Callable
 
 from .. import theory
 from ..models import check_trainable
-from ..recipes import get_recipe, loss_tolerance
+from ..recipes import get_recipe, loss_bound
 from ..reports import Match, Predicted, RankReport, RunReport, vouch
 from ..runtime import analysis, cluster, matmul16
 from ..runtime.comm import resolve_implementation
@@ -24,7 +24,7 @@ from ..strategies.splits import split_of
 from ..theory import comm as theory_comm
 from ..theory import schedule
 from .config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict, resolve
-from .reference import reference
+from .reference import recipe_losses, reference
 from .runner import build_run, strategy_cls, train_steps
 
 
@@ -154,6 +154,8 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
     if not isinstance(cfg, ResolvedConfig):
         raise TypeError(f"assemble reads the configuration the ranks ran: a ResolvedConfig, got {type(cfg).__name__}")
     ref_losses, ref_params = reference(cfg)
+    # A 16-bit run's bound is measured here, on this CPU: one process in the same recipe.
+    one_process = None if get_recipe(cfg.recipe).param == "fp32" else recipe_losses(cfg)
     backends = {r.pop("backend") for r in ranks}
     if len(backends) != 1:
         raise RuntimeError(f"the ranks ran on different backends: {sorted(backends)}")
@@ -175,6 +177,7 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
         options=dict(cfg.options), timeline_mode=cfg.timeline,
         links=None if cfg.links is None else cfg.links.plain(), tp=cfg.tp, sequence_parallel=cfg.sequence_parallel,
         psi=sum(p.numel() for p in ref_params), ranks=reports, losses=losses, reference_losses=ref_losses,
+        recipe_losses=one_process,
         match=Match(
             model_states=all(r.measured.model_states() == r.predicted.model_states() for r in reports),
             comm=all(r.measured.comm == r.predicted.comm and r.measured.comm_by_axis == r.predicted.comm_by_axis
@@ -189,7 +192,7 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
             # recipe's relative tolerance. (Parameters are compared by the tests, per tensor and
             # per model: a GPT's attention key bias has an exactly zero gradient, so Adam turns
             # round-off there into lr-sized steps of either sign, and no single tolerance fits.)
-            losses=losses_match(losses, ref_losses, cfg.recipe)))
+            losses=losses_match(losses, ref_losses, cfg.recipe, one_process)))
     if reports and reports[0].params is not None:
         # Every replica ends with the same full parameters (replicas stay identical; sharded
         # strategies gather the same shards); on a model axis a replica is its ranks' parts, put
@@ -206,11 +209,11 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
     return vouch(report)  # a run's own report: the checks that grade measurements trust it
 
 
-def losses_match(losses: list[float], ref: list[float], recipe: str) -> bool:
-    """Every step's loss within the recipe's relative tolerance of single-process training at
-    that step (`recipes.loss_tolerance`: flat for fp32, widening after 20 steps for the
-    low-precision recipes, whose trajectories separate from the fp32 one)."""
-    return all(abs(x - y) <= loss_tolerance(recipe, k) * max(abs(y), 1e-30)
+def losses_match(losses: list[float], ref: list[float], recipe: str, one_process: list[float] | None = None) -> bool:
+    """Every step's loss within `recipes.loss_bound` of single-process fp32 training at that step:
+    the recipe's flat tolerance, widened for a 16-bit recipe by how far `one_process` (one process
+    training in the same recipe, `reference.recipe_losses`) has drifted from fp32 by then."""
+    return all(abs(x - y) <= loss_bound(recipe, k, one_process, ref) * max(abs(y), 1e-30)
                for k, (x, y) in enumerate(zip(losses, ref, strict=True)))
 
 
