@@ -4,6 +4,8 @@
 #               check that the run left the working tree exactly as it found it
 #   make test-fast  the edit-run loop (under 2 minutes): theory, shard math, single-rank
 #               strategy checks, grading, CLI parsing (tests marked `fast`)
+#   make test-cpus  the suite (no browser) under other CPUs' kernels: the slow 16-bit path, the
+#               emulated one, torch's scalar kernels (tests/README.md, "Any CPU")
 # Also: make tour (every strategy at N = 4, measured vs predicted), make bench.
 
 PYTHON ?= python3
@@ -17,7 +19,7 @@ STAMP  := $(VENV)/.zeroedu-installed
 PORT   ?= 8888
 PYTEST_ARGS ?=
 
-.PHONY: setup lab test test-fast test-unit test-notebooks test-browser tour bench browser-deps clean
+.PHONY: setup lab test test-cpus test-fast test-unit test-notebooks test-browser tour bench browser-deps clean
 
 setup: $(STAMP)
 
@@ -37,6 +39,15 @@ lab: setup
 # times each stage and fails, naming the file, if the run changed anything git sees.
 test: setup
 	$(PY) tests/run_suite.py $(PYTEST_ARGS)
+
+# The suite on the kernels other CPUs have (tests/README.md, "Any CPU"): the unit, multi-rank and
+# notebook stages (no browser) once per setting: oneDNN without bf16 and AVX2 kernels (the
+# probe then emulates 16-bit products), the emulated path forced, and torch's scalar kernels.
+CPU_SETTINGS ?= ONEDNN_MAX_CPU_ISA=AVX2,ATEN_CPU_CAPABILITY=avx2 ZEROEDU_MATMUL16=emulated ATEN_CPU_CAPABILITY=default
+
+test-cpus: setup
+	@for s in $(CPU_SETTINGS); do echo "== make test-cpus: $$s" | tr , ' '; \
+	  env $$(echo $$s | tr , ' ') $(PY) tests/run_suite.py --no-browser $(PYTEST_ARGS) || exit 1; done
 
 test-fast: setup
 	$(VENV)/bin/pytest -q tests -m fast $(PYTEST_ARGS)
@@ -70,7 +81,7 @@ tour: setup
 # the pipeline: equality, the bubble on an emulated device, ZeRO per stage (benchmarks/results/pipeline.json):
 # over 25 minutes on 2 cores. Quick pass: make bench BENCH_ARGS=--quick
 BENCH_ARGS ?=
-BENCHES ?= compare collectives instrumentation scaling launch links predict lessons loss_curves pipeline
+BENCHES ?= compare collectives instrumentation scaling launch links predict lessons loss_curves pipeline matmul16
 
 bench: setup
 	@for b in $(BENCHES); do echo "== benchmarks/bench_$$b.py"; \

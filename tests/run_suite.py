@@ -116,9 +116,14 @@ def main(argv: list[str]) -> int:
     # A temporary folder of the suite's own, for every process it starts (ranks' logs, pytest's
     # tmp_path, kernels): checked empty at the end, then removed, so nothing the run made is left
     # in the machine's /tmp (before, about 26 rank-log folders per run stayed there).
-    tmp = tempfile.mkdtemp(prefix="zeroedu-suite-")
+    # (A short name: a Unix socket's path, multiprocessing's inside a test's tmp_path, has at most
+    # 107 bytes.) Each pytest stage gets a base folder of its own there (BASETEMP), short too.
+    tmp = tempfile.mkdtemp(prefix="zs-")
     os.environ["TMPDIR"] = tmp
     tempfile.tempdir = None  # read TMPDIR again
+    # torch keeps a compile cache of its own in the temporary folder, made when torch._dynamo is
+    # imported (Adam's first step does): the suite's goes with its other artifacts (git ignores them).
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(ROOT / "test-artifacts" / "torchinductor"))
     # zeroedu's and the tests' bytecode, written once ahead (under __pycache__/, which git
     # ignores). With PYTHONDONTWRITEBYTECODE set, as on the machines this suite was timed on,
     # Python writes none itself, so every process the suite starts (a kernel, a CLI run, each
@@ -126,33 +131,57 @@ def main(argv: list[str]) -> int:
     # 24,000 lines again: about 0.7 s of CPU each, hundreds of times.
     for folder, depth in ((ROOT / "zeroedu", 10), (ROOT / "tests", 0)):
         compileall.compile_dir(str(folder), maxlevels=depth, quiet=1, workers=0)
-    extra = [a for a in argv if a != "--serial"]
+    # --no-browser: the unit, multi-rank and notebook stages only (`make test-cpus`, which runs
+    # them under other CPUs' kernels; the browser replays what nbval recorded, on any CPU alike)
+    browser = "--no-browser" not in argv
+    extra = [a for a in argv if a not in ("--serial", "--no-browser")]
     py = sys.executable
     with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
         snap = f.name
     tree_state.main(["save", snap])
     results: list[tuple[str, int, float]] = []
     t_all, c_all = time.monotonic(), _cpu_seconds()
-    deps = _browser_deps()
+    deps = _browser_deps() if browser else None
     # --durations: the slowest items are printed every time, so a test that breaks the budget
     # (tests/README.md) is named in the run that added it.
-    tests = Stage("tests", [py, "-m", "pytest", "-q", "--durations=10", "-m", "not browser", "tests", *extra],
+    tests = Stage("tests", [py, "-m", "pytest", "-q", "--durations=10", "-m", "not browser", *basetemp("tests"),
+                            "tests", *extra],
                   log=None if serial else ROOT / "test-artifacts" / "tests.log")
     try:
-        return _rest(tests, serial, extra, snap, results, t_all, c_all, deps)
+        return _rest(tests, serial, extra, snap, results, t_all, c_all, deps, browser)
     finally:
         tests.stop()  # an interrupted suite leaves no stage running
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+BASETEMP = {"tests": "t1", "notebooks": "t2", "browser": "t3"}
+KERNELS = "kernels"
+
+
+def kernels_tmp() -> str:
+    """The notebook stage's kernels' temporary folder. nbval ends each notebook's kernel at once
+    (`shutdown_kernel(now=True)`, a SIGKILL), so nothing in the kernel can remove what it made
+    there (multiprocessing's `pymp-*` socket folder, one per notebook); the suite removes it."""
+    path = os.path.join(tempfile.gettempdir(), KERNELS)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def basetemp(stage: str) -> list[str]:
+    """pytest's base folder for a stage's tmp_path, in the suite's temporary folder: one per stage,
+    since pytest empties its base folder when it starts and two stages run side by side."""
+    return ["--basetemp", os.path.join(tempfile.gettempdir(), BASETEMP[stage])]
+
+
 def left_in_tmp(tmp: str) -> list[str]:
-    """What the run left in its temporary folder, but pytest's own base folder (`pytest-of-*`,
-    which pytest keeps for its last three runs by design and the suite removes with the folder)."""
-    return sorted(name for name in os.listdir(tmp) if not name.startswith("pytest-of-"))
+    """What the run left in its temporary folder, but the stages' pytest base folders (tmp_path:
+    pytest keeps them after a run by design) and the killed kernels' folder (`kernels_tmp`); the
+    suite removes them with the folder."""
+    return sorted(name for name in os.listdir(tmp) if name not in (*BASETEMP.values(), KERNELS))
 
 
 def _rest(tests: Stage, serial: bool, extra: list[str], snap: str, results: list, t_all: float, c_all: float,
-          deps: subprocess.Popen | None) -> int:
+          deps: subprocess.Popen | None, browser: bool = True) -> int:
     py = sys.executable
     if serial:
         tests.wait(results)
@@ -161,12 +190,13 @@ def _rest(tests: Stage, serial: bool, extra: list[str], snap: str, results: list
     if sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")):
         Stage("notebooks", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
                             "--nbval-sanitize-with", "notebooks/sanitize.cfg", "--nbval-cell-timeout=300",
-                            "--durations=5", "notebooks/solutions"],
-              env={"IPYTHONDIR": dirs["record"]}).wait(results)
+                            "--durations=5", *basetemp("notebooks"), "notebooks/solutions"],
+              env={"IPYTHONDIR": dirs["record"], "TMPDIR": kernels_tmp()}).wait(results)
     if deps is not None and deps.wait() != 0:
         print("== chromium's install failed: the browser stage will say what is missing", flush=True)
-    Stage("browser", [py, "-m", "pytest", "-q", "-m", "browser", "tests", *extra],
-          env={"IPYTHONDIR": dirs["replay"]}).wait(results)
+    if browser:
+        Stage("browser", [py, "-m", "pytest", "-q", "-m", "browser", *basetemp("browser"), "tests", *extra],
+              env={"IPYTHONDIR": dirs["replay"]}).wait(results)
     c = notebook_runs.counts(shared)
     print(f"\nruns shared between the notebook stages: {c['recorded']} recorded by nbval "
           f"({c['reused']} asked again there), "

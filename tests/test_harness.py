@@ -311,7 +311,10 @@ def test_script_without_main_guard_is_told_why_its_ranks_died(tmp_path):
     script.write_text("from zeroedu.runtime import cluster\n"
                       "from zeroedu.runtime.collectives import collectives_job\n"
                       "cluster.run(collectives_job, 2, {'numel': 4}, warm=False, timeout=30)\n")
-    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    # Its temporary folder is this test's: the ranks that died mid-start leave the log folders of
+    # the runs they started themselves (the next pool's start would sweep them), removed with tmp_path.
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert res.returncode != 0
     assert "RankError" in res.stderr and 'if __name__ == "__main__":' in res.stderr
 

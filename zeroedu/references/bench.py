@@ -43,6 +43,7 @@ from dataclasses import replace
 
 import torch
 
+from ..recipes import get_recipe
 from ..train.config import config_from_dict
 from ..train.runner import build_run, local_micro_batches, train_steps
 from .torch_ddp import build_torch_ddp, torch_ddp_step
@@ -69,10 +70,12 @@ class _Arm:
             kind = spec.get("torch", "fully_shard")
             if kind == "ddp":
                 self.model, self.opt = build_torch_ddp(self.cfg, spec.get("bucket_bytes", 2 ** 20))
-                self._step = lambda x, y: torch_ddp_step(self.model, self.opt, x, y)
+                dtype = get_recipe(self.cfg.recipe).param
+                self._step = lambda x, y: torch_ddp_step(self.model, self.opt, x, y, dtype)
             elif kind == "fully_shard":
                 self.model, self.opt = build_fully_shard(self.cfg, ctx.world_size)
-                self._step = lambda x, y: torch_train_step(self.model, self.opt, x, y)
+                dtype = get_recipe(self.cfg.recipe).param
+                self._step = lambda x, y: torch_train_step(self.model, self.opt, x, y, dtype)
             else:
                 raise ValueError(f"torch arm must be 'ddp' or 'fully_shard', got {kind!r}")
         else:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from ..recipes import get_recipe
+from ..runtime import matmul16
 from ..train.config import RunConfig, config_from_dict
 from ..train.runner import local_micro_batches
 from .torch_private import ddp_grad_buckets
@@ -64,10 +66,13 @@ def build_torch_ddp(cfg: RunConfig, bucket_bytes: int):
     return ddp, opt
 
 
-def torch_ddp_step(ddp, opt, x, y) -> float:
+def torch_ddp_step(ddp, opt, x, y, dtype: str = "fp32") -> float:
+    """One step; `dtype` the recipe's compute dtype (16-bit products as zeroedu's runs make them
+    on this CPU, `runtime.matmul16`, so both sides of a comparison compute alike)."""
     opt.zero_grad(set_to_none=False)
-    loss = ddp.module.loss(ddp(x), y)
-    loss.backward()  # DDP averages: each bucket is divided by N and all-reduced during backward
+    with matmul16.compute(dtype):
+        loss = ddp.module.loss(ddp(x), y)
+        loss.backward()  # DDP averages: each bucket is divided by N and all-reduced during backward
     opt.step()
     return loss.item()
 
@@ -89,6 +94,6 @@ def torch_ddp_job(ctx, cfg: dict, bucket_bytes: int = 1024) -> dict:
     losses = []
     for step in range(cfg.steps):
         ((x, y),) = local_micro_batches(cfg, step, ctx.rank, ctx.world_size, micro_batches=1)
-        losses.append(torch_ddp_step(ddp, opt, x, y))
+        losses.append(torch_ddp_step(ddp, opt, x, y, get_recipe(cfg.recipe).param))
     return {"losses": losses, "params": [p.detach().clone() for p in ddp.module.parameters()],
             "bucket_bytes": torch_bucket_bytes(ddp)}

@@ -19,11 +19,13 @@ parameter in fp32 (it is the master) and its sharded gradient in fp32, so its 16
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
 from ..models import units
+from ..recipes import get_recipe
+from ..runtime import matmul16
 from ..train.config import config_from_dict
 from ..train.runner import local_micro_batches
 from .torch_private import fsdp2_mem_tracker
@@ -56,10 +58,12 @@ def build_fully_shard(cfg, world_size, reshard_after_forward: bool | None = None
     return model, opt
 
 
-def torch_train_step(model, opt, x, y) -> float:
+def torch_train_step(model, opt, x, y, dtype: str = "fp32") -> float:
+    """One step; `dtype` the recipe's compute dtype (as `torch_ddp.torch_ddp_step`)."""
     opt.zero_grad(set_to_none=True)
-    loss = model.loss(model(x), y)
-    loss.backward()
+    with matmul16.compute(dtype):
+        loss = model.loss(model(x), y)
+        loss.backward()
     opt.step()
     return loss.item()
 
@@ -69,7 +73,7 @@ def torch_train_steps(ctx, cfg, model, opt, start: int = 0) -> list[float]:
     losses = []
     for step in range(start, cfg.steps):
         ((x, y),) = local_micro_batches(cfg, step, ctx.rank, ctx.world_size, micro_batches=1)
-        losses.append(torch_train_step(model, opt, x, y))
+        losses.append(torch_train_step(model, opt, x, y, get_recipe(cfg.recipe).param))
     return losses
 
 
@@ -83,7 +87,9 @@ def fully_shard_job(ctx, cfg: dict, track_memory: bool = True) -> dict:
     if tracker is not None:
         tracker.__enter__()
     try:
-        losses = torch_train_steps(ctx, cfg, model, opt)
+        # tracked: torch's own 16-bit kernels, as `torch_memory.memtracker_job` (runtime.matmul16.native)
+        with matmul16.native() if tracker is not None else nullcontext():
+            losses = torch_train_steps(ctx, cfg, model, opt)
     finally:
         if tracker is not None:
             tracker.__exit__(None, None, None)

@@ -26,6 +26,7 @@ import collections
 from dataclasses import replace
 
 from ..kinds import EventKind
+from ..runtime import matmul16
 from ..runtime.cuda import cuda_memory
 from ..train.config import config_from_dict
 from ..train.runner import build_run, train_step, train_steps
@@ -75,7 +76,9 @@ def memtracker_job(ctx, cfg: dict, timeline: str = "full") -> dict:
     """One training step of `cfg` (build included) inside torch's MemTracker, on every rank."""
     cfg = replace(config_from_dict(cfg), timeline=timeline)  # the ledger checks the mode
     mt = itemizing_mem_tracker()()
-    with mt:
+    # torch's own 16-bit kernels: the tracker sees every allocation, and an emulated product's fp32
+    # copies are this CPU's, not the lesson's (`runtime.matmul16.native`)
+    with mt, matmul16.native():
         run = build_run(ctx, cfg)
         mt.ledger = run.ledger
         train_step(run, 0)

@@ -187,7 +187,7 @@ def compute(dtype: str | None = None):
     16-bit dtype is emulated), and when already inside on this thread. Autograd carries the mode
     into backward when `backward()` is called inside."""
     global _MODE_CLASS
-    if getattr(_ACTIVE, "on", False):
+    if getattr(_ACTIVE, "on", False) or getattr(_ACTIVE, "native", False):
         yield
         return
     wanted = DTYPES if dtype is None else (dtype,) if dtype in DTYPES else ()
@@ -202,3 +202,17 @@ def compute(dtype: str | None = None):
             yield
     finally:
         _ACTIVE.on = False
+
+
+@contextmanager
+def native():
+    """Inside, on this thread: torch's own 16-bit kernels, whatever `decision()` says (`compute`
+    adds nothing). For what torch's memory trackers measure: an emulated product allocates fp32
+    copies of its operands and of its result for the length of one call, which no native kernel
+    (and no GPU) allocates, and a tracker would count them beside the lesson's bytes."""
+    before = getattr(_ACTIVE, "native", False)
+    _ACTIVE.native = True
+    try:
+        yield
+    finally:
+        _ACTIVE.native = before

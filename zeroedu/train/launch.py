@@ -122,7 +122,9 @@ def run(cfg: RunConfig | ResolvedConfig, *, pool: cluster.Pool | None = None, on
         cfg = replace(cfg, stream=True)
     report = assemble(cfg, _ranks(cfg, pool, on_event, warm, timeout))
     if calibration is not None:
-        predict_time(report, [RankReport.from_plain({k: v for k, v in r.items() if k != "backend"}) for r in calibration])
+        run_level = ("backend", "matmul16")  # what `assemble` takes off a rank's result for the run
+        predict_time(report, [RankReport.from_plain({k: v for k, v in r.items() if k not in run_level})
+                              for r in calibration])
     return report
 
 
