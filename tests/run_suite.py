@@ -159,9 +159,10 @@ KERNELS = "kernels"
 
 
 def kernels_tmp() -> str:
-    """The notebook stage's kernels' temporary folder. nbval ends each notebook's kernel at once
-    (`shutdown_kernel(now=True)`, a SIGKILL), so nothing in the kernel can remove what it made
-    there (multiprocessing's `pymp-*` socket folder, one per notebook); the suite removes it."""
+    """The temporary folder of the notebook stages' kernels. nbval ends each notebook's kernel at
+    once (`shutdown_kernel(now=True)`, a SIGKILL), and the browser stage's JupyterLab ends its
+    kernels with the server, so nothing in a kernel can remove what it made there
+    (multiprocessing's `pymp-*` socket folder, a warm pool's rank logs); the suite removes it."""
     path = os.path.join(tempfile.gettempdir(), KERNELS)
     os.makedirs(path, exist_ok=True)
     return path
@@ -196,7 +197,7 @@ def _rest(tests: Stage, serial: bool, extra: list[str], snap: str, results: list
         print("== chromium's install failed: the browser stage will say what is missing", flush=True)
     if browser:
         Stage("browser", [py, "-m", "pytest", "-q", "-m", "browser", *basetemp("browser"), "tests", *extra],
-              env={"IPYTHONDIR": dirs["replay"]}).wait(results)
+              env={"IPYTHONDIR": dirs["replay"], "TMPDIR": kernels_tmp()}).wait(results)
     c = notebook_runs.counts(shared)
     print(f"\nruns shared between the notebook stages: {c['recorded']} recorded by nbval "
           f"({c['reused']} asked again there), "

@@ -459,7 +459,8 @@ class RunReport:
     reference_losses: list[float]
     match: Match
     # one process training in the run's 16-bit recipe (torch alone): the measured yardstick of the
-    # recipe's drift from fp32 that `match.losses` allows (`recipes.loss_bound`); None in fp32
+    # recipe's drift from fp32 that `match.losses` allows (`recipes.loss_bound`); trained only when
+    # a step's loss lies beyond the flat tolerance (None otherwise, and in fp32)
     recipe_losses: list[float] | None = None
     params: list | None = None  # rank 0's full parameters (return_params)
     reference_params: list | None = None  # single-process training's
