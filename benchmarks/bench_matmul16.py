@@ -86,7 +86,9 @@ def main(argv=None):
     for label, env in ROWS:
         cmd = [sys.executable, os.path.abspath(__file__), "--child", "--model", a.model, "--rounds", str(a.rounds),
                "--steps", str(a.steps), "--batch", str(a.batch)]
-        out = subprocess.run(cmd, env={**os.environ, "OMP_NUM_THREADS": "1", **env}, capture_output=True,
+        # each row's settings alone: none of them inherited from the caller's environment
+        base = {k: v for k, v in os.environ.items() if k not in ("ZEROEDU_MATMUL16", *SLOW_CPU)}
+        out = subprocess.run(cmd, env={**base, "OMP_NUM_THREADS": "1", **env}, capture_output=True,
                              text=True, check=True)
         r = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append({"label": label, "env": env, **r})

@@ -177,6 +177,7 @@ def test_matmul16(bench):
     load, out = bench
     rows = load("bench_matmul16").main(["--model", "gpt-tiny", "--quick", "--steps", "1", "--batch", "4"])
     assert [r["matmul16"]["bf16"] for r in rows[1:]] == ["native", "emulated"]
+    assert rows[0]["matmul16"]["forced"] is False  # the probe decides, whatever the caller's environment
     assert all(r["fp32"] > 0 and r["mixed-bf16"] > 0 and r["ratio"] > 0 for r in rows)
     assert rows[1]["matmul16"]["onednn_bf16"] is False  # the recipe takes oneDNN's bf16 away
     data = json.load(open(out / "matmul16.json"))
