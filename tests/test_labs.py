@@ -468,6 +468,33 @@ def test_a_key_for_one_variant_loses_points_as_another(tmp_path, capsys):
     assert any("predicted step_bytes = " in m for m in _messages(other, "predict")), str(other)
 
 
+@pytest.mark.fast
+def test_a_prediction_that_is_not_a_finite_number_is_a_graded_mistake(tmp_path):
+    """`1e999` reads as inf: refused with the reason (a graded mistake), never a checker error."""
+    from zeroedu.labs import variants
+
+    for lab, key in ((7, "buckets"), (8, "peak_gathered")):
+        p = tmp_path / LABS[lab].file
+        good = variants.read_prediction(_mutant(tmp_path, lab, "return {", "return {"), lab)[0]
+        p.write_text(_key_text(lab).replace(f'"{key}": {good[key]}', f'"{key}": 1e999'))
+        got, why = variants.read_prediction(p, lab)
+        assert got is None and f"predicted()'s {key} is inf" in why and "finite" in why
+
+
+def test_predict_is_graded_against_the_closed_form_not_the_students_own_run(tmp_path):
+    """A lab 8 that never prefetches holds one unit gathered at a time (1,680 bytes at most for the
+    default MLP at N = 4) where the closed form, with prefetch, says 2,720: "predicting" its own
+    run's peak loses `predict` as well as `prefetch`, and the diagnosis does not give 2,720 away."""
+    p = _mutant(tmp_path, 8, "        unshard(fsdp.units[j], async_op=True)  # one ahead: two units gathered at most",
+                "        pass")
+    p.write_text(p.read_text().replace('"peak_gathered": 2720', '"peak_gathered": 1680'))
+    res = checks.check(8, p, quiet=True)
+    assert {"predict", "prefetch"} <= {t for t, r in res.tests.items() if not r.passed}, str(res)
+    msg = _messages(res, "predict")
+    assert any("predicted peak_gathered = 1680" in m and "closed forms" in m for m in msg), msg
+    assert not any("2720" in m for m in msg)
+
+
 def variants_n(student: str) -> int:
     from zeroedu.labs import variants
 

@@ -107,7 +107,7 @@ LABS: dict[int, Lab] = {lab.number: lab for lab in [
          Test("order", "buckets launched in bucket order, each once", 4),
          Test("overlap", "every bucket's all-reduce starts during backward and hides behind it", 6),
          Test("waited", "every all-reduce seen finished before the optimizer reads the gradients", 4),
-         Test("predict", "predicted(): bytes per step and buckets, by hand, == what the first case measured", 3)),
+         Test("predict", "predicted(): bytes per step and buckets, by hand, == the closed forms for the first case", 3)),
         ("post_accumulate", "launch_ready", "all_reduce_bucket", "finish")),
     Lab(8, "lab8_fsdp2_prefetch.py", "FSDP2 with prefetch",
         "write FSDP2's per-parameter shard rows, unshard and reshard, the backward prefetch of the "
@@ -120,8 +120,8 @@ LABS: dict[int, Lab] = {lab.number: lab for lab in [
          Test("prefetch", "on the timeline, the previous unit's all-gather and this unit's reduce-scatter overlap "
                           "backward's compute", 6),
          Test("no_early_free", "no full gradient dropped before its reduce-scatter was seen finished", 4),
-         Test("predict", "predicted(): bytes per step and the gathered peak, by hand, == what the first case "
-                         "measured", 3)),
+         Test("predict", "predicted(): bytes per step and the gathered peak, by hand, == the closed forms for "
+                         "the first case", 3)),
         ("shard_rows", "unshard", "reshard", "pre_backward", "post_backward", "finish_reduce")),
 ]}
 

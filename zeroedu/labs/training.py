@@ -44,7 +44,7 @@ from .grading import Case, Diagnosis, LabResult
 from .registry import LABS
 from .scaffolds import DDPBucketedLab, FSDP2Lab, FSDPLab, WatchingComm, ZeRO2Lab
 from .student import run_cases
-from .variants import PREDICTED, Variant, read_prediction
+from .variants import PREDICTED, Variant, closed_form, read_prediction
 
 STRATEGY = {5: "zero2", 6: "fsdp1", 7: "ddp_bucketed", 8: "fsdp2"}
 SCAFFOLD = {5: ZeRO2Lab, 6: FSDPLab, 7: DDPBucketedLab, 8: FSDP2Lab}
@@ -437,8 +437,7 @@ def grade_ddp(res: LabResult, case: Case, results: list[dict]) -> None:
     res.record(case, "overlap", overlap[:3])
     res.record(case, "order", v["order"])
     res.record(case, "waited", v["waited"])
-    _grade_prediction(res, case, {"step_bytes": sum(results[0]["per_step"][0].values(), Fraction(0)),
-                                  "buckets": len(results[0]["buckets"])})
+    _grade_prediction(res, case)
 
 
 def _gathered_bound(shapes, n: int, itemsize: int) -> tuple[int, list[int]]:
@@ -563,14 +562,14 @@ def grade_fsdp2(res: LabResult, case: Case, results: list[dict]) -> None:
     res.record(case, "memory", memory + v["waited"])
     res.record(case, "prefetch", prefetch + v["lifecycle"])
     res.record(case, "no_early_free", v["no_early_free"])
-    gathered = [e.bytes["gathered"] for e in results[0]["timeline"].events if e.step >= 0 and e.bytes is not None]
-    _grade_prediction(res, case, {"step_bytes": sum(results[0]["per_step"][0].values(), Fraction(0)),
-                                  "peak_gathered": max(gathered, default=0)})
+    _grade_prediction(res, case)
 
 
-def _grade_prediction(res: LabResult, case: Case, measured: dict) -> None:
-    """Labs 7 and 8: the numbers the file's predicted() returns (read from its text) against
-    what the first visible case measured, each to the nearest byte (`variants`)."""
+def _grade_prediction(res: LabResult, case: Case) -> None:
+    """Labs 7 and 8: the numbers the file's predicted() returns (read from its text) against the
+    closed forms for the first visible case (`variants.closed_form`), each to the nearest byte.
+    The student's own run is not the yardstick: a run with the lab's mistake measures the
+    mistake's numbers."""
     if case.id != "visible-1":
         res.record(case, "predict")  # the prediction is about the first visible case only
         return
@@ -579,13 +578,14 @@ def _grade_prediction(res: LabResult, case: Case, measured: dict) -> None:
     if got is None:
         res.record(case, "predict", Diagnosis(why))
         return
+    cfg = config(lab, case.params, case.n)
+    want = closed_form(lab, cfg.model, case.n, cfg.options.get("bucket_bytes"))
     diags = []
     for key in PREDICTED[lab]:
-        m = measured[key]
-        if abs(Fraction(str(got[key])) - Fraction(m)) > Fraction(1, 2):
-            diags.append(Diagnosis(f"predicted {key} = {got[key]:g}, this case measured {float(m):g} (the ledger's "
-                                   f"records on rank 0): work it out for your variant's N, model and bucket size "
-                                   "(`python -m zeroedu.labs variant YOUR_ID`)", rank=0, expected=float(m),
+        if abs(Fraction(got[key]) - Fraction(want[key])) > Fraction(1, 2):
+            diags.append(Diagnosis(f"predicted {key} = {got[key]:g}, which is not what the closed forms give for "
+                                   f"this case (N = {case.n}, the MLP and bucket size of your variant): work it "
+                                   "out by hand (`python -m zeroedu.labs variant YOUR_ID`)", rank=0,
                                    got=float(got[key])))
     res.record(case, "predict", diags)
 

@@ -10,19 +10,22 @@ not a secret (a student prints theirs with `python -m zeroedu.labs variant ID`).
 A correct algorithm is correct on every variant, so the variant-specific deliverable is a
 *prediction*: labs 7 and 8 ask for the variant's numbers worked out by hand before the run
 (`predicted()` in the lab file: bytes each rank sends per step, the number of buckets, the most
-bytes of parameters gathered at once), and the `predict` criterion compares them with what the
-variant's first visible case measured (the ledger's records, the buckets' buffers). The grader
-reads them from the file's text as plain numbers (`read_prediction`) and never calls the
-function, so a prediction cannot compute itself from the run. A file written for variant A,
-graded as variant B, keeps A's numbers and loses those points; the published tree holds no
-numbers for any variant.
+bytes of parameters gathered at once), and the `predict` criterion compares them with the
+closed forms for the variant's first visible case (`closed_form`), never with the student's own
+run: a solution that does not prefetch measures a smaller peak than the variant's, and
+"predicting" its own run would earn points for the mistake. The grader reads the numbers from the
+file's text as plain finite numbers (`read_prediction`) and never calls the function, so a
+prediction cannot compute itself from the run. A file written for variant A, graded as variant
+B, keeps A's numbers and loses those points; the published tree holds no numbers for any
+variant, and a wrong prediction's diagnosis does not print the right one.
 
-`predictions(lab, v)` works the numbers out from the closed forms, for the instructor's key
-(`build --key DIR --student ID`), never for grading.
+`predictions(lab, v)` is the same closed form for variant `v` (the instructor's key:
+`build --key DIR --for ID`).
 """
 from __future__ import annotations
 
 import ast
+import math
 import hashlib
 import random
 from dataclasses import dataclass
@@ -33,6 +36,7 @@ from .. import shard, theory
 from ..models import MLPConfig
 
 PREDICTED = {7: ("step_bytes", "buckets"), 8: ("step_bytes", "peak_gathered")}
+MAX_PREDICTION = 1e15  # bytes or buckets of a lab's MLP are far below; beyond it a float loses whole bytes
 BYTES = 4  # the labs train in fp32
 
 
@@ -82,16 +86,25 @@ def _ddp_bucket_count(model: MLPConfig, cap: int) -> int:
 
 
 def predictions(lab: int, v: Variant) -> dict[str, float]:
-    """The variant's numbers from the closed forms (what the key of variant `v` holds)."""
+    """The variant's numbers from the closed forms (what the key of variant `v` holds, and what
+    the `predict` criterion grades against)."""
+    return closed_form(lab, v.model, v.n, v.bucket_bytes)
+
+
+def closed_form(lab: int, model: MLPConfig, n: int, bucket_bytes: int | None = None) -> dict[str, float]:
+    """Lab 7's or 8's numbers for an MLP on n ranks (lab 7: buckets of `bucket_bytes`), from the
+    closed forms alone: bytes each rank sends per step (`theory.exact_comm`), lab 7's bucket
+    count (greedy, in reverse parameter order), lab 8's most gathered bytes (two neighbouring
+    units' row-padded parameters: the one computing and the one prefetched)."""
     from ..models import unit_shapes
 
-    shapes = unit_shapes(v.model.build())
+    shapes = unit_shapes(model.build())
     if lab == 7:
-        sent = theory.exact_comm("ddp_bucketed", shapes, v.n, recipe="fp32").total()
-        return {"step_bytes": _number(sent), "buckets": _ddp_bucket_count(v.model, v.bucket_bytes)}
+        sent = theory.exact_comm("ddp_bucketed", shapes, n, recipe="fp32").total()
+        return {"step_bytes": _number(sent), "buckets": _ddp_bucket_count(model, bucket_bytes)}
     if lab == 8:
-        sent = theory.exact_comm("fsdp2", shapes, v.n, recipe="fp32").total()
-        per_unit = [sum(v.n * shard.dim0_chunk_rows(s[0], v.n) * shard.numel(s[1:]) for s in u) * BYTES
+        sent = theory.exact_comm("fsdp2", shapes, n, recipe="fp32").total()
+        per_unit = [sum(n * shard.dim0_chunk_rows(s[0], n) * shard.numel(s[1:]) for s in u) * BYTES
                     for u in shapes]
         peak = max((a + b for a, b in zip(per_unit, per_unit[1:])), default=max(per_unit))
         return {"step_bytes": _number(sent), "peak_gathered": peak}
@@ -125,7 +138,12 @@ def read_prediction(path: str | Path, lab: int) -> tuple[dict | None, str]:
     want = PREDICTED[lab]
     if not isinstance(value, dict) or set(value) != set(want) or not all(
             isinstance(value[k], (int, float)) and not isinstance(value[k], bool) for k in want):
-        return None, f"predicted() must return {{{', '.join(repr(k) + ': <number>' for k in want)}}}, got {value!r}"
+        return None, f"predicted() must return {{{', '.join(repr(k) + ': <number>' for k in want)}}}, got {value!r:.200}"
+    # 1e999 reads as inf, which no count of bytes is (and which no exact comparison takes)
+    bad = [k for k in want if not math.isfinite(value[k]) or abs(value[k]) > MAX_PREDICTION]
+    if bad:
+        return None, (f"predicted()'s {bad[0]} is {value[bad[0]]!r:.40}: a prediction is a finite count "
+                      f"(at most {MAX_PREDICTION:.0e})")
     return value, ""
 
 
@@ -142,4 +160,4 @@ def with_prediction(text: str, numbers: dict) -> str:
     return "".join(lines)
 
 
-__all__ = ["PREDICTED", "Variant", "predictions", "read_prediction", "variant", "with_prediction"]
+__all__ = ["PREDICTED", "Variant", "closed_form", "predictions", "read_prediction", "variant", "with_prediction"]
