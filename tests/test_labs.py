@@ -129,7 +129,7 @@ def test_no_solution_in_the_installed_package():
 
 # ------------------------------------------------------------------ key: full points, stubs: none
 def _check_schema(g: dict) -> None:
-    assert set(g) == {"schema", "seed", "hidden", "n", "points", "max_points", "labs"}
+    assert set(g) == {"schema", "seed", "hidden", "n", "student", "course", "points", "max_points", "labs"}
     assert g["schema"] == SCHEMA and g["max_points"] == TOTAL_POINTS == 161
     assert [lab["lab"] for lab in g["labs"]] == list(LABS)
     for lab in g["labs"]:

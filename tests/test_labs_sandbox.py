@@ -194,15 +194,15 @@ def test_signed_grades_verify_and_an_edited_or_forged_one_does_not(tmp_path, cap
     key.write_text("0123456789abcdef0123456789abcdef\n")
     p = _submit(tmp_path / "student", "")
     good, edited, forged = (tmp_path / f"{n}.json" for n in ("good", "edited", "forged"))
-    assert main(["check", "4", "--out", str(good), "--sign", str(key), "--path", str(p)]) == 0
+    assert main(["check", "4", "--out", str(good), "--sign", str(key), "--path", str(p), "--student", "good"]) == 0
     g = json.loads(good.read_text())
-    assert g["points"] == LABS[4].points and len(g["signature"]) == 64
+    assert g["points"] == LABS[4].points and len(g["signature"]) == 64 and g["student"] == "good"
     edited.write_text(good.read_text().replace(f'"points": {g["points"]}', '"points": 0', 1))
     assert json.loads(edited.read_text())["points"] == 0
     forged.write_text(json.dumps({**g, "signature": "0" * 64}))
     capsys.readouterr()
     assert main(["verify", "--key", str(key), str(good)]) == 0
-    assert "verified" in capsys.readouterr().out
+    assert "verified: student 'good', visible cases only" in capsys.readouterr().out
     assert main(["verify", "--key", str(key), str(good), str(edited), str(forged), "--json"]) == 1
     assert json.loads(capsys.readouterr().out) == {str(good): LABS[4].points, str(edited): None, str(forged): None}
     # the key may not sit where the graded submission's ranks can read it
@@ -211,5 +211,50 @@ def test_signed_grades_verify_and_an_edited_or_forged_one_does_not(tmp_path, cap
     import pytest
 
     with pytest.raises(SystemExit) as e:
-        main(["check", "4", "--out", str(good), "--sign", str(inside), "--path", str(p)])
+        main(["check", "4", "--out", str(good), "--sign", str(inside), "--path", str(p), "--student", "good"])
     assert e.value.code == 2 and "outside every submission folder" in capsys.readouterr().err
+
+
+def test_a_signed_grade_is_bound_to_its_student_course_and_cases(tmp_path, capsys):
+    """A byte copy of a classmate's signed grade verifies as the classmate's, not one's own; so
+    do a grade of another course, seed or hidden-case count; a duplicate `points` key (which JSON
+    readers resolve differently) is refused; signing without naming the student is refused."""
+    import pytest
+
+    key = tmp_path / "private" / "labs.key"
+    key.parent.mkdir()
+    key.write_text("0123456789abcdef0123456789abcdef\n")
+    p = _submit(tmp_path / "alice", "")
+    grades = tmp_path / "grades"
+    grades.mkdir()
+    alice = grades / "alice.json"
+    assert main(["check", "4", "--path", str(p), "--hidden", "1", "--seed", "7", "--student", "alice",
+                 "--course", "c27", "--out", str(alice), "--sign", str(key)]) == 0
+    (grades / "bob.json").write_bytes(alice.read_bytes())  # bob hands in alice's file as his own
+    capsys.readouterr()
+    assert main(["verify", "--key", str(key), str(alice), "--course", "c27", "--seed", "7", "--hidden", "1"]) == 0
+    assert "alice.json: 10/10 points, verified: student 'alice', course 'c27', seed 7, 1 hidden" \
+        in capsys.readouterr().out
+    assert main(["verify", "--key", str(key), str(grades / "bob.json"), "--course", "c27"]) == 1
+    assert "NOT VERIFIED: signed for student 'alice', not 'bob'" in capsys.readouterr().out
+    for extra, why in ((["--course", "c28"], "signed for course 'c27', not 'c28'"),
+                       (["--course", "c27", "--seed", "8"], "graded with seed 7, not 8"),
+                       (["--course", "c27", "--hidden", "3"], "graded with 1 hidden cases per lab, not 3"),
+                       (["--course", "c27", "--student", "bob"], "signed for student 'alice', not 'bob'")):
+        assert main(["verify", "--key", str(key), str(alice), *extra]) == 1
+        assert why in capsys.readouterr().out
+    roster = tmp_path / "roster.txt"
+    roster.write_text("alice\ncarol\n")
+    assert main(["verify", "--key", str(key), str(alice), "--roster", str(roster), "--course", "c27"]) == 0
+    roster.write_text("carol\n")
+    assert main(["verify", "--key", str(key), str(alice), "--roster", str(roster), "--course", "c27"]) == 1
+    assert "'alice' (the file's name) is not on the roster" in capsys.readouterr().out
+    # the signed text with a second "points" key in front: json keeps the last (the signed one),
+    # another reader may take the first
+    text = alice.read_text()
+    alice.write_text(text.replace('{\n', '{\n  "points": 0,\n', 1))
+    assert main(["verify", "--key", str(key), str(alice), "--course", "c27"]) == 1
+    assert "the key 'points' appears twice" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["check", "4", "--path", str(p), "--out", str(alice), "--sign", str(key)])
+    assert e.value.code == 2 and "give --student ID" in capsys.readouterr().err

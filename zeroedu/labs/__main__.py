@@ -8,12 +8,16 @@
     publish DIR                                 what to hand a class: DIR/labs/student (the
                                                 skeletons) and DIR/labs/README.md, no source, no key
     check LAB|all [--path FILE | --dir DIR] [--hidden [K]] [--seed S] [--n N] [--student ID
-                  [--course C]] [--json | --out FILE [--sign KEYFILE]]
+                  [--course C]] [--json | --out FILE [--sign KEYFILE (with --student)]]
                                                 grade on real ranks; --student: the visible cases of
                                                 labs 5-8 are ID's variant; --json prints the grade for
                                                 an autograder (schema in zeroedu.labs.grading), --out
                                                 writes it to FILE, signed with --sign
-    verify --key KEYFILE FILE... [--json]       the points of each signed grade file, or NOT VERIFIED
+    verify --key KEYFILE FILE... [--student ID | --roster FILE] [--course C] [--seed S] [--hidden K] [--json]
+                                                the points of each signed grade file, or NOT VERIFIED:
+                                                edited, unsigned, or not the expected student's
+                                                (default: the file's name, ID.json), course, seed or
+                                                hidden-case count
     class DIR --csv FILE [--labs 1,7] [--hidden [K]] [--seed S] [--n N] [--variants [--course C]]
                                                 grade every student folder of DIR on the same cases
                                                 (--variants: each on the variant of its folder's name);
@@ -39,7 +43,7 @@ import sys
 import tempfile
 
 from . import checks, generate, signing, variants
-from .grading import to_json
+from .grading import safe_text, to_json
 from .registry import LABS, TOTAL_POINTS
 
 
@@ -106,28 +110,69 @@ def _parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="check the signatures of grade files written with --sign")
     v.add_argument("--key", required=True, metavar="KEYFILE", help="the key the grades were signed with")
     v.add_argument("files", nargs="+", metavar="FILE")
+    who = v.add_mutually_exclusive_group()
+    who.add_argument("--student", default=None, metavar="ID",
+                     help="the student every FILE must be signed for (default: each file's name, ID.json)")
+    who.add_argument("--roster", default=None, metavar="FILE",
+                     help="the class's ids, one per line: each grade file's name (ID.json) must be one of "
+                          "them and the grade signed for it")
+    v.add_argument("--course", default="", help="the course the grades must be signed for (default none)")
+    v.add_argument("--seed", type=int, default=None, help="the seed the hidden cases must have been drawn with")
+    v.add_argument("--hidden", type=int, default=None, metavar="K", help="the hidden cases per lab the grades must have run")
     v.add_argument("--json", action="store_true", help="one JSON object: file -> points, or null if not verified")
     return p
 
 
-def _verify(key_file: str, files: list[str], as_json: bool) -> int:
-    """Each file's points when its signature holds; exit 1 if any does not."""
-    key = signing.read_key(key_file)
+def _roster(path: str) -> set[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            ids = {ln.strip() for ln in f.read(1 << 20).splitlines()}
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"--roster {path}: unreadable ({type(e).__name__})") from None
+    ids = {i for i in ids if i and not i.startswith("#")}
+    if not ids:
+        raise ValueError(f"--roster {path} names no student (one id per line)")
+    return ids
+
+
+def _verify(args) -> int:
+    """Each file's points when its signature holds and it is the expected student's grade on the
+    expected cases; exit 1 if any is not."""
+    key = signing.read_key(args.key)
+    roster = _roster(args.roster) if args.roster else None
     rows = {}
-    for f in files:
+    for f in args.files:
+        stem = os.path.basename(f)[:-5] if f.endswith(".json") else os.path.basename(f)
         try:
             with open(f, encoding="utf-8") as fh:
-                g = json.loads(fh.read(16 << 20))
+                g = signing.load(fh.read(16 << 20))
+        except signing.DuplicateKey as e:
+            g, why = None, f"NOT VERIFIED: {e} (a grade file holds each key once)"
         except (OSError, ValueError) as e:
             g, why = None, f"unreadable ({type(e).__name__})"
         else:
-            why = None if signing.verified(g, key) else "NOT VERIFIED: edited, or not signed with this key"
+            if not signing.verified(g, key):
+                why = "NOT VERIFIED: edited, or not signed with this key"
+            elif roster is not None and stem not in roster:
+                why = f"NOT VERIFIED: {stem!r} (the file's name) is not on the roster"
+            else:
+                bad = signing.binding_error(g, student=args.student if args.student is not None else stem,
+                                            course=args.course, seed=args.seed, hidden=args.hidden)
+                why = f"NOT VERIFIED: {safe_text(bad)}" if bad else None
         rows[f] = (g, why)
-    if as_json:
+    if args.json:
         print(json.dumps({f: (None if why else g["points"]) for f, (g, why) in rows.items()}, indent=2))
     else:
         for f, (g, why) in rows.items():
-            print(f"{f}: {why}" if why else f"{f}: {g['points']:g}/{g['max_points']} points, verified")
+            name = safe_text(f)
+            if why:
+                print(f"{name}: {why}")
+                continue
+            cases = (f"seed {g['seed']}, {g['hidden']} hidden cases per lab" if g.get("hidden")
+                     else "visible cases only")
+            print(f"{name}: {g['points']:g}/{g['max_points']} points, verified: student "
+                  f"{g['student']!r}" + (f", course {g['course']!r}" if g.get("course") else "")
+                  + f", {cases}")
     return 1 if any(why for _, why in rows.values()) else 0
 
 
@@ -270,7 +315,7 @@ def main(argv=None) -> int:
         return _list(args.json)
     if args.cmd == "verify":
         try:
-            return _verify(args.key, args.files, args.json)
+            return _verify(args)
         except ValueError as e:
             p.error(str(e))
     if args.cmd == "publish":
@@ -317,6 +362,9 @@ def main(argv=None) -> int:
         seed = args.seed if args.seed is not None or not args.hidden else checks.new_seed()
         if args.sign and not args.out:
             raise ValueError("--sign signs the grade file: give --out FILE too")
+        if args.sign and not args.student:
+            raise ValueError("--sign binds the grade to its student: give --student ID too (verify expects the "
+                             "file to be named ID.json, or --student ID)")
         key = _sign_key(args.sign, args.path, args.dir) if args.sign else None
         if args.out:
             _check_out(args.out)  # before grading: a grade is never lost to its output path

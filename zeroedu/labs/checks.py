@@ -279,7 +279,7 @@ def grade(labs=None, *, path: str | Path | None = None, directory: str | Path | 
         # Fresh ranks for the next lab: nothing one lab's file did to a rank process (a patched
         # function, a leaked thread) reaches the next lab's run.
         cluster.shutdown_pools()
-    return grade_dict(results, seed=seed, hidden=hidden, n=n)
+    return grade_dict(results, seed=seed, hidden=hidden, n=n, student=student, course=course)
 
 
 __all__ = ["DEFAULT_HIDDEN", "DEFAULT_N", "LABS", "TIMEOUT", "cases_for", "check", "check_all", "grade",

@@ -8,6 +8,7 @@ the criterion holds on that case). A test earns its points when it holds on ever
 JSON schema (``SCHEMA``; stable, new keys may be added, none removed or renamed)::
 
     {"schema": "zeroedu-labs-grade/1", "seed": int|null, "hidden": int, "n": int,
+     "student": str|null, "course": str,
      "points": float, "max_points": int,
      "labs": [{"lab": int, "name": str, "title": str, "path": str,
                "status": "passed"|"failed"|"not_implemented"|"missing"|"error",
@@ -19,6 +20,10 @@ JSON schema (``SCHEMA``; stable, new keys may be added, none removed or renamed)
                                                     "element": int|[int, ...]|null,
                                                     "expected": float|null, "got": float|null}]}]}],
                "messages": [str]}]}
+
+``student`` is the id the grade was made for (``check --student``: labs 5-8 ran that student's
+variant), ``course`` the course name the variant was drawn with; a signed grade is bound to both
+(`signing`).
 
 ``status`` is ``not_implemented`` when a case stopped at a ``NotImplementedError`` of the
 skeleton, ``missing`` when there is no file, ``error`` when the file does not load (syntax
@@ -36,6 +41,13 @@ SCHEMA = "zeroedu-labs-grade/1"
 
 
 MAX_MESSAGE = 2000  # characters of feedback per diagnosis
+
+
+def safe_text(text: str) -> str:
+    """`text` for a console line: control characters (a newline that would forge the next
+    line, an escape sequence that would move the cursor) written as escapes."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] if c in "\n\r\t" else f"\\x{ord(c):02x}"
+                   if ord(c) < 256 else f"\\u{ord(c):04x}" for c in str(text))
 
 
 def cap_message(text: str, limit: int = MAX_MESSAGE) -> str:
@@ -232,11 +244,12 @@ class LabResult:
     __repr__ = __str__
 
 
-def grade_dict(results: list[LabResult], *, seed: int | None, hidden: int, n: int) -> dict[str, Any]:
+def grade_dict(results: list[LabResult], *, seed: int | None, hidden: int, n: int, student: str | None = None,
+               course: str = "") -> dict[str, Any]:
     """The whole grade (see the module docstring for the schema). `max_points` is the total of
     every lab graded (all labs: `registry.TOTAL_POINTS`)."""
     labs = [r.as_dict() for r in results]
-    return {"schema": SCHEMA, "seed": seed, "hidden": hidden, "n": n,
+    return {"schema": SCHEMA, "seed": seed, "hidden": hidden, "n": n, "student": student, "course": course,
             "points": sum(r.points for r in results), "max_points": sum(r.max_points for r in results),
             "labs": labs}
 
@@ -245,5 +258,5 @@ def to_json(grade: dict) -> str:
     return json.dumps(grade, indent=2, ensure_ascii=False, default=float)
 
 
-__all__ = ["SCHEMA", "Case", "CaseResult", "Diagnosis", "LabResult", "TestResult", "TOTAL_POINTS",
+__all__ = ["SCHEMA", "safe_text", "Case", "CaseResult", "Diagnosis", "LabResult", "TestResult", "TOTAL_POINTS",
            "grade_dict", "to_json"]
