@@ -42,7 +42,9 @@ import os
 import sys
 import tempfile
 
-from . import checks, generate, signing, variants
+from pathlib import Path
+
+from . import checks, classroom, generate, signing, variants
 from .grading import safe_text, to_json
 from .registry import LABS, TOTAL_POINTS
 
@@ -191,7 +193,7 @@ def _class(p, args) -> int:
         p.error(str(e))
     seed = args.seed if args.seed is not None or not args.hidden else checks.new_seed()
     grades = classroom.grade_class(args.dir, labs, hidden=args.hidden, seed=seed, n=args.n,
-                                   variants=args.variants, course=args.course, progress=lambda who: print(f"grading {who} ...", file=sys.stderr, flush=True))
+                                   variants=args.variants, course=args.course, progress=lambda who: print(f"grading {safe_text(who)} ...", file=sys.stderr, flush=True))
     _write_out(args.csv, classroom.to_csv(grades))
     print(classroom.summary(grades))
     print(f"wrote {args.csv} ({len(grades)} students" + (f"; hidden cases: {args.hidden}, seed {seed}" if args.hidden else "")
@@ -216,13 +218,13 @@ def _report(p, args) -> int:
         if os.path.commonpath([root, os.path.realpath(args.out)]) == root:
             raise ValueError(f"--out {args.out} lies inside {args.dir}: write the reports outside the submissions")
         written = report.collect(args.dir, args.out, quick=args.quick,
-                                 progress=lambda who: print(f"measuring {who} ...", file=sys.stderr, flush=True))
+                                 progress=lambda who: print(f"measuring {safe_text(who)} ...", file=sys.stderr, flush=True))
     except ValueError as e:
         p.error(str(e))
     finally:
         cluster.shutdown_pools()
     for path in written:
-        print(f"wrote {path}")
+        print(f"wrote {safe_text(path)}")
     return 0
 
 
@@ -243,7 +245,6 @@ def _variant(p, args) -> int:
 
 def _key_for(key_dir: str, student: str, course: str) -> list:
     """Rewrite the key's predicted() of labs 7 and 8 with student's variant's numbers."""
-    from pathlib import Path
 
     v = variants.variant(student, course)
     out = []
@@ -368,17 +369,20 @@ def main(argv=None) -> int:
         key = _sign_key(args.sign, args.path, args.dir) if args.sign else None
         if args.out:
             _check_out(args.out)  # before grading: a grade is never lost to its output path
+        # --dir: a student's folder, in the published layout (labs/student/) or with the files at
+        # its top; every folder from it down to a lab file is checked for links (`paths`)
+        directory = classroom._lab_dir(Path(args.dir)) if args.dir else None
         if args.json or args.out:
-            grade = checks.grade(labs, path=args.path, directory=args.dir, n=args.n, hidden=args.hidden, seed=seed,
-                                 student=args.student, course=args.course)
+            grade = checks.grade(labs, path=args.path, directory=directory, n=args.n, hidden=args.hidden, seed=seed,
+                                 student=args.student, course=args.course, root=args.dir)
             if args.out:
                 _write_out(args.out, to_json(signing.sign(grade, key) if key else grade) + "\n")
                 print(f"wrote {args.out}: {grade['points']:g}/{grade['max_points']} points")
             else:
                 print(to_json(grade))
             return 0
-        results = [checks.check(k, args.path, n=args.n, hidden=args.hidden, seed=seed, directory=args.dir,
-                                student=args.student, course=args.course) for k in labs]
+        results = [checks.check(k, args.path, n=args.n, hidden=args.hidden, seed=seed, directory=directory,
+                                student=args.student, course=args.course, root=args.dir) for k in labs]
     except ValueError as e:
         p.error(str(e))
     finally:

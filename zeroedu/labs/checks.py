@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..runtime import cluster, strays
 from ..runtime.rank import Limits
-from . import basic, guard, training, variants
+from . import basic, guard, paths, training, variants
 from .generate import repo_labs
 from .grading import Case, Diagnosis, LabResult, grade_dict
 from .registry import LABS, get_lab  # noqa: F401 (get_lab: re-exported)
@@ -192,11 +192,15 @@ def _readable(lab: int, p: Path) -> tuple[str | None, str]:
         return (f"your file is {st.st_size:,} bytes; a lab file is at most {MAX_SUBMISSION_BYTES:,} "
                 "(the skeleton is under 6 kB)"), "error"
     try:
-        with open(p, "rb") as f:
+        # never through a link swapped in since the check (O_NOFOLLOW)
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd, "rb") as f:
             raw = f.read(MAX_SUBMISSION_BYTES + 1)  # the file may have grown since stat
         if len(raw) > MAX_SUBMISSION_BYTES:
             return f"your file is over {MAX_SUBMISSION_BYTES:,} bytes", "error"
         text = raw.decode("utf-8")
+    except OSError as e:
+        return f"cannot read {p}: {e.strerror}", "error"
     except UnicodeDecodeError as e:
         return (f"your file is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): "
                 "save it as UTF-8"), "error"
@@ -211,8 +215,12 @@ def _readable(lab: int, p: Path) -> tuple[str | None, str]:
 # ------------------------------------------------------------------ public API
 def check(lab, path: str | Path | None = None, *, n: int = DEFAULT_N, hidden: int = 0, seed: int | None = None,
           directory: str | Path | None = None, quiet: bool = False, student: str | None = None,
-          course: str = "") -> LabResult:
+          course: str = "", root: str | Path | None = None) -> LabResult:
     """Grade lab `lab` (1-8) in `path` (default: `lab_path(lab, directory)`); print unless `quiet`.
+
+    The file, and every folder from `root` (a class's student folder, itself included), else
+    `directory`, else the file's own folder, down to it, must not be a link, nor resolve outside
+    it (`paths.link_refusal`): a refused file scores 0 with one line naming the link.
 
     `hidden` randomized cases per lab are added (drawn from `seed`; a fresh seed when None).
     `student`: the training labs' visible cases are that student's variant (`variants`, with
@@ -232,10 +240,14 @@ def check(lab, path: str | Path | None = None, *, n: int = DEFAULT_N, hidden: in
         res.add_case(c)
     if variant is not None and info.number in training.GRADE:
         res.notes.append(f"visible cases: the {variant.describe()}")
-    if p.is_dir():
+    if root is not None:
+        linked = paths.link_refusal(root, p, root_too=True)
+    else:
+        linked = paths.link_refusal(directory if directory is not None else p.parent, p)
+    if linked is None and p.is_dir():
         raise ValueError(f"{p} is a folder: --path names one lab's file (e.g. labs/student/{info.file}); "
                          "for a folder of labs use --dir")
-    problem, status = _readable(info.number, p)
+    problem, status = (linked, "error") if linked is not None else _readable(info.number, p)
     if problem is not None:
         res.fail_all(problem, status)
     else:
@@ -265,7 +277,8 @@ def check_all(directory: str | Path | None = None, *, n: int = DEFAULT_N, hidden
 
 
 def grade(labs=None, *, path: str | Path | None = None, directory: str | Path | None = None, n: int = DEFAULT_N,
-          hidden: int = 0, seed: int | None = None, student: str | None = None, course: str = "") -> dict:
+          hidden: int = 0, seed: int | None = None, student: str | None = None, course: str = "",
+          root: str | Path | None = None) -> dict:
     """The machine-readable grade (`grading.SCHEMA`) of `labs` (default all)."""
     if hidden and seed is None:
         seed = new_seed()
@@ -275,7 +288,7 @@ def grade(labs=None, *, path: str | Path | None = None, directory: str | Path | 
     results = []
     for k in labs:
         results.append(check(k, path, n=n, hidden=hidden, seed=seed, directory=directory, quiet=True,
-                             student=student, course=course))
+                             student=student, course=course, root=root))
         # Fresh ranks for the next lab: nothing one lab's file did to a rank process (a patched
         # function, a leaked thread) reaches the next lab's run.
         cluster.shutdown_pools()

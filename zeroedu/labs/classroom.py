@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import checks
+from .grading import safe_text
 from .registry import LABS
 
 
@@ -36,9 +37,11 @@ class StudentGrade:
 
 
 def _lab_dir(folder: Path) -> Path:
-    """Where a student's lab files are: the published layout (labs/student/) or the folder itself."""
+    """Where a student's lab files are: the published layout (labs/student/) or the folder itself.
+    A `labs` that is a link counts as the published layout, so the check refuses it by name
+    (`paths.link_refusal`) rather than grading the files beside it."""
     nested = folder / "labs" / "student"
-    return nested if nested.is_dir() else folder
+    return nested if nested.is_dir() or (folder / "labs").is_symlink() or nested.is_symlink() else folder
 
 
 def students(directory: str | Path) -> list[Path]:
@@ -46,6 +49,7 @@ def students(directory: str | Path) -> list[Path]:
     d = Path(directory)
     if not d.is_dir():
         raise ValueError(f"{d} is not a folder: a class folder holds one sub-folder per student")
+    # a link to a folder is listed (and refused by name when graded), never silently graded as its target
     found = sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith("."))
     if not found:
         raise ValueError(f"{d} holds no student folder (one sub-folder per student, named for the student)")
@@ -64,7 +68,7 @@ def grade_class(directory: str | Path, labs=None, *, hidden: int = 0, seed: int 
         if progress is not None:
             progress(folder.name)
         g = checks.grade(labs, directory=_lab_dir(folder), n=n, hidden=hidden, seed=seed,
-                         student=folder.name if variants else None, course=course)
+                         student=folder.name if variants else None, course=course, root=folder)
         out.append(StudentGrade(folder.name, str(folder), g))
     return out
 
@@ -101,25 +105,38 @@ def table(grades: list[StudentGrade]) -> tuple[list[str], list[list]]:
     return header, rows
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+
+
+def cell(value):
+    """A grade-book cell as data: text a spreadsheet would read as a formula (a folder named
+    `=HYPERLINK(...)` or `@SUM(...)`) gets a leading apostrophe, which spreadsheets show as text
+    (OWASP's CSV-injection advice); numbers stay numbers."""
+    if isinstance(value, str) and value.lstrip(" ").startswith(FORMULA_START):
+        return "'" + value
+    return value
+
+
 def to_csv(grades: list[StudentGrade]) -> str:
     header, rows = table(grades)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(header)
-    w.writerows(rows)
+    w.writerow([cell(h) for h in header])
+    w.writerows([[cell(v) for v in row] for row in rows])
     return buf.getvalue()
 
 
 def summary(grades: list[StudentGrade]) -> str:
     """One line per student: points of max, and the labs not fully passed."""
     lines = []
-    width = max((len(g.student) for g in grades), default=7)
-    for g in grades:
+    names = [safe_text(g.student) for g in grades]  # a newline in a folder name cannot forge a line
+    width = max((len(s) for s in names), default=7)
+    for g, name in zip(grades, names):
         short = [f"lab {lab['lab']} {_num(lab['points'])}/{_num(lab['max_points'])}" for lab in g.grade["labs"]
                  if lab["points"] < lab["max_points"]]
-        lines.append(f"{g.student:<{width}}  {_num(g.points):>3}/{_num(g.grade['max_points'])}"
+        lines.append(f"{name:<{width}}  {_num(g.points):>3}/{_num(g.grade['max_points'])}"
                      + (f"  ({', '.join(short)})" if short else "  (every lab passed)"))
     return "\n".join(lines)
 
 
-__all__ = ["StudentGrade", "grade_class", "students", "summary", "table", "to_csv", "LABS"]
+__all__ = ["StudentGrade", "cell", "grade_class", "students", "summary", "table", "to_csv", "LABS"]

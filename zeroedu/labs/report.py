@@ -19,9 +19,19 @@ for the student's reasoning, which the instructor marks. The student writes `rep
 student's own numbers are never trusted) and writes one Markdown report per student: the
 measured tables, the student's sections in the template's order, and the rubric with a blank
 score per item, so the instructor marks reasoning, not formatting.
+
+The collected report is the instructor's document, so what the student controls is data in it,
+never markup: each section of their text sits in a fenced block longer than any run of backticks
+in it (so `<script>`, a forged rubric table or an unclosed `<!--` is shown as text, and cannot
+hide what follows), capped at `MAX_SECTION` characters (the report read is capped at
+`MAX_REPORT` bytes); the messages of runs that failed (which a submission can raise with any
+text) are fenced the same way; the student's name is escaped. A `report.md` that is a link, or
+whose folders are, is refused by name (`paths`).
 """
 from __future__ import annotations
 
+import os
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +40,8 @@ from ..kinds import EventKind
 from ..runtime import cluster
 from ..runtime.links import DOMAIN
 from ..theory.timing import ring_steps, ring_time
-from . import checks, training
+from . import checks, paths, training
+from .grading import safe_text
 from .rubric import (REPORT_MODEL, REPORT_N, RUBRIC, RUBRIC_POINTS, SECTIONS, RubricItem, Section, report_parameters,
                      sections, template)
 
@@ -39,6 +50,9 @@ REPORT_STEPS = 6  # the first is a warm-up; the step is the median of the rest
 # 24, 12, 6, 3 and 2 buckets of whole layers (a weight is 64 KiB), then one bucket
 BUCKETS = (64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 1 << 30)
 QUICK_BUCKETS = (64 << 10, 1 << 30)
+MAX_REPORT = 256 * 1024  # bytes of report.md read: the template's answers fit in a few kB
+MAX_SECTION = 20_000  # characters of one section shown
+MAX_PROBLEM = 500  # characters of one failed run's message shown
 
 
 @dataclass(frozen=True)
@@ -83,14 +97,19 @@ def _base() -> dict:
     return {"model": d, "steps": REPORT_STEPS, "global_batch": REPORT_BATCH, "links": "domain"}
 
 
-def measure(directory: str | Path, quick: bool = False) -> Tables:
-    """Time the student's labs 7 and 8 in `directory` (each must pass its check first)."""
+def measure(directory: str | Path, quick: bool = False, root: str | Path | None = None) -> Tables:
+    """Time the student's labs 7 and 8 in `directory` (each must pass its check first; `root`:
+    the student's folder the files must lie in, without links: `checks.check`)."""
     directory = Path(directory)
     problems, buckets, prefetch = [], [], []
     psi_bytes = sum(p.numel() for p in REPORT_MODEL.build().parameters()) * 4
     for lab in (7, 8):
         path = checks.lab_path(lab, directory)
-        res = checks.check(lab, path, quiet=True)
+        res = checks.check(lab, path, quiet=True, directory=directory, root=root)
+        linked = next((m for m in res.messages if m.startswith("refused:")), None)
+        if linked is not None:
+            problems.append(f"lab {lab}: {linked}")
+            continue
         if not res.ok:
             problems.append(f"lab {lab} does not pass its check yet ({res.points:g}/{res.max_points}): "
                             "its table is left out")
@@ -146,18 +165,41 @@ def tables_markdown(t: Tables) -> str:
         out += [f"| {'on' if r.backward_prefetch else 'off'} | {r.step_ms:.1f} | {r.peak_gathered:,} |"
                 for r in t.prefetch]
         out.append("")
-    out += [f"- {p}" for p in t.problems]
+    if t.problems:
+        # a failed run's message is the submission's text: shown as text, one fenced block
+        out += ["Not measured:", "", fenced("\n".join(f"- {_one_line(p, MAX_PROBLEM)}" for p in t.problems))]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _one_line(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters cut)"
+
+
+def fenced(text: str) -> str:
+    """`text` as a fenced block that nothing in it can close (a fence longer than its longest run
+    of backticks): Markdown and HTML inside are shown, not rendered."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}text\n{text}\n{fence}"
+
+
+def _escaped_name(name: str) -> str:
+    """A folder name for a Markdown heading: printable, and no character Markdown or HTML acts on."""
+    return re.sub(r"([\\`*_{}\[\]()#+\-.!|<>&])", r"\\\1", safe_text(name))
 
 
 def render(student: str, t: Tables, text: str) -> str:
     """One student's report: the measured tables, their sections in order, the rubric to mark."""
     body = sections(text)
-    out = [f"# Benchmarking report: {student}", "",
+    out = [f"# Benchmarking report: {_escaped_name(student)}", "",
            f"Measured by the instructor's run of the student's labs 7 and 8 (N = {REPORT_N}, the domain link, "
            f"an MLP of {report_parameters():,} parameters; `zeroedu.labs.report`).", "", tables_markdown(t)]
     for s in SECTIONS:
-        out += [f"## {s.heading}", "", body[s.heading] or "*(not written)*", ""]
+        b = body[s.heading]
+        if len(b) > MAX_SECTION:
+            b = f"{b[:MAX_SECTION]}\n... ({len(b) - MAX_SECTION:,} more characters cut)"
+        out += [f"## {s.heading}", "", fenced(b) if b else "*(not written)*", ""]
     out += ["## Rubric", "", "| section | points | what earns them | score |", "|---|---:|---|---:|"]
     out += [f"| {r.section} | {r.points} | {r.earns} | |" for r in RUBRIC]
     out += [f"| total | {RUBRIC_POINTS} | | |", ""]
@@ -176,13 +218,28 @@ def collect(class_dir: str | Path, out_dir: str | Path, quick: bool = False, pro
         if progress is not None:
             progress(folder.name)
         labs = _lab_dir(folder)
-        text = next((p.read_text(encoding="utf-8", errors="replace") for p in (labs / "report.md", folder / "report.md")
-                     if p.is_file()), "")
+        text, notes = "", []
+        for p in (labs / "report.md", folder / "report.md"):
+            refused = paths.link_refusal(folder, p, root_too=True)
+            if refused is not None:
+                notes.append(refused)
+                break
+            if os.path.lexists(p):
+                try:
+                    text, more = paths.read_text(p, MAX_REPORT)
+                except OSError as e:
+                    notes.append(f"report.md unreadable ({e})")
+                    break
+                if more:
+                    notes.append(f"report.md is over {MAX_REPORT:,} bytes: only its first {MAX_REPORT:,} are read")
+                break
+        tables = measure(labs, quick=quick, root=folder)
+        tables = Tables(tables.buckets, tables.prefetch, tables.problems + tuple(notes))
         dst = out_dir / f"{folder.name}.md"
-        dst.write_text(render(folder.name, measure(labs, quick=quick), text), encoding="utf-8")
+        dst.write_text(render(folder.name, tables, text), encoding="utf-8")
         written.append(dst)
     return written
 
 
 __all__ = ["BUCKETS", "RUBRIC", "RUBRIC_POINTS", "SECTIONS", "BucketRow", "PrefetchRow", "RubricItem", "Section",
-           "Tables", "collect", "measure", "render", "sections", "tables_markdown", "template"]
+           "Tables", "collect", "fenced", "measure", "render", "sections", "tables_markdown", "template"]
