@@ -117,3 +117,85 @@ def test_collect_refuses_a_linked_report_and_caps_a_large_one(tmp_path):
     assert "INSTRUCTOR" not in sly and "is a link" in sly
     assert f"report.md is over {report.MAX_REPORT:,} bytes" in big and len(big) < 2 * report.MAX_SECTION
     assert os.path.getsize(out / "big.md") < report.MAX_REPORT
+
+
+# ------------------------------------------------------------------ criteria that follow the buffers
+def _mutant(tmp_path, lab: int, *edits) -> "os.PathLike":
+    text = _key(lab)
+    for old, new in edits:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    p = tmp_path / LABS[lab].file
+    p.write_text(text)
+    return p
+
+
+def _failed(res) -> set[str]:
+    return {t for t, r in res.tests.items() if not r.passed}
+
+
+def _said(res, text: str) -> bool:
+    return any(text in d.message for tr in res.tests.values() for c in tr.cases for d in c.diagnosis)
+
+
+LAB7_DECOYS = (
+    # during backward: an empty asynchronous reduce-scatter per bucket, kept as its "handle"
+    ("    return ddp.comm.all_reduce(bucket.buffer, ddp.dist.inner, ddp.tag(f\"bucket{bucket.index}\", \"grads\"),\n"
+     "                               async_op=True)",
+     "    import torch\n    e = torch.zeros(0)\n"
+     "    return ddp.comm.reduce_scatter(e, e, ddp.dist.inner, ddp.tag(f\"bucket{bucket.index}\", \"grads\"),\n"
+     "                                   async_op=True)"),
+    # after backward: every bucket all-reduced synchronously, the decoys waited late
+    ("    for k in sorted(ddp.inflight):\n        ddp.inflight.pop(k).wait()",
+     "    for k in sorted(ddp.inflight):\n        ddp.inflight.pop(k).wait()\n    for b in ddp.buckets:\n"
+     "        ddp.comm.all_reduce(b.buffer, ddp.dist.inner, ddp.tag(f\"bucket{b.index}\", \"grads\"))"),
+)
+
+
+def test_lab7_decoy_collectives_buy_nothing(tmp_path):
+    """Buckets all-reduced synchronously after backward, with empty asynchronous reduce-scatters
+    launched during backward to fake the overlap (once 28/28): refused, named."""
+    res = checks.check(7, _mutant(tmp_path, 7, *LAB7_DECOYS), quiet=True)
+    assert res.points <= LABS[7].points // 2 and "overlap" in _failed(res), str(res)
+    assert _said(res, "a reduce_scatter of 0 bytes ((0,)) that is no bucket's all-reduce"), str(res)
+
+
+LAB8_NO_PREFETCH = ("        unshard(fsdp.units[j], async_op=True)  # one ahead: two units gathered at most",
+                    "        pass")
+LAB8_PLAIN_TAGS = ('unit.padded_shard(j), unit.axis,\n                                                unit.tag(unit.name, "params", f"param{j}")',
+                   'unit.padded_shard(j), unit.axis,\n                                                "my gathers"')
+
+
+def test_lab8_without_prefetch_fails_prefetch_whatever_its_tags_say(tmp_path):
+    """No backward prefetch, its all-gathers tagged with a plain string (so no record named a
+    unit and the prefetch check skipped every unit: once 33/33): the records carry the unit whose
+    leaves they wrote, and the missing prefetch is named."""
+    res = checks.check(8, _mutant(tmp_path, 8, LAB8_NO_PREFETCH, LAB8_PLAIN_TAGS), quiet=True)
+    assert "prefetch" in _failed(res) and res.points < LABS[8].points, str(res)
+    assert _said(res, "all-gather for backward started after unit 2's gradients were done"), str(res)
+
+
+# the gathers land in tensors of the file's own, copied into the leaves when waited for
+SCRATCH_LATER = ("class Later:\n    def __init__(self, h, src, dst):\n        self.h, self.src, self.dst = h, src, dst\n\n"
+                 "    def wait(self):\n        self.h.wait()\n        self.dst.copy_(self.src)\n\n\n")
+
+
+def test_lab8_gathers_into_scratch_tensors_or_empty_decoys_are_refused(tmp_path):
+    """Gathering into tensors of the student's own (memory the ledger cannot see, once 33/33) and
+    0-byte asynchronous decoys: each collective that carries no leaf or gradient is refused."""
+    scratch = _mutant(tmp_path, 8, (
+        "            handles.append(unit.comm.all_gather(leaf.data, unit.padded_shard(j), unit.axis,\n"
+        "                                                unit.tag(unit.name, \"params\", f\"param{j}\"), async_op=True))",
+        "            scratch = leaf.data.new_empty(leaf.shape)\n"
+        "            handles.append(Later(unit.comm.all_gather(scratch, unit.padded_shard(j), unit.axis,\n"
+        "                unit.tag(unit.name, \"params\", f\"param{j}\"), async_op=True), scratch, leaf.data))"),
+        ("def shard_rows(d0, n, r):", SCRATCH_LATER + "def shard_rows(d0, n, r):"))
+    res = checks.check(8, scratch, quiet=True)
+    assert res.points <= LABS[8].points // 2, str(res)
+    assert _said(res, "that writes no unit's leaf (gather straight into unit.leaves[j]"), str(res)
+    decoy = _mutant(tmp_path, 8, ("    fsdp.inflight = (unit, work)\n",
+                                  "    fsdp.inflight = (unit, work)\n    import torch\n    e = torch.zeros(0)\n"
+                                  "    unit.comm.reduce_scatter(e, e, unit.axis, 'decoy', async_op=True)\n"))
+    res = checks.check(8, decoy, quiet=True)
+    assert res.points <= LABS[8].points // 2, str(res)
+    assert _said(res, "a reduce_scatter of 0 bytes ((0,)) that reads no leaf's full gradient"), str(res)

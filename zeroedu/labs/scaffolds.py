@@ -34,11 +34,13 @@ split out of `FSDPStrategy.post_forward`, so `FSDPLab.post_forward` would not re
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from .. import shard
 from ..kinds import EventKind as Ev
-from ..runtime.comm import Comm, Handle
+from ..runtime.comm import Comm, Handle, UnitName, tag as comm_tag
 from ..strategies.ddp_bucketed import DDPBucketed
 from ..strategies.fsdp1 import FSDP1, FlatParamUnit
 from ..strategies.fsdp2 import FSDP2, Dim0Unit
@@ -76,11 +78,20 @@ class Watched:
 
 class WatchingComm:
     """The run's own `Comm` (whatever `runner.dist_state` configured), whose async handles come back
-    `Watched`, each tagged with the buffer it reads or writes. Everything else is delegated."""
+    `Watched`, each tagged with the buffer it reads or writes. Everything else is delegated.
+
+    While the student's code runs, a scaffold sets `attribute`: each collective is attributed to
+    the buffer it reads or writes (a bucket's whole buffer, a unit's leaf, a leaf's full
+    gradient) before it is issued, and recorded under *that* buffer's tag, whatever tag the
+    student passed; one that carries none of them (an empty decoy, a scratch tensor of the
+    student's own, a collective the lab does not use) is refused with a `LabViolation` naming
+    it. The grader's criteria (bytes per bucket, overlap, prefetch) read those records, so they
+    follow the buffers, not the student's labels."""
 
     def __init__(self, comm: Comm):
         self._comm = comm
         self.launched: list[Watched] = []
+        self.attribute = None  # (op, out, inp) -> the buffer's Tag, or raises LabViolation
 
     def __getattr__(self, name):
         return getattr(self._comm, name)
@@ -90,14 +101,41 @@ class WatchingComm:
         self.launched.append(w)
         return w if h is not None else None
 
+    def _tag(self, op, out, inp, tag):
+        return tag if self.attribute is None else self.attribute(op, out, inp)
+
     def all_reduce(self, t, axis, tag, async_op=False):
+        tag = self._tag("all_reduce", t, t, tag)
         return self._watch(self._comm.all_reduce(t, axis, tag, async_op=async_op), "all_reduce", t)
 
     def reduce_scatter(self, out, inp, axis, tag, async_op=False):
+        tag = self._tag("reduce_scatter", out, inp, tag)
         return self._watch(self._comm.reduce_scatter(out, inp, axis, tag, async_op=async_op), "reduce_scatter", inp)
 
     def all_gather(self, out, inp, axis, tag, async_op=False):
+        tag = self._tag("all_gather", out, inp, tag)
         return self._watch(self._comm.all_gather(out, inp, axis, tag, async_op=async_op), "all_gather", out)
+
+
+def _is(t: torch.Tensor, buf: torch.Tensor | None) -> bool:
+    """`t` is `buf` itself (the same memory, every element): not a slice, view or copy of it."""
+    return (buf is not None and t.numel() == buf.numel() and t.numel() > 0
+            and t.untyped_storage().data_ptr() == buf.untyped_storage().data_ptr()
+            and t.data_ptr() == buf.data_ptr())
+
+
+def _described(op: str, out: torch.Tensor, inp: torch.Tensor) -> str:
+    t = out if op == "all_gather" else inp
+    return f"a {op} of {t.numel() * t.element_size()} bytes ({tuple(t.shape)})"
+
+
+@contextmanager
+def _attributing(comm: WatchingComm, attribute):
+    old, comm.attribute = comm.attribute, attribute
+    try:
+        yield
+    finally:
+        comm.attribute = old
 
 
 # ====================================================================== lab 5: ZeRO-2's hooks
@@ -407,7 +445,8 @@ class DDPBucketedLab(DDPBucketed):
                 if self._own_pending[b.index] == 0:
                     self.ledger.event(Ev.GRADS_READY, b.index)
             before = len(self.comm.launched)
-            self.student.post_accumulate(self, i)
+            with _attributing(self.comm, self._attribute):
+                self.student.post_accumulate(self, i)
             if not self.require_sync and len(self.comm.launched) > before and not self._noted_no_sync:
                 self._noted_no_sync = True
                 self._violate("bytes", self.bucket_of[i].index, "an all-reduce was launched inside no_sync(): "
@@ -446,8 +485,19 @@ class DDPBucketedLab(DDPBucketed):
             self._settle("before the next micro-batch")
         super().before_micro_batch()
 
+    def _attribute(self, op, out, inp):
+        """The bucket whose whole buffer this collective all-reduces (its tag), else refused."""
+        k = next((b.index for b in self.buckets if _is(inp, b.buffer)), None) if op == "all_reduce" else None
+        if k is None:
+            raise LabViolation("bytes", f"{_described(op, out, inp)} that is no bucket's all-reduce: every collective "
+                                        "in lab 7 all-reduces one bucket's whole buffer (ddp.buckets[k].buffer); one "
+                                        "on anything else (empty, a copy, a slice, another kind of collective) "
+                                        "carries no bucket's gradients and is refused")
+        return comm_tag(self.name, f"bucket{k}", "grads")
+
     def finish_grad_sync(self) -> None:
-        self.student.finish(self)
+        with _attributing(self.comm, self._attribute):
+            self.student.finish(self)
         self._check_inflight()
         order = [self._bucket_at.get(w.ptr) for w in self.comm.launched if w.op == "all_reduce"]
         want = list(range(len(self.buckets)))
@@ -553,9 +603,27 @@ class FSDP2Lab(FSDP2):
         self.violations.append({"test": test, "unit": unit, "step": self.ledger.step, "message": message})
 
     # ---------------------------------------------------------------- watching the student
+    def _attribute(self, op, out, inp):
+        """The unit leaf this all-gather writes, or the full gradient this reduce-scatter reads
+        (its tag, with the unit's number), else refused."""
+        for u in getattr(self, "units", []):
+            for j in range(len(u.leaves)):
+                if op == "all_gather" and _is(out, u.leaves[j]):
+                    return comm_tag(self.name, UnitName(u.index), "params", f"param{j}")
+                grads = (u.leaves[j].grad, u.train_leaves[j].grad if j < len(u.train_leaves) else None)
+                if op == "reduce_scatter" and any(g is not None and _is(inp, g) for g in grads):
+                    return comm_tag(self.name, UnitName(u.index), "grads", f"param{j}")
+        what = ("writes no unit's leaf (gather straight into unit.leaves[j]: a scratch tensor of your own is "
+                "memory the ledger cannot see)" if op == "all_gather" else
+                "reads no leaf's full gradient (reduce-scatter leaf.grad itself)" if op == "reduce_scatter" else
+                "is not a collective FSDP2 uses (one all-gather per leaf, one reduce-scatter per gradient)")
+        raise LabViolation("bytes", f"{_described(op, out, inp)} that {what}: a collective that carries none "
+                                    "of the units' parameters or gradients is refused")
+
     def call(self, fn: str, *args):
         before = [u.state for u in self.units] if hasattr(self, "units") else []
-        out = getattr(self.student, fn)(*args)
+        with _attributing(self.comm, self._attribute):
+            out = getattr(self.student, fn)(*args)
         for u, b in zip(self.units, before):
             held = sum(leaf.untyped_storage().nbytes() for leaf in u.leaves)
             if b == SHARDED and u.state != SHARDED:

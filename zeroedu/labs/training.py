@@ -504,7 +504,11 @@ def _grade_prefetch(timeline: Timeline, r: int, step: int, n_units: int, n_param
                 continue
             mine = [c for c in gathers if c.unit == i - 1]
             if not mine:
-                continue  # unit i-1 never gathered for backward here: the bytes say so
+                # (the records carry the unit whose leaves they wrote, whatever the tag said:
+                # `scaffolds.WatchingComm`) so a unit without one was not gathered in this backward
+                return Diagnosis(f"rank {r}, step {step}: no all-gather into unit {i - 1}'s leaves started during "
+                                 f"this backward pass: forward resharded it, so backward gathers it again; prefetch "
+                                 f"it (async) in unit {i}'s pre_backward", rank=r, unit=i - 1)
             late = [c for c in mine if c.t_start > done[i]]
             if late:
                 return Diagnosis(f"rank {r}, step {step}: unit {i - 1}'s all-gather for backward started after unit "
