@@ -6,7 +6,7 @@ cp = 2 beside dp = 2 on four ranks."""
 import pytest
 import torch
 
-from zeroedu.models import GPTConfig
+from zeroedu.models import GPTConfig, get_model
 from zeroedu.runtime.comm import Axis
 from zeroedu.strategies import context_parallel as CP
 from zeroedu.theory.activations import gpt_activation_bytes
@@ -126,3 +126,112 @@ def test_the_command_line_prints_every_rank_beside_its_closed_forms():
     assert "most / least loaded rank: 1.00" in r.stdout and "match: True" in r.stdout
     bad = zeroedu("context", "--cp", "3", "--zigzag")
     assert bad.returncode == 2 and "not divisible by 6" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# ------------------------------------------------------------------ cp on the spine (`zeroedu run --cp`)
+def _cp_run(strategy="ddp", world=2, cp=2, zigzag=False, recipe="fp32", **kw):
+    from tests.shared_runs import RUNS
+    from zeroedu.train import RunConfig
+
+    return RUNS(RunConfig(strategy, world, steps=3, recipe=recipe, model="gpt-tiny", attention="eager",
+                          global_batch=4, cp=cp, zigzag=zigzag, **kw))
+
+
+def _ring_bytes_by_hand(batch, cp, elem=4):
+    """One rank's sends on the cp axis per step for gpt-tiny (2 layers, 2 heads, S = 32, D = 32):
+    per layer, K and V forward and again backward in the compute dtype (cp - 1 hops each), dK and
+    dV summed in fp32 (cp hops, the last one home)."""
+    from zeroedu.models import get_model
+
+    c = get_model("gpt-tiny")
+    block = batch * c.n_heads * (c.seq_len // cp) * (c.d_model // c.n_heads)
+    return c.n_layers * (2 * 2 * (cp - 1) * block * elem + 2 * cp * block * 4)
+
+
+def test_run_with_cp_equals_one_process_and_its_closed_forms():
+    """`zeroedu run --strategy ddp --world-size 2 --cp 2`: both ranks train the same 4 sequences,
+    each its half of every sequence's positions. Losses and parameters are single-process
+    training's; every rank's model states, activations (S/cp positions) and bytes per axis equal
+    the closed forms, the ring's by hand."""
+    from zeroedu.train.pipeline import parameter_error
+
+    r = _cp_run()
+    assert (r.cp, r.zigzag, r.n, r.world_size) == (2, False, 2, 2)
+    assert all(v for v in vars(r.match).values()), r.match
+    for a, b in zip(r.losses, r.reference_losses):
+        assert abs(a - b) <= 1e-5 * abs(b)
+    names = [n for n, _ in get_model("gpt-tiny").build().named_parameters()]
+    assert parameter_error(dict(zip(names, r.params)), dict(zip(names, r.reference_params)), 32) <= train_cp.PARAM_TOL
+    for rk in r.ranks:
+        assert rk.measured.comm_by_axis == rk.predicted.comm_by_axis
+        assert rk.measured.comm_by_axis["cp"] == {"send": _ring_bytes_by_hand(4, 2)}
+        assert rk.measured.activations == rk.predicted.activations
+
+
+def test_fsdp2_over_dp_x_cp_shards_over_all_four_ranks():
+    """FSDP2 over dp 2 x cp 2 (zig-zag): the parameters are sharded over all four ranks (torchtitan's
+    dp_shard_cp), so each rank's model states are `theory.exact_model_states('fsdp2', N = 4)`'s,
+    computed here from the model's shapes; the result is single-process training's."""
+    from zeroedu.models import unit_shapes
+    from zeroedu.theory import exact_model_states
+
+    r = _cp_run("fsdp2", world=4, zigzag=True)
+    assert (r.n, r.cp, r.zigzag) == (4, 2, True) and all(v for v in vars(r.match).values()), r.match
+    shapes = unit_shapes(get_model("gpt-tiny").build())
+    for rk in r.ranks:
+        want = exact_model_states("fsdp2", shapes, 4, rank=rk.rank, recipe="fp32")
+        assert (rk.measured.param, rk.measured.grad, rk.measured.optim) == (want.param, want.grad, want.optim)
+        assert rk.measured.comm_by_axis["cp"] == {"send": _ring_bytes_by_hand(2, 2)}  # dp 2: 2 sequences each
+    assert sum(rk.measured.param for rk in r.ranks) >= 4 * r.psi  # Ψ fp32 bytes, padded, over four ranks
+
+
+def test_cp_composes_with_zero2_in_mixed_precision_and_micro_batches():
+    """ZeRO-2 over dp 2 x cp 2, mixed-bf16, two micro-batches: K and V travel in bf16, their
+    gradients in fp32; every figure == its closed form and the losses within the recipe's bound."""
+    r = _cp_run("zero2", world=4, recipe="mixed-bf16", micro_batches=2)
+    assert all(v for v in vars(r.match).values()), r.match
+    for rk in r.ranks:  # per micro-batch of 1 sequence, twice
+        assert rk.measured.comm_by_axis["cp"] == {"send": 2 * _ring_bytes_by_hand(1, 2, elem=2)}
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("kw, msg", [
+    (dict(world_size=3, cp=2), "cp = 2 must divide the world size 3"),
+    (dict(model="mlp", cp=2), "not a gpt-\\* model"),
+    (dict(cp=2, attention="fused"), "eager"),
+    (dict(cp=2, tp=2, attention="eager"), "one model axis at a time"),
+    (dict(strategy="hsdp", m=2, cp=2, attention="eager"), "dp_outer"),
+    (dict(cp=2, recompute="full", attention="eager"), "recompute"),
+    (dict(zigzag=True), "give cp >= 2"),
+    (dict(cp=0), "cp must be an integer >= 1"),
+])
+def test_cp_configurations_refused_in_the_parent(kw, msg):
+    from zeroedu.train import RunConfig
+
+    args = {"strategy": "fsdp2", "world_size": 4, "model": "gpt-tiny", **kw}
+    with pytest.raises(ValueError, match=msg):
+        RunConfig(**args).resolved()
+
+
+@pytest.mark.fast
+def test_the_cp_flags_reach_the_configuration():
+    from zeroedu.cli import build_parser
+    from zeroedu.cli.run import config_from_args
+
+    args = build_parser().parse_args(["run", "--strategy", "fsdp2", "--world-size", "4", "--cp", "2", "--zigzag",
+                                      "--model", "gpt-tiny", "--attention", "eager", "--global-batch", "4"])
+    cfg = config_from_args(args, 4)
+    assert (cfg.cp, cfg.zigzag, cfg.dp, cfg.n, cfg.micro_batch_size) == (2, True, 2, 4, 2)
+    assert [cfg.shard_rank(k) for k in range(4)] == [0, 1, 2, 3]
+    assert [cfg.mesh.data_rank(k) for k in range(4)] == [0, 0, 1, 1]  # the cp pair shares its sequences
+
+
+def test_zeroedu_run_cp_prints_the_axes_and_matches():
+    from tests.cli_inprocess import zeroedu
+
+    res = zeroedu("run", "--strategy", "zero1", "--world-size", "2", "--cp", "2", "--zigzag", "--model", "gpt-tiny",
+                  "--attention", "eager", "--recipe", "fp32", "--global-batch", "2", "--steps", "2", "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert "(N = 2: dp 1 x cp 2, zig-zag)" in res.stdout, res.stdout
+    assert "ring model: cp send" in res.stdout and "ring model: dp_shard reduce_scatter" in res.stdout
+    assert res.stdout.rstrip().endswith("match: True"), res.stdout

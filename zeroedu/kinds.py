@@ -173,7 +173,10 @@ class EventKind(str, Enum):
 #
 # The data axes (dp_outer, dp_shard) split the global batch; the others split the model (cp splits
 # the sequences, ep the experts), so the ranks along them hold one replica between them
-# (`replica_groups`).
+# (`replica_groups`). The strategy's group, over which gradients of replicated parameters are
+# summed and ZeRO shards, is dp_shard flattened with cp (`SHARD_AXES`): a cp rank holds a whole
+# replica, so it reduces and shards like a data-parallel rank, though it trains on the same
+# sequences' other positions (docs/architecture.md, "The mesh", has the roles as a table).
 #
 # Built once from the resolved configuration (`train.config.ResolvedConfig.mesh`); the rank side
 # makes one process group per axis from it (`runtime.rank.RankContext.axes`), and the predictions
@@ -185,6 +188,12 @@ PP, DP_OUTER, DP_SHARD, EP, CP, TP = "pp", "dp_outer", "dp_shard", "ep", "cp", "
 # tensor parallel innermost (its blocking collectives inside a node), as Megatron-LM orders them
 AXIS_ORDER = (PP, DP_OUTER, DP_SHARD, EP, CP, TP)
 DATA_AXES = (DP_OUTER, DP_SHARD)  # the axes that split the batch; the rest split the model
+# The axes a strategy's inner group spans: the ranks whose gradients of the replicated parameters
+# are summed and over which ZeRO shards. cp ranks hold whole replicas and train on the same
+# sequences' other positions, so their gradients are reduced (and sharded) with dp_shard's, as
+# torchtitan's `dp_shard_cp` mesh and picotron's `cp_dp_group` do; the strategy runs on that
+# flattened group under the name dp_shard.
+SHARD_AXES = (DP_SHARD, CP)
 WORLD = "world"  # the default group, every rank: a hybrid's one all-reduce over both data axes
 
 
@@ -207,17 +216,38 @@ class Mesh:
             raise ValueError(f"mesh axis sizes must be integers >= 1, got {bad}")
 
     @classmethod
-    def build(cls, world_size: int, *, dp_outer: int | None = None, tp: int = 1) -> "Mesh":
+    def build(cls, world_size: int, *, dp_outer: int | None = None, cp: int = 1, tp: int = 1) -> "Mesh":
         """The mesh of a run on `world_size` ranks: `dp_outer` = M for a hybrid strategy (None:
-        no such axis), `tp` > 1 for tensor parallelism; dp_shard takes the rest."""
-        model = tp
+        no such axis), `cp` > 1 for context parallelism, `tp` > 1 for tensor parallelism;
+        dp_shard takes the rest."""
+        model = tp * cp
         data = dp_outer or 1
         if world_size % (model * data):
+            sizes = [(DP_OUTER, dp_outer)] * (dp_outer is not None) + [(CP, cp)] * (cp > 1) + [(TP, tp)]
             raise ValueError(f"the world size {world_size} must be divisible by "
-                             f"{' x '.join(f'{a} = {s}' for a, s in ((DP_OUTER, dp_outer), (TP, tp)) if s)}")
+                             f"{' x '.join(f'{a} = {s}' for a, s in sizes)}")
         shape = ([(DP_OUTER, dp_outer)] if dp_outer is not None else []) \
-            + [(DP_SHARD, world_size // (model * data))] + ([(TP, tp)] if tp > 1 else [])
+            + [(DP_SHARD, world_size // (model * data))] + ([(CP, cp)] if cp > 1 else []) \
+            + ([(TP, tp)] if tp > 1 else [])
         return cls(tuple(shape))
+
+    @property
+    def shard_size(self) -> int:
+        """Ranks in the strategy's inner group: dp_shard, flattened with cp (`SHARD_AXES`)."""
+        return prod(self.size(a) for a in SHARD_AXES)
+
+    def shard_coord(self, rank: int) -> int:
+        """Rank `rank`'s place in the strategy's inner group (dp_shard outer, cp inner)."""
+        r = 0
+        for a in SHARD_AXES:
+            r = r * self.size(a) + self.coord(rank, a)
+        return r
+
+    def shard_group(self, rank: int) -> tuple[int, ...]:
+        """The ranks of rank `rank`'s inner group, in `shard_coord` order."""
+        c = self.coords(rank)
+        return tuple(self.rank_at({**c, DP_SHARD: i // self.size(CP), CP: i % self.size(CP)})
+                     for i in range(self.shard_size))
 
     @property
     def names(self) -> tuple[str, ...]:

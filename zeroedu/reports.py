@@ -23,7 +23,7 @@ from typing import Any
 
 from .kinds import EventKind
 
-SCHEMA = 6  # the JSON's shape (README, "JSON report"); a change of shape changes it
+SCHEMA = 7  # the JSON's shape (README, "JSON report"); a change of shape changes it
 # 2: each rank's "time" (compute, exposed communication, communication by axis, per step) and
 #    the run's "links" (the emulated links it ran on, or null)
 # 5: GPU runs: each rank's "cuda" (`CudaMemory`: the allocator's peaks, the cuBLAS workspace, what lies
@@ -468,6 +468,8 @@ class RunReport:
     links: dict | None = None  # the emulated links the run used (`runtime.links.Links.plain`), or None
     tp: int = 1  # tensor-parallel ranks per replica (contiguous); n·m·tp = world_size
     sequence_parallel: bool = False  # Korthikanti's SP inside tp
+    cp: int = 1  # context-parallel ranks per replica (each sequence split over them); n counts them too
+    zigzag: bool = False  # cp's balanced split
 
     @property
     def rank0(self) -> RankReport:

@@ -64,7 +64,8 @@ def config_from_args(args, world_size: int) -> ResolvedConfig:
                      micro_batches=args.micro_batches, recompute=args.recompute, attention=args.attention,
                      clip_grad_norm=args.clip_grad_norm, collectives=args.collectives,
                      links=getattr(args, "link", None), timeline=args.record,
-                     tp=getattr(args, "tp", 1), sequence_parallel=getattr(args, "sequence_parallel", False)).resolved()
+                     tp=getattr(args, "tp", 1), sequence_parallel=getattr(args, "sequence_parallel", False),
+                     cp=getattr(args, "cp", 1), zigzag=getattr(args, "zigzag", False)).resolved()
 
 
 class Progress:
@@ -219,6 +220,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--sequence-parallel", action="store_true",
                    help="with --tp: sequence parallelism inside tp (LayerNorm and residual activations "
                         "split along the sequence; all-gather / reduce-scatter in place of all-reduce)")
+    p.add_argument("--cp", type=positive_int, default=1,
+                   help="context parallelism (gpt-* models, --attention eager): every sequence split over CP "
+                        "contiguous ranks, keys and values passed around a ring; the strategy reduces and "
+                        "shards over dp x CP; ring bytes and activations per rank (default 1: none)")
+    p.add_argument("--zigzag", action="store_true",
+                   help="with --cp: the zig-zag split, chunks r and 2CP-1-r, so every rank does the same causal work")
     p.add_argument("--recipe", choices=list(recipes.RECIPES), default=None,
                    help="precision recipe (default: the strategy's own)")
     p.add_argument("--bucket-bytes", type=positive_int, default=None, help="DDP/ZeRO bucket size")

@@ -13,13 +13,14 @@ never branches on an axis:
     ops(cfg, elem)                 the axis's own collectives per step (`theory.comm.CommOp`)
     activation_bytes(cfg, elem, ln_stats)   one micro-batch's saved tensors on this rank
     unsplit(names, per_rank)       one replica's full parameters from its ranks' parts
+    inputs(cfg, dist, x, y)        this rank's part of one micro-batch (cp: its positions)
 
 Adding an axis: a module with the algorithm and a `Split` here, the axis's name in
 `kinds.AXIS_ORDER`, its size in `kinds.Mesh.build` (`docs/architecture.md`).
 """
 from __future__ import annotations
 
-from ..kinds import TP, Mesh, RecomputeMode
+from ..kinds import CP, TP, Mesh, RecomputeMode
 from ..models import GPTConfig
 from ..models import unit_shapes as model_unit_shapes
 from ..models import units as model_units
@@ -53,6 +54,9 @@ class Split:
 
     def unsplit(self, names: list[str], per_rank: list[list]) -> list:
         return per_rank[0]
+
+    def inputs(self, cfg, dist, x, y):
+        return x, y
 
 
 class TensorSplit(Split):
@@ -114,8 +118,91 @@ class TensorSplit(Split):
         return unsplit(names, per_rank)
 
 
+class ContextSplit(Split):
+    """Every sequence split over the `cp` axis (`strategies.context_parallel`: ring attention,
+    plain or zig-zag chunks). Each cp rank holds a whole replica, embeds and attends for its own
+    positions only, and takes the mean loss over its own tokens; every rank holds as many tokens,
+    so the mean over the batch is the mean of the ranks' means, and the strategy's inner group
+    spans dp_shard x cp (`kinds.SHARD_AXES`): the gradients of the replicated parameters are
+    averaged, and ZeRO shards, over every rank of it. The ring's hops are sends on the cp axis
+    (`theory.context.ring_bytes`); a rank saves the activations of S/cp positions, with the
+    attention core's q, k, v, output and one fp32 log-sum-exp per row (`theory.activations`,
+    the fused form)."""
+
+    axis = CP
+
+    def check(self, cfg, spec, model) -> int:
+        cp = cfg.cp
+        if isinstance(cp, bool) or not isinstance(cp, int) or cp < 1:
+            raise ValueError(f"cp must be an integer >= 1, got {cp!r}")
+        if cfg.zigzag and cp == 1:
+            raise ValueError("--zigzag balances the causal work over the cp ranks: give cp >= 2")
+        if cp == 1:
+            return 1
+        if cfg.world_size % cp:
+            raise ValueError(f"cp = {cp} must divide the world size {cfg.world_size}")
+        if not isinstance(model, GPTConfig):
+            raise ValueError(f"context parallelism splits a GPT's sequences: {model.name} is not a gpt-* model")
+        # What this composition does not run yet, each refused by name rather than run wrong.
+        refused = [why for bad, why in [
+            (cfg.tp != 1, "tensor parallelism beside it is not composed here yet (one model axis at a time)"),
+            (spec.hybrid, f"{spec.name}'s dp_outer beside it is not composed here yet"),
+            (model.attention != "eager", "ring attention replaces the eager core (--attention eager)"),
+            (cfg.recompute != RecomputeMode.NONE, "activation recompute would re-run the ring's sends"),
+            (cfg.clip_grad_norm is not None, "clipping is not composed with it yet"),
+            (cfg.links is not None, "emulated links cover the data-parallel axes only")] if bad]
+        if refused:
+            raise ValueError(f"cp = {cp}: {refused[0]}")
+        from ..theory.context import chunks
+
+        chunks(model.seq_len, cp, 0, bool(cfg.zigzag))  # a sequence that does not split is refused here
+        return cp
+
+    def apply(self, model, dist, cfg):
+        import torch
+
+        from .context_parallel import RingAttentionCore, RingContext
+
+        ring = RingContext(dist.comm, dist.axes[CP], cfg.model.seq_len, cfg.zigzag, tag="cp")
+        for block in model.blocks:
+            block.attn.core = RingAttentionCore(ring)
+        mine = ring.my_chunks()
+
+        def embed(tokens, e=model.embed):
+            # this rank's rows of the position table: slices, concatenated (saves nothing)
+            return e.tok(tokens) + torch.cat([e.pos.weight[c.start:c.stop] for c in mine])
+
+        model.embed.forward = embed
+        return model
+
+    def inputs(self, cfg, dist, x, y):
+        from ..theory.context import positions
+
+        idx = positions(cfg.model.seq_len, cfg.cp, dist.axes[CP].rank, cfg.zigzag)
+        return x[:, idx].contiguous(), y[:, idx].contiguous()
+
+    def ops(self, cfg, elem: int) -> list:
+        from ..theory.comm import CommOp
+        from ..theory.context import ring_bytes
+
+        c, cp = cfg.model, cfg.cp
+        shape = (cfg.micro_batch_size, c.n_heads, c.seq_len, c.d_model // c.n_heads, cp)
+        kv, acc = ring_bytes(*shape, elem), ring_bytes(*shape, 4)
+        # Per attention layer and micro-batch: K and V (the compute dtype) forward, and again in
+        # backward; dK and dV are summed in fp32 as they travel, cp hops (the last one home).
+        per = kv["forward"] + kv["forward"] + (acc["backward"] - acc["forward"])
+        return [CommOp(CP, "send", "cp/ring", per, cp)] * (c.n_layers * cfg.micro_batches)
+
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None) -> int | None:
+        from ..theory.activations import gpt_activation_bytes
+
+        c = cfg.model
+        return gpt_activation_bytes(c, cfg.micro_batch_size, c.seq_len // cfg.cp, elem, ln_stats_bytes=ln_stats,
+                                    attention="fused")
+
+
 WHOLE = Split()
-SPLITS = {TP: TensorSplit()}  # model axis -> how it splits a replica
+SPLITS = {TP: TensorSplit(), CP: ContextSplit()}  # model axis -> how it splits a replica
 
 
 def split_of(mesh: Mesh) -> Split:

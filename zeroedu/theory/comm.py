@@ -58,6 +58,8 @@ COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather")
 
 def sent_bytes(collective: str, nbytes, group: int) -> Fraction:
     """Bytes one rank sends in a ring collective; `nbytes` is the full (unsharded) size."""
+    if collective == "send":  # point to point (a ring attention hop, a pipeline boundary): the buffer once
+        return Fraction(nbytes)
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r}; choose one of {', '.join(COLLECTIVES)}")
     factor = Fraction(group - 1, group)

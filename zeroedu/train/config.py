@@ -21,7 +21,7 @@ import dataclasses
 import os
 from dataclasses import asdict, dataclass, field, fields
 
-from ..kinds import DP_SHARD, TP, Implementation, Mesh, RecomputeMode
+from ..kinds import CP, TP, Implementation, Mesh, RecomputeMode
 from ..catalog import get_spec
 from ..models import DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, GPTConfig, MLPConfig, ModelSpec, get_model, local_slice
 from ..optim import AdamConfig
@@ -65,6 +65,11 @@ class RunConfig:
     # (dp, tp) mesh, tp inner); `sequence_parallel`: Korthikanti's SP inside tp.
     tp: int = 1
     sequence_parallel: bool = False
+    # Context parallelism (`strategies.context_parallel`, a GPT with eager attention): every
+    # sequence split over cp contiguous ranks, keys and values passed around a ring (`zigzag`:
+    # the balanced split); the strategy reduces and shards over dp_shard x cp (`kinds.SHARD_AXES`).
+    cp: int = 1
+    zigzag: bool = False
 
     def resolved(self) -> "ResolvedConfig":
         """This configuration validated and with its defaults filled in (`resolve`)."""
@@ -100,6 +105,8 @@ class ResolvedConfig:
     return_params: bool
     tp: int = 1
     sequence_parallel: bool = False
+    cp: int = 1
+    zigzag: bool = False
 
     def resolved(self) -> "ResolvedConfig":
         """Already resolved: itself, not checked again."""
@@ -108,9 +115,9 @@ class ResolvedConfig:
     @property
     def mesh(self) -> Mesh:
         """The run's ranks as named axes (`kinds.Mesh`): dp_outer = M for a hybrid strategy,
-        dp_shard, and each model axis (tp) of size > 1."""
+        dp_shard, and each model axis (cp, tp) of size > 1."""
         return Mesh.build(self.world_size, dp_outer=self.m if get_spec(self.strategy).hybrid else None,
-                          tp=self.tp)
+                          cp=self.cp, tp=self.tp)
 
     @property
     def dp(self) -> int:
@@ -119,12 +126,12 @@ class ResolvedConfig:
 
     @property
     def n(self) -> int:
-        """Ranks on the sharding (inner data-parallel) axis."""
-        return self.mesh.size(DP_SHARD)
+        """Ranks in the strategy's inner group: dp_shard, with cp flattened in (`Mesh.shard_size`)."""
+        return self.mesh.shard_size
 
     def shard_rank(self, rank: int) -> int:
-        """Rank `rank`'s place on the sharding axis (`Mesh.coord`)."""
-        return self.mesh.coord(rank, DP_SHARD)
+        """Rank `rank`'s place in the strategy's inner group (`Mesh.shard_coord`)."""
+        return self.mesh.shard_coord(rank)
 
     @property
     def micro_batch_size(self) -> int:
@@ -158,8 +165,9 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         if not isinstance(model, GPTConfig):
             raise ValueError(f"--attention is a GPT's: {model.name} has no attention")
         model = dataclasses.replace(model, attention=cfg.attention)  # validated by GPTConfig
-    tp = splits.check(cfg, spec, model)[TP]  # each model axis's size, checked by its split
-    dp = Mesh.build(cfg.world_size, dp_outer=m if spec.hybrid else None, tp=tp).data_parallel
+    sizes = splits.check(cfg, spec, model)  # each model axis's size, checked by its split
+    tp, cp = sizes[TP], sizes[CP]
+    dp = Mesh.build(cfg.world_size, dp_outer=m if spec.hybrid else None, cp=cp, tp=tp).data_parallel
     batch = cfg.global_batch if cfg.global_batch is not None else model.default_global_batch
     local_slice(batch, dp, 0)  # validates divisibility
     _check_fits(model, cfg.world_size, batch // dp)
@@ -220,7 +228,7 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         options=dict(cfg.options), micro_batches=k, recompute=cfg.recompute,
         clip_grad_norm=cfg.clip_grad_norm, collectives=cfg.collectives, links=links, timeline=cfg.timeline,
         strategy_class=cfg.strategy_class, stream=cfg.stream, return_params=cfg.return_params,
-        tp=tp, sequence_parallel=bool(cfg.sequence_parallel))
+        tp=tp, sequence_parallel=bool(cfg.sequence_parallel), cp=cp, zigzag=bool(cfg.zigzag))
 
 
 MAX_MLP_DEPTH = 1024  # Linear layers: each is a unit with its own hooks and collectives

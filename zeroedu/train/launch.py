@@ -181,7 +181,7 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
         micro_batches=cfg.micro_batches, recompute=cfg.recompute, clip_grad_norm=cfg.clip_grad_norm,
         collectives=resolve_implementation(cfg.collectives, backend), backend=backend, matmul16=matmul,
         options=dict(cfg.options), timeline_mode=cfg.timeline,
-        links=None if cfg.links is None else cfg.links.plain(), tp=cfg.tp, sequence_parallel=cfg.sequence_parallel,
+        links=None if cfg.links is None else cfg.links.plain(), tp=cfg.tp, sequence_parallel=cfg.sequence_parallel, cp=cfg.cp, zigzag=cfg.zigzag,
         psi=sum(p.numel() for p in ref_params), ranks=reports, losses=losses, reference_losses=ref_losses,
         recipe_losses=one_process,
         match=Match(

@@ -57,7 +57,10 @@ class RankRun:
         return local_slice(self.cfg.global_batch, self.data_rank[1], self.data_rank[0])
 
     def micro_batches(self, step: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        return local_micro_batches(self.cfg, step, *self.data_rank)
+        """This rank's K micro-batches of the step: its slice of the batch, and of each sequence
+        what its model axis gives it (`Split.inputs`: a cp rank's positions)."""
+        split = split_of(self.cfg.mesh)
+        return [split.inputs(self.cfg, self.dist, x, y) for x, y in local_micro_batches(self.cfg, step, *self.data_rank)]
 
 
 def local_micro_batches(cfg: ResolvedConfig, step: int, rank: int, world_size: int,
@@ -80,6 +83,13 @@ def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
                 pacer=ctx.pacer() if cfg.links is not None else None)
     mesh = cfg.mesh
     axes = ctx.axes(mesh)
+    if mesh.shard_size != mesh.size(DP_SHARD):
+        # The strategy's group spans dp_shard x cp (`kinds.SHARD_AXES`); with no other axis
+        # beside them (what `ContextSplit.check` composes today) that is the whole world.
+        if mesh.shard_size != ctx.world_size:
+            raise ValueError(f"the strategy's group dp_shard x cp spans {mesh.shard_size} of {ctx.world_size} ranks: "
+                             "not built here")
+        axes[DP_SHARD] = ctx.world_axis(DP_SHARD)
     ledger.mesh = mesh
     return DistState(ctx.rank, ctx.world_size, ctx.device, axes[DP_SHARD], comm, ledger, axes.get(DP_OUTER),
                      mesh=mesh, axes=axes)
