@@ -199,7 +199,7 @@ def test_cp_composes_with_zero2_in_mixed_precision_and_micro_batches():
     (dict(world_size=3, cp=2), "cp = 2 must divide the world size 3"),
     (dict(model="mlp", cp=2), "not a gpt-\\* model"),
     (dict(cp=2, attention="fused"), "eager"),
-    (dict(cp=2, tp=2, attention="eager"), "one model axis at a time"),
+    (dict(cp=2, tp=2, sequence_parallel=True, attention="eager"), "split the positions a second time"),
     (dict(strategy="hsdp", m=2, cp=2, attention="eager"), "dp_outer"),
     (dict(cp=2, recompute="full", attention="eager"), "recompute"),
     (dict(zigzag=True), "give cp >= 2"),
@@ -235,3 +235,34 @@ def test_zeroedu_run_cp_prints_the_axes_and_matches():
     assert "(N = 2: dp 1 x cp 2, zig-zag)" in res.stdout, res.stdout
     assert "ring model: cp send" in res.stdout and "ring model: dp_shard reduce_scatter" in res.stdout
     assert res.stdout.rstrip().endswith("match: True"), res.stdout
+
+
+def test_cp_beside_tp_equals_one_process_on_a_2d_and_a_3d_mesh():
+    """cp outside tp (Megatron's order): FSDP2 over cp 2 x tp 2 (its group: the two ranks of one tp
+    coordinate, flattened dp_shard x cp), and DDP over dp 2 x cp 2 x tp 2 on eight ranks. Each tp
+    rank passes its H/tp heads' K and V around its cp ring; tp's all-reduces move S/cp positions;
+    every figure == its closed form, the ring's by hand, and the tp slices of the first cp rank put
+    back together are single-process training's parameters."""
+    from zeroedu.train.pipeline import parameter_error
+
+    names = [n for n, _ in get_model("gpt-tiny").build().named_parameters()]
+    for strategy, world, batch in (("fsdp2", 4, 4), ("ddp", 8, 2)):
+        r = _cp_run(strategy, world=world, tp=2)
+        assert (r.cp, r.tp, r.n) == (2, 2, world // 2) and all(v for v in vars(r.match).values()), (strategy, r.match)
+        for rk in r.ranks:
+            assert rk.measured.comm_by_axis == rk.predicted.comm_by_axis
+            assert rk.measured.comm_by_axis["cp"] == {"send": _ring_bytes_by_hand(batch, 2) // 2}  # H/tp heads
+        assert r.replica_max_diff == 0.0
+        assert parameter_error(dict(zip(names, r.params)), dict(zip(names, r.reference_params)), 32) <= train_cp.PARAM_TOL
+
+
+@pytest.mark.fast
+def test_tp_activations_with_a_core_that_keeps_no_scores_at_t_1_are_the_fused_models():
+    """At t = 1 the tp closed form with attention="fused" is the unsplit GPT's fused form
+    (`theory.activations`), independent of how it was derived."""
+    from zeroedu.theory import tensor_parallel as tp_theory
+
+    c = get_model("gpt-tiny")
+    for b, s in ((1, 32), (4, 16)):
+        assert tp_theory.gpt_activation_bytes(c, b, s, 4, 1, attention="fused") == \
+            gpt_activation_bytes(c, b, s, 4, attention="fused")

@@ -194,6 +194,7 @@ DATA_AXES = (DP_OUTER, DP_SHARD)  # the axes that split the batch; the rest spli
 # torchtitan's `dp_shard_cp` mesh and picotron's `cp_dp_group` do; the strategy runs on that
 # flattened group under the name dp_shard.
 SHARD_AXES = (DP_SHARD, CP)
+SHARD_GROUP = "dp_shard+cp"  # the key of that flattened group among a rank's axes, where it is not dp_shard's
 WORLD = "world"  # the default group, every rank: a hybrid's one all-reduce over both data axes
 
 
@@ -242,6 +243,16 @@ class Mesh:
         for a in SHARD_AXES:
             r = r * self.size(a) + self.coord(rank, a)
         return r
+
+    def shard_groups(self) -> list[tuple[int, ...]]:
+        """Every inner group of the strategy (each rank in exactly one), in order of their first rank."""
+        seen, out = set(), []
+        for r in range(self.world_size):
+            if r not in seen:
+                g = self.shard_group(r)
+                seen.update(g)
+                out.append(g)
+        return out
 
     def shard_group(self, rank: int) -> tuple[int, ...]:
         """The ranks of rank `rank`'s inner group, in `shard_coord` order."""

@@ -216,6 +216,8 @@ class RankContext:
 
             from .comm import Axis
 
+            from ..kinds import DP_SHARD, SHARD_GROUP
+
             axes = {}
             for name in mesh.names:
                 if name == mesh.world_group_axis:
@@ -226,6 +228,17 @@ class RankContext:
                     if self.rank in ranks:
                         axes[name] = Axis(name, g, len(ranks), ranks.index(self.rank), ranks)
                 self.wire.label_new(name)
+            if mesh.shard_size != mesh.size(DP_SHARD):
+                # The strategy's group spans dp_shard x cp (`kinds.SHARD_AXES`): flattened groups,
+                # kept under their own key and named dp_shard (what the strategy's records carry).
+                if mesh.shard_size == self.world_size:
+                    axes[SHARD_GROUP] = self.world_axis(DP_SHARD)
+                else:
+                    for ranks in mesh.shard_groups():
+                        g = dist.new_group(list(ranks))
+                        if self.rank in ranks:
+                            axes[SHARD_GROUP] = Axis(DP_SHARD, g, len(ranks), ranks.index(self.rank), ranks)
+                    self.wire.label_new(DP_SHARD)
             self._meshes[mesh] = axes
         return dict(self._meshes[mesh])
 

@@ -145,7 +145,7 @@ class ContextSplit(Split):
             raise ValueError(f"context parallelism splits a GPT's sequences: {model.name} is not a gpt-* model")
         # What this composition does not run yet, each refused by name rather than run wrong.
         refused = [why for bad, why in [
-            (cfg.tp != 1, "tensor parallelism beside it is not composed here yet (one model axis at a time)"),
+            (cfg.sequence_parallel, "sequence parallelism inside tp would split the positions a second time"),
             (spec.hybrid, f"{spec.name}'s dp_outer beside it is not composed here yet"),
             (model.attention != "eager", "ring attention replaces the eager core (--attention eager)"),
             (cfg.recompute != RecomputeMode.NONE, "activation recompute would re-run the ring's sends"),
@@ -201,15 +201,62 @@ class ContextSplit(Split):
                                     attention="fused")
 
 
+class ContextTensorSplit(Split):
+    """cp outside tp: every sequence split over cp, every block split over tp inside it
+    (Megatron-LM's order, tp innermost). Ring attention replaces the core before the blocks are
+    split, so each tp rank's attention passes its H/tp heads' K and V around its cp ring; the tp
+    collectives move a cp rank's S/cp positions. Shapes and the reassembled replica are tp's;
+    inputs are cp's; bytes and activations are tp's closed forms at S/cp positions (with a core
+    that keeps no scores) beside the ring's at H/tp heads."""
+
+    axis = None
+
+    def __init__(self, cp: ContextSplit, tp: TensorSplit, cp_size: int):
+        self.cp, self.tp, self.cp_size = cp, tp, cp_size
+
+    def apply(self, model, dist, cfg):
+        return self.tp.apply(self.cp.apply(model, dist, cfg), dist, cfg)
+
+    def inputs(self, cfg, dist, x, y):
+        return self.cp.inputs(cfg, dist, x, y)
+
+    def unit_shapes(self, cfg):
+        return self.tp.unit_shapes(cfg)
+
+    def ops(self, cfg, elem: int) -> list:
+        from ..theory.comm import CommOp
+        from ..theory.context import ring_bytes
+
+        c, cp, t = cfg.model, cfg.cp, cfg.tp
+        tp_ops = tp_theory.gpt_tp_ops(cfg.micro_batch_size, c.seq_len // cp, c.d_model, c.n_layers, t, elem,
+                                      False, cfg.micro_batches)
+        shape = (cfg.micro_batch_size, c.n_heads // t, c.seq_len, c.d_model // c.n_heads, cp)
+        kv, acc = ring_bytes(*shape, elem), ring_bytes(*shape, 4)
+        per = kv["forward"] + kv["forward"] + (acc["backward"] - acc["forward"])
+        return tp_ops + [CommOp(CP, "send", "cp/ring", per, cp)] * (c.n_layers * cfg.micro_batches)
+
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None) -> int | None:
+        c = cfg.model
+        return tp_theory.gpt_activation_bytes(c, cfg.micro_batch_size, c.seq_len // cfg.cp, elem, cfg.tp,
+                                              ln_stats_bytes=ln_stats, attention="fused")
+
+    def unsplit(self, names: list[str], per_rank: list[list]) -> list:
+        # a replica's ranks, row-major: cp outer, tp inner; the first cp rank's tp ranks hold it all
+        return self.tp.unsplit(names, per_rank[:len(per_rank) // self.cp_size])
+
+
 WHOLE = Split()
 SPLITS = {TP: TensorSplit(), CP: ContextSplit()}  # model axis -> how it splits a replica
 
 
 def split_of(mesh: Mesh) -> Split:
-    """How a replica is split on `mesh`: its one model axis's `Split`, or `WHOLE`."""
+    """How a replica is split on `mesh`: its model axes' `Split` (cp and tp together compose as
+    `ContextTensorSplit`), or `WHOLE`."""
     axes = mesh.model_axes
+    if axes == (CP, TP):
+        return ContextTensorSplit(SPLITS[CP], SPLITS[TP], mesh.size(CP))
     if len(axes) > 1:
-        raise ValueError(f"one model axis at a time here, got {axes}")
+        raise ValueError(f"these model axes do not compose here yet: {axes}")
     return SPLITS[axes[0]] if axes else WHOLE
 
 

@@ -83,7 +83,7 @@ def gpt_tp_ops(batch: int, seq: int, hidden: int, n_layers: int, t: int, elem: i
 
 
 def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, t: int, sp: bool = False,
-                         ln_stats_bytes: int | None = None) -> int:
+                         ln_stats_bytes: int | None = None, attention: str = "eager") -> int:
     """Bytes autograd saves on one tp rank for one micro-batch of zeroedu's GPT with every block
     tensor-parallel (eager attention, no recompute), T = b·s tokens, a bytes per element:
 
@@ -96,6 +96,10 @@ def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, t: in
                               does (`LinearWithGradAccumulationAndAsyncCommunication`,
                               megatron/core/tensor_parallel/layers.py), which is how Korthikanti's
                               34/t holds (§4.2.2): 2·aTD/t for the two inputs.
+        attention="fused":    a core that keeps no scores (ring attention under cp): less
+                              a·b·H·s²/t, plus its output aTD/t (none with one head per rank:
+                              the merged heads are a view of it) and one fp32 log-sum-exp per
+                              row, 4·b·(H/t)·s.
 
     The embedding, the head and the loss run whole on every rank: their terms are the unsplit
     model's (`activations.gpt_activation_terms`)."""
@@ -110,6 +114,11 @@ def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, t: in
                                                                attention="eager") if x.unit != "block")
     ln = 2 * (a * T * D + 2 * m * T)  # two LayerNorms' inputs and mean, rstd
     split = (2 * a * T * D + a * T * D + a * T * D + 2 * r * a * T * D) // t + a * batch * (H // t) * seq * seq
+    if attention == "fused":  # a core that keeps no scores (ring attention, FlashAttention): its
+        # output and one fp32 log-sum-exp per row instead (`activations.gpt_activation_terms`).
+        # With one head per rank the output (B, 1, s, D_h) transposed is already contiguous, so
+        # merging the heads is a view of it: the proj input is that same storage, counted once.
+        split += (a * T * D // t if H // t > 1 else 0) - a * batch * (H // t) * seq * seq + 4 * batch * (H // t) * seq
     gathered = 2 * a * T * D  # the qkv and fc inputs
     if sp:
         if seq % t:

@@ -23,7 +23,7 @@ import torch
 
 from ..models import apply_recompute, local_slice
 from ..recipes import get_recipe
-from ..kinds import DP_OUTER, DP_SHARD, EventKind, RecomputeMode
+from ..kinds import DP_OUTER, DP_SHARD, SHARD_GROUP, EventKind, RecomputeMode
 from ..runtime.comm import Comm
 from ..runtime.ledger import Ledger
 from ..runtime import matmul16
@@ -83,15 +83,10 @@ def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
                 pacer=ctx.pacer() if cfg.links is not None else None)
     mesh = cfg.mesh
     axes = ctx.axes(mesh)
-    if mesh.shard_size != mesh.size(DP_SHARD):
-        # The strategy's group spans dp_shard x cp (`kinds.SHARD_AXES`); with no other axis
-        # beside them (what `ContextSplit.check` composes today) that is the whole world.
-        if mesh.shard_size != ctx.world_size:
-            raise ValueError(f"the strategy's group dp_shard x cp spans {mesh.shard_size} of {ctx.world_size} ranks: "
-                             "not built here")
-        axes[DP_SHARD] = ctx.world_axis(DP_SHARD)
     ledger.mesh = mesh
-    return DistState(ctx.rank, ctx.world_size, ctx.device, axes[DP_SHARD], comm, ledger, axes.get(DP_OUTER),
+    # the strategy's group: dp_shard, flattened with cp where the mesh has it (`kinds.SHARD_AXES`)
+    inner = axes.get(SHARD_GROUP, axes[DP_SHARD])
+    return DistState(ctx.rank, ctx.world_size, ctx.device, inner, comm, ledger, axes.get(DP_OUTER),
                      mesh=mesh, axes=axes)
 
 
