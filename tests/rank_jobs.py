@@ -221,8 +221,11 @@ def tp_axis_names(ctx, cfg: dict) -> dict:
 
     run = build_run(ctx, config_from_dict(cfg))
     labels = sorted(ctx.wire.labels()) if ctx.wire.available else None
+    # a warm rank may have built other runs' meshes before (a cp or pp run): their axes' sockets
+    # keep their own names
+    earlier = sorted({a for mesh in ctx._meshes for a in mesh.names} - {"dp_shard", "tp"})
     return {"dp": run.dist.inner.name, "tp": run.dist.axes["tp"].name, "outer": run.dist.outer,
-            "world_group_axis": run.ledger.mesh.world_group_axis, "labels": labels,
+            "world_group_axis": run.ledger.mesh.world_group_axis, "labels": labels, "earlier": earlier,
             "axes": {k: list(a.ranks) for k, a in run.dist.axes.items()}}
 
 

@@ -182,12 +182,12 @@ def test_the_command_line_prints_every_stage_beside_its_closed_forms():
 
     from .cli_inprocess import zeroedu  # on the session's warm pools (tests/cli_inprocess.py)
 
-    out = zeroedu("pipeline", "--stages", "2", "--microbatches", "2", "--steps", "1", "--json")
+    out = zeroedu("pipeline", "--pp", "2", "--micro-batches", "2", "--steps", "1", "--json")
     assert out.returncode == 0, out.stderr
     rep = json.loads(out.stdout)
     assert [s["in_flight"] for s in rep["per_stage"]] == [2, 1]
     assert all(s["sent"] == s["predicted_sent"] for s in rep["per_stage"])
-    bad = zeroedu("pipeline", "--stages", "2", "--microbatches", "3")
+    bad = zeroedu("pipeline", "--pp", "2", "--micro-batches", "3")
     assert bad.returncode == 2 and "does not split into 3 micro-batches" in bad.stderr
     bad = zeroedu("pipeline", "--emulate", "5")
     assert bad.returncode == 2 and "--emulate takes FORWARD_MS,BACKWARD_MS" in bad.stderr

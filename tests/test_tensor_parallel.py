@@ -197,7 +197,7 @@ def test_a_tp_runs_axes_are_named_for_what_they_carry():
     for rank, r in enumerate(cluster.run("tests.rank_jobs:tp_axis_names", 4, {"cfg": cfg})):
         assert (r["dp"], r["tp"], r["outer"], r["world_group_axis"]) == ("dp_shard", "tp", None, "world")
         assert r["axes"] == {"dp_shard": [rank % 2, rank % 2 + 2], "tp": [rank // 2 * 2, rank // 2 * 2 + 1]}
-        assert r["labels"] is None or set(r["labels"]) <= {"world", "dp_shard", "tp"}, r["labels"]
+        assert r["labels"] is None or set(r["labels"]) <= {"world", "dp_shard", "tp", *r["earlier"]}, r["labels"]
 
 
 @pytest.mark.fast

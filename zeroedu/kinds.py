@@ -217,17 +217,18 @@ class Mesh:
             raise ValueError(f"mesh axis sizes must be integers >= 1, got {bad}")
 
     @classmethod
-    def build(cls, world_size: int, *, dp_outer: int | None = None, cp: int = 1, tp: int = 1) -> "Mesh":
+    def build(cls, world_size: int, *, dp_outer: int | None = None, pp: int = 1, cp: int = 1, tp: int = 1) -> "Mesh":
         """The mesh of a run on `world_size` ranks: `dp_outer` = M for a hybrid strategy (None:
-        no such axis), `cp` > 1 for context parallelism, `tp` > 1 for tensor parallelism;
-        dp_shard takes the rest."""
-        model = tp * cp
+        no such axis), `pp` > 1 for pipeline stages, `cp` > 1 for context parallelism, `tp` > 1
+        for tensor parallelism; dp_shard takes the rest."""
+        model = pp * tp * cp
         data = dp_outer or 1
         if world_size % (model * data):
-            sizes = [(DP_OUTER, dp_outer)] * (dp_outer is not None) + [(CP, cp)] * (cp > 1) + [(TP, tp)]
+            sizes = ([(PP, pp)] * (pp > 1) + [(DP_OUTER, dp_outer)] * (dp_outer is not None) + [(CP, cp)] * (cp > 1)
+                     + [(TP, tp)])
             raise ValueError(f"the world size {world_size} must be divisible by "
                              f"{' x '.join(f'{a} = {s}' for a, s in sizes)}")
-        shape = ([(DP_OUTER, dp_outer)] if dp_outer is not None else []) \
+        shape = ([(PP, pp)] if pp > 1 else []) + ([(DP_OUTER, dp_outer)] if dp_outer is not None else []) \
             + [(DP_SHARD, world_size // (model * data))] + ([(CP, cp)] if cp > 1 else []) \
             + ([(TP, tp)] if tp > 1 else [])
         return cls(tuple(shape))

@@ -386,7 +386,7 @@ class RankReport:
     wire: WireReport
     peak: int = 0
     peak_label: str = ""
-    losses: list[float] = field(default_factory=list)
+    losses: list[float | None] = field(default_factory=list)  # None off a pipeline's last stage
     timeline: Timeline = field(default_factory=Timeline)
     overlap: float | None = None  # share of gradient communication hidden behind backward
     time: TimeReport = field(default_factory=TimeReport)  # per step: compute, exposed comm, comm by axis
@@ -470,6 +470,8 @@ class RunReport:
     sequence_parallel: bool = False  # Korthikanti's SP inside tp
     cp: int = 1  # context-parallel ranks per replica (each sequence split over them); n counts them too
     zigzag: bool = False  # cp's balanced split
+    pp: int = 1  # pipeline stages per replica (outermost); a rank's losses are None off the last stage
+    schedule: str = "1f1b"  # the pipeline's schedule
 
     @property
     def rank0(self) -> RankReport:

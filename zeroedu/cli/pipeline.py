@@ -1,9 +1,9 @@
 """``zeroedu pipeline``: train a GPT on a pipeline of real ranks, one stage each; print what each
 stage sent and held beside the closed forms, and the losses beside one process's.
 
-    zeroedu pipeline --stages 4 --microbatches 8 --schedule 1f1b --model gpt-tiny --layers 4
-    zeroedu pipeline --stages 2 --dp 2 --strategy zero2 --microbatches 4   # dp bytes grow with m
-    zeroedu pipeline --stages 4 --microbatches 4 --layers 4 --emulate 50,100  # the bubble, timed
+    zeroedu pipeline --pp 4 --micro-batches 8 --schedule 1f1b --model gpt-tiny --layers 4
+    zeroedu pipeline --pp 2 --dp 2 --strategy zero2 --micro-batches 4   # dp bytes grow with m
+    zeroedu pipeline --pp 4 --micro-batches 4 --layers 4 --emulate 50,100  # the bubble, timed
 
 A pipeline that cannot exist (layers not divisible by the stages, a batch not divisible by the
 micro-batches) is refused with one line. m < p is allowed: every micro-batch is then in flight at
@@ -27,8 +27,8 @@ def cmd_pipeline(args) -> int:
         raise ValueError(f"a pipeline cuts a GPT's blocks into stages: {args.model} is not a gpt-* model")
     if args.layers is not None:
         model = dataclasses.replace(model, n_layers=args.layers, preset="")
-    if args.stages < 2:
-        raise ValueError("--stages: a pipeline has at least 2 stages")
+    if args.pp < 2:
+        raise ValueError("--pp: a pipeline has at least 2 stages")
     compute = None
     if args.emulate is not None:
         try:
@@ -36,7 +36,7 @@ def cmd_pipeline(args) -> int:
         except ValueError:
             raise ValueError(f"--emulate takes FORWARD_MS,BACKWARD_MS (e.g. 50,100), got {args.emulate!r}") from None
         compute = (tf, tb)
-    rep = pipeline.run(model, args.stages, args.microbatches, args.schedule, steps=args.steps,
+    rep = pipeline.run(model, args.pp, args.micro_batches, args.schedule, steps=args.steps,
                        global_batch=args.global_batch, dp=args.dp, strategy=args.strategy, compute=compute)
     if args.json:
         print(json.dumps(dataclasses.asdict(rep), indent=1))
@@ -71,8 +71,8 @@ def cmd_pipeline(args) -> int:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("pipeline", help="pipeline parallelism (GPipe, 1F1B) on real ranks, measured")
-    p.add_argument("--stages", type=positive_int, default=2, help="pipeline stages = ranks (default 2)")
-    p.add_argument("--microbatches", type=positive_int, default=4, help="micro-batches per step (default 4)")
+    p.add_argument("--pp", type=positive_int, default=2, help="pipeline stages = ranks (default 2)")
+    p.add_argument("--micro-batches", type=positive_int, default=4, help="micro-batches per step (default 4)")
     p.add_argument("--schedule", choices=list(SCHEDULES), default="1f1b", help="default 1f1b")
     p.add_argument("--model", choices=[k for k, v in PRESETS.items() if isinstance(v, GPTConfig)],
                    default="gpt-tiny", help="default gpt-tiny")

@@ -65,7 +65,8 @@ def config_from_args(args, world_size: int) -> ResolvedConfig:
                      clip_grad_norm=args.clip_grad_norm, collectives=args.collectives,
                      links=getattr(args, "link", None), timeline=args.record,
                      tp=getattr(args, "tp", 1), sequence_parallel=getattr(args, "sequence_parallel", False),
-                     cp=getattr(args, "cp", 1), zigzag=getattr(args, "zigzag", False)).resolved()
+                     cp=getattr(args, "cp", 1), zigzag=getattr(args, "zigzag", False),
+                     pp=getattr(args, "pp", 1), schedule=getattr(args, "schedule", "1f1b")).resolved()
 
 
 class Progress:
@@ -220,6 +221,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--sequence-parallel", action="store_true",
                    help="with --tp: sequence parallelism inside tp (LayerNorm and residual activations "
                         "split along the sequence; all-gather / reduce-scatter in place of all-reduce)")
+    p.add_argument("--pp", type=positive_int, default=1,
+                   help="pipeline parallelism (gpt-* models): the blocks cut into PP stages on the outermost "
+                        "axis, each step's --micro-batches run by --schedule through the strategy, which is "
+                        "data-parallel over each stage's ranks; sends and activations per stage (default 1: none)")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b",
+                   help="with --pp: GPipe (every forward, then every backward) or 1F1B (default)")
     p.add_argument("--cp", type=positive_int, default=1,
                    help="context parallelism (gpt-* models, --attention eager): every sequence split over CP "
                         "contiguous ranks, keys and values passed around a ring; the strategy reduces and "

@@ -27,7 +27,7 @@ def match_rows(report: RunReport) -> list[tuple[int, str, Any, Any, bool]]:
         pr, me = r.predicted, r.measured
         if pr.activations is not None:
             rows.append((r.rank, "activations", pr.activations, me.activations, pr.activations == me.activations))
-        if report.tp > 1 or report.cp > 1:  # two axes, each its own link in a real cluster: per axis, per collective
+        if report.tp > 1 or report.cp > 1 or report.pp > 1:  # two axes, each its own link in a real cluster: per axis, per collective
             for a in sorted(set(pr.comm_by_axis) | set(me.comm_by_axis)):
                 p, m = pr.comm_by_axis.get(a, {}), me.comm_by_axis.get(a, {})
                 rows += [(r.rank, f"ring model: {a} {c}", p.get(c, 0), m.get(c, 0), p.get(c, 0) == m.get(c, 0))
@@ -87,6 +87,9 @@ def summary(report: RunReport) -> str:
     if report.tp > 1:
         head = head.replace(f"(N = {report.n}, M = {report.m})",
                             f"(dp N = {report.n} x tp {report.tp}{', sequence parallel' if report.sequence_parallel else ''})")
+    if report.pp > 1:
+        head = head.replace(f"(N = {report.n}, M = {report.m})",
+                            f"(pp {report.pp} x dp N = {report.n}, {report.schedule})")
     if report.cp > 1:
         head = head.replace(f"(N = {report.n}, M = {report.m})",
                             f"(N = {report.n}: dp {report.n // report.cp} x cp {report.cp}"

@@ -76,7 +76,9 @@ class Stage(nn.Module):
     def __init__(self, model: nn.Module, p: int, stage: int):
         super().__init__()
         self.p, self.index = p, stage
-        layers = stage_layers(len(model.blocks), p, stage)
+        layers = self.layers = stage_layers(len(model.blocks), p, stage)
+        self.d_model = model.cfg.d_model
+        self.loss = model.loss  # the last stage's loss (a strategy over the stage asks for it)
         self.embed = model.embed if stage == 0 else None
         self.blocks = nn.ModuleList(model.blocks[i] for i in layers)
         self.head = model.head if stage == p - 1 else None
@@ -116,17 +118,17 @@ class Pipeline:
     its gradients accumulating in `.grad` for the caller's optimizer.
     `compute`: an `EmulatedCompute` to pace every action to a device's speed (time lessons)."""
 
-    def __init__(self, model: nn.Module, axis: Axis, comm: Comm, ledger: Ledger, schedule_kind: str = "1f1b",
-                 data_parallel=None, compute: EmulatedCompute | None = None):
+    def __init__(self, model: nn.Module | None, axis: Axis, comm: Comm, ledger: Ledger, schedule_kind: str = "1f1b",
+                 data_parallel=None, compute: EmulatedCompute | None = None, stage: Stage | None = None):
         if schedule_kind not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {schedule_kind!r}")
-        self.stage = Stage(model, axis.size, axis.rank)
-        self.stage_layers = stage_layers(len(model.blocks), axis.size, axis.rank)
-        self.stage.loss = model.loss
+        # `stage`: one built already (the run's spine builds it as the rank's model, `splits.PipelineSplit`)
+        self.stage = stage if stage is not None else Stage(model, axis.size, axis.rank)
+        self.stage_layers = self.stage.layers
         self.axis, self.comm, self.ledger, self.kind = axis, comm, ledger, schedule_kind
         self.compute = compute
-        self.loss_fn = model.loss
-        self.d_model = model.cfg.d_model
+        self.loss_fn = self.stage.loss
+        self.d_model = self.stage.d_model
         self.strategy = data_parallel(self.stage) if data_parallel is not None else None
         self.dtype = self.strategy.param_dtype if self.strategy is not None else self.stage.params[0].dtype
         if self.strategy is None:

@@ -8,19 +8,23 @@ never branches on an axis:
 
     check(cfg, spec, model)        the configuration this split can run, refused in the parent
     apply(model, dist, cfg)        this rank's part of the model, before the strategy wraps it
-    unit_shapes(cfg)               this rank's units' parameter shapes, for the closed forms
+    unit_shapes(cfg, rank)         rank `rank`'s units' parameter shapes, for the closed forms
                                    (with the trainable mask, or None: every parameter trains)
-    ops(cfg, elem)                 the axis's own collectives per step (`theory.comm.CommOp`)
-    activation_bytes(cfg, elem, ln_stats)   one micro-batch's saved tensors on this rank
+    ops(cfg, elem, rank)           the axis's own collectives per step (`theory.comm.CommOp`)
+    activation_bytes(cfg, elem, ln_stats, rank)   what the ledger reads at the last forward's end
     unsplit(names, per_rank)       one replica's full parameters from its ranks' parts
     inputs(cfg, dist, x, y)        this rank's part of one micro-batch (cp: its positions)
+    forward_backward(run, micro)   one step's forwards and backwards (pp: its schedule); the
+                                   step's mean loss, or None on a rank that computes none
 
 Adding an axis: a module with the algorithm and a `Split` here, the axis's name in
 `kinds.AXIS_ORDER`, its size in `kinds.Mesh.build` (`docs/architecture.md`).
 """
 from __future__ import annotations
 
-from ..kinds import CP, TP, Mesh, RecomputeMode
+from contextlib import nullcontext
+
+from ..kinds import CP, PP, TP, Mesh, RecomputeMode
 from ..models import GPTConfig
 from ..models import unit_shapes as model_unit_shapes
 from ..models import units as model_units
@@ -39,16 +43,16 @@ class Split:
     def apply(self, model, dist, cfg):
         return model
 
-    def unit_shapes(self, cfg) -> tuple[list, list | None]:
+    def unit_shapes(self, cfg, rank: int = 0) -> tuple[list, list | None]:
         model = cfg.model.build()
         # Frozen parameters: stored, never reduced or updated (the mask only when there are any).
         mask = [[p.requires_grad for p in u.parameters()] for u in model_units(model)]
         return model_unit_shapes(model), None if all(all(f) for f in mask) else mask
 
-    def ops(self, cfg, elem: int) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0) -> list:
         return []
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
         # One micro-batch's saved tensors in the recipe's parameter dtype; None: no closed form.
         return cfg.model.activation_bytes(cfg.micro_batch_size, elem, cfg.recompute, ln_stats_bytes=ln_stats)
 
@@ -57,6 +61,14 @@ class Split:
 
     def inputs(self, cfg, dist, x, y):
         return x, y
+
+    def forward_backward(self, run, micro) -> float | None:
+        # K micro-batches, the first K-1 inside no_sync(): the strategy reduces once per step
+        strategy, losses = run.strategy, []
+        for k, (x, y) in enumerate(micro):
+            with strategy.no_sync() if k < len(micro) - 1 else nullcontext():
+                losses.append(strategy.forward_backward(x, y))
+        return sum(losses) / len(losses)
 
 
 class TensorSplit(Split):
@@ -97,17 +109,17 @@ class TensorSplit(Split):
 
         return TPGPT(model, dist.axes[TP], dist.comm, sp=cfg.sequence_parallel)
 
-    def unit_shapes(self, cfg) -> tuple[list, list | None]:
+    def unit_shapes(self, cfg, rank: int = 0) -> tuple[list, list | None]:
         c = cfg.model  # one tp rank's slices, every parameter trainable
         return tp_theory.gpt_units(c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.mlp_ratio,
                                    cfg.mesh.size(TP)), None
 
-    def ops(self, cfg, elem: int) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0) -> list:
         c = cfg.model  # in the compute dtype, K micro-batches
         return tp_theory.gpt_tp_ops(cfg.micro_batch_size, c.seq_len, c.d_model, c.n_layers, cfg.mesh.size(TP),
                                     elem, cfg.sequence_parallel, cfg.micro_batches)
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
         c = cfg.model
         return tp_theory.gpt_activation_bytes(c, cfg.micro_batch_size, c.seq_len, elem, cfg.mesh.size(TP),
                                               cfg.sequence_parallel, ln_stats_bytes=ln_stats)
@@ -181,7 +193,7 @@ class ContextSplit(Split):
         idx = positions(cfg.model.seq_len, cfg.cp, dist.axes[CP].rank, cfg.zigzag)
         return x[:, idx].contiguous(), y[:, idx].contiguous()
 
-    def ops(self, cfg, elem: int) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0) -> list:
         from ..theory.comm import CommOp
         from ..theory.context import ring_bytes
 
@@ -193,7 +205,7 @@ class ContextSplit(Split):
         per = kv["forward"] + kv["forward"] + (acc["backward"] - acc["forward"])
         return [CommOp(CP, "send", "cp/ring", per, cp)] * (c.n_layers * cfg.micro_batches)
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
         from ..theory.activations import gpt_activation_bytes
 
         c = cfg.model
@@ -220,10 +232,10 @@ class ContextTensorSplit(Split):
     def inputs(self, cfg, dist, x, y):
         return self.cp.inputs(cfg, dist, x, y)
 
-    def unit_shapes(self, cfg):
-        return self.tp.unit_shapes(cfg)
+    def unit_shapes(self, cfg, rank: int = 0):
+        return self.tp.unit_shapes(cfg, rank)
 
-    def ops(self, cfg, elem: int) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0) -> list:
         from ..theory.comm import CommOp
         from ..theory.context import ring_bytes
 
@@ -235,7 +247,7 @@ class ContextTensorSplit(Split):
         per = kv["forward"] + kv["forward"] + (acc["backward"] - acc["forward"])
         return tp_ops + [CommOp(CP, "send", "cp/ring", per, cp)] * (c.n_layers * cfg.micro_batches)
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
         c = cfg.model
         return tp_theory.gpt_activation_bytes(c, cfg.micro_batch_size, c.seq_len // cfg.cp, elem, cfg.tp,
                                               ln_stats_bytes=ln_stats, attention="fused")
@@ -245,8 +257,93 @@ class ContextTensorSplit(Split):
         return self.tp.unsplit(names, per_rank[:len(per_rank) // self.cp_size])
 
 
+class PipelineSplit(Split):
+    """A GPT's blocks cut into pp stages (`strategies.pipeline`: the first stage also embeds, the
+    last also has the head and the loss), each step's micro-batches run by GPipe or 1F1B through
+    the strategy's `forward_only` / `backward_only`, activations and their gradients sent on the
+    pp axis; the strategy is data-parallel over the ranks holding the same stage and steps it.
+    Closed forms: the stage's units (`theory.pipeline.stage_layers`), its sends
+    (`stage_sent_bytes`) and one micro-batch's activations on it (`stage_activation_bytes`) times
+    the micro-batches alive at the step's last forward (the schedule's)."""
+
+    axis = PP
+
+    def check(self, cfg, spec, model) -> int:
+        from ..theory.pipeline import SCHEDULES
+
+        pp = cfg.pp
+        if isinstance(pp, bool) or not isinstance(pp, int) or pp < 1:
+            raise ValueError(f"pp must be an integer >= 1, got {pp!r}")
+        if cfg.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {cfg.schedule!r}")
+        if pp == 1:
+            return 1
+        if cfg.world_size % pp:
+            raise ValueError(f"pp = {pp} must divide the world size {cfg.world_size}")
+        if not isinstance(model, GPTConfig):
+            raise ValueError(f"pipeline parallelism cuts a GPT's blocks into stages: {model.name} is not a gpt-* model")
+        if model.n_layers % pp:
+            raise ValueError(f"pp = {pp} stages of whole blocks: {model.name}'s {model.n_layers} blocks do not split")
+        refused = [why for bad, why in [
+            (cfg.tp != 1 or cfg.cp != 1, "tp or cp beside it is not composed here yet"),
+            (spec.hybrid, f"{spec.name}'s dp_outer beside it is not composed here yet"),
+            (spec.name in PIPELINE_REFUSED, f"{spec.name} gathers its parameters around each forward and backward, "
+                                            "which the schedule interleaves (not composed here yet)"),
+            (cfg.recompute != RecomputeMode.NONE, "activation recompute is not applied to stages"),
+            (cfg.clip_grad_norm is not None, "the gradient norm would need a sum over the stages"),
+            (cfg.links is not None, "emulated links cover the data-parallel axes only")] if bad]
+        if refused:
+            raise ValueError(f"pp = {pp}: {refused[0]}")
+        return pp
+
+    def _stage(self, cfg, rank: int):
+        from .pipeline import Stage
+
+        return Stage(cfg.model.build(), cfg.pp, cfg.mesh.coord(rank, PP))
+
+    def apply(self, model, dist, cfg):
+        from .pipeline import Stage
+
+        return Stage(model, cfg.pp, dist.axes[PP].rank)
+
+    def unit_shapes(self, cfg, rank: int = 0):
+        return model_unit_shapes(self._stage(cfg, rank)), None
+
+    def ops(self, cfg, elem: int, rank: int = 0) -> list:
+        from ..theory.comm import CommOp
+        from ..theory.pipeline import stage_sent_bytes
+
+        c = cfg.model
+        sent = stage_sent_bytes(cfg.micro_batch_size, c.seq_len, c.d_model, elem, cfg.pp, cfg.micro_batches,
+                                cfg.mesh.coord(rank, PP))
+        return [CommOp(PP, "send", "pipeline", sent, cfg.pp)] if sent else []
+
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
+        from ..theory.pipeline import schedule, stage_activation_bytes
+
+        s = cfg.mesh.coord(rank, PP)
+        actions = schedule(cfg.schedule, cfg.pp, cfg.micro_batches, s)
+        last = max(i for i, (what, _) in enumerate(actions) if what == "F")
+        alive = sum(1 if what == "F" else -1 for what, _ in actions[:last + 1])
+        return alive * stage_activation_bytes(cfg.model, cfg.micro_batch_size, elem, cfg.pp, s, ln_stats)
+
+    def unsplit(self, names: list[str], per_rank: list[list]) -> list:
+        return [q for stage in per_rank for q in stage]  # the stages in order: the model's order
+
+    def forward_backward(self, run, micro) -> float | None:
+        from .pipeline import Pipeline
+
+        axis = run.dist.axes[PP]
+        engine = Pipeline(None, axis, run.dist.comm, run.ledger, run.cfg.schedule,
+                          data_parallel=lambda _stage: run.strategy, stage=run.strategy.model)
+        return engine.forward_backward(micro)
+
+
+PIPELINE_REFUSED: tuple[str, ...] = ()  # strategies refused beside pp (found by the tests)
+
+
 WHOLE = Split()
-SPLITS = {TP: TensorSplit(), CP: ContextSplit()}  # model axis -> how it splits a replica
+SPLITS = {TP: TensorSplit(), CP: ContextSplit(), PP: PipelineSplit()}  # model axis -> how it splits a replica
 
 
 def split_of(mesh: Mesh) -> Split:

@@ -21,7 +21,7 @@ import dataclasses
 import os
 from dataclasses import asdict, dataclass, field, fields
 
-from ..kinds import CP, TP, Implementation, Mesh, RecomputeMode
+from ..kinds import CP, PP, TP, Implementation, Mesh, RecomputeMode
 from ..catalog import get_spec
 from ..models import DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, GPTConfig, MLPConfig, ModelSpec, get_model, local_slice
 from ..optim import AdamConfig
@@ -70,6 +70,11 @@ class RunConfig:
     # the balanced split); the strategy reduces and shards over dp_shard x cp (`kinds.SHARD_AXES`).
     cp: int = 1
     zigzag: bool = False
+    # Pipeline parallelism (`strategies.pipeline`, a GPT): its blocks cut into pp stages on the
+    # outermost axis, each step's micro-batches run by `schedule` ("gpipe" or "1f1b") through the
+    # strategy's forward_only / backward_only; the strategy is data-parallel over each stage's ranks.
+    pp: int = 1
+    schedule: str = "1f1b"
 
     def resolved(self) -> "ResolvedConfig":
         """This configuration validated and with its defaults filled in (`resolve`)."""
@@ -107,6 +112,8 @@ class ResolvedConfig:
     sequence_parallel: bool = False
     cp: int = 1
     zigzag: bool = False
+    pp: int = 1
+    schedule: str = "1f1b"
 
     def resolved(self) -> "ResolvedConfig":
         """Already resolved: itself, not checked again."""
@@ -117,7 +124,7 @@ class ResolvedConfig:
         """The run's ranks as named axes (`kinds.Mesh`): dp_outer = M for a hybrid strategy,
         dp_shard, and each model axis (cp, tp) of size > 1."""
         return Mesh.build(self.world_size, dp_outer=self.m if get_spec(self.strategy).hybrid else None,
-                          cp=self.cp, tp=self.tp)
+                          pp=self.pp, cp=self.cp, tp=self.tp)
 
     @property
     def dp(self) -> int:
@@ -166,8 +173,8 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
             raise ValueError(f"--attention is a GPT's: {model.name} has no attention")
         model = dataclasses.replace(model, attention=cfg.attention)  # validated by GPTConfig
     sizes = splits.check(cfg, spec, model)  # each model axis's size, checked by its split
-    tp, cp = sizes[TP], sizes[CP]
-    dp = Mesh.build(cfg.world_size, dp_outer=m if spec.hybrid else None, cp=cp, tp=tp).data_parallel
+    tp, cp, pp = sizes[TP], sizes[CP], sizes[PP]
+    dp = Mesh.build(cfg.world_size, dp_outer=m if spec.hybrid else None, pp=pp, cp=cp, tp=tp).data_parallel
     batch = cfg.global_batch if cfg.global_batch is not None else model.default_global_batch
     local_slice(batch, dp, 0)  # validates divisibility
     _check_fits(model, cfg.world_size, batch // dp)
@@ -228,7 +235,7 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         options=dict(cfg.options), micro_batches=k, recompute=cfg.recompute,
         clip_grad_norm=cfg.clip_grad_norm, collectives=cfg.collectives, links=links, timeline=cfg.timeline,
         strategy_class=cfg.strategy_class, stream=cfg.stream, return_params=cfg.return_params,
-        tp=tp, sequence_parallel=bool(cfg.sequence_parallel), cp=cp, zigzag=bool(cfg.zigzag))
+        tp=tp, sequence_parallel=bool(cfg.sequence_parallel), cp=cp, zigzag=bool(cfg.zigzag), pp=pp, schedule=cfg.schedule)
 
 
 MAX_MLP_DEPTH = 1024  # Linear layers: each is a unit with its own hooks and collectives

@@ -40,15 +40,15 @@ def _predicted(cfg: ResolvedConfig, rank: int, backend: str, device: str) -> Pre
     elem = get_recipe(cfg.recipe).param_bytes
     ln_stats = 4 if device.startswith("cuda") else None  # LayerNorm statistics are fp32 on CUDA
     split = split_of(cfg.mesh)  # how a replica is split over the model axes (none: WHOLE)
-    shapes, trainable = split.unit_shapes(cfg)
+    shapes, trainable = split.unit_shapes(cfg, rank)
     # The closed forms index a rank by its place on the sharding (inner) axis.
     ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=cfg.shard_rank(rank),
                                    recipe=cfg.recipe, trainable=trainable)
     comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe, trainable=trainable,
                              **theory_comm_options(cfg))
     # a model axis's collectives beside the data-parallel ones, on the axis they run on
-    comm = theory_comm.CommBytes(comm.ops + split.ops(cfg, elem), tuple(comm))
-    activations = split.activation_bytes(cfg, elem, ln_stats)
+    comm = theory_comm.CommBytes(comm.ops + split.ops(cfg, elem, rank), tuple(comm))
+    activations = split.activation_bytes(cfg, elem, ln_stats, rank)
     # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
     # when the backend's collectives run (`theory.comm.on_the_wire`).
     implementation = resolve_implementation(cfg.collectives, backend)
@@ -165,10 +165,11 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
     # may not, and the report says so rather than pick one.
     matmul = matmuls.pop() if len(matmuls) == 1 else "mixed"
     reports = [RankReport.from_plain(r) for r in ranks]
-    n = len(reports)
     for r in reports:  # share of gradient communication hidden behind backward (a measurement)
         r.overlap = analysis.overlap_fraction(r.timeline)
-    losses = [sum(r.losses[k] for r in reports) / n for k in range(cfg.steps)]
+    # the mean of the ranks' means (equal token counts); a pipeline's earlier stages have none
+    scored = [r for r in reports if r.losses and r.losses[0] is not None]
+    losses = [sum(r.losses[k] for r in scored) / len(scored) for k in range(cfg.steps)]
     # A 16-bit run's bound is measured here, on this CPU: one process in the same recipe. Only
     # asked for where a step lies beyond the flat tolerance, which no bound can be below (a
     # short run rarely does): it is a second single-process training of the global batch.
@@ -181,7 +182,8 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
         micro_batches=cfg.micro_batches, recompute=cfg.recompute, clip_grad_norm=cfg.clip_grad_norm,
         collectives=resolve_implementation(cfg.collectives, backend), backend=backend, matmul16=matmul,
         options=dict(cfg.options), timeline_mode=cfg.timeline,
-        links=None if cfg.links is None else cfg.links.plain(), tp=cfg.tp, sequence_parallel=cfg.sequence_parallel, cp=cfg.cp, zigzag=cfg.zigzag,
+        links=None if cfg.links is None else cfg.links.plain(), tp=cfg.tp, sequence_parallel=cfg.sequence_parallel, cp=cfg.cp, zigzag=cfg.zigzag, pp=cfg.pp,
+        schedule=cfg.schedule,
         psi=sum(p.numel() for p in ref_params), ranks=reports, losses=losses, reference_losses=ref_losses,
         recipe_losses=one_process,
         match=Match(

@@ -15,7 +15,6 @@ runs every strategy, hybrids included, with every run option:
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable
 
@@ -120,22 +119,22 @@ def build_run(ctx, cfg: ResolvedConfig, sink: Callable[[dict], None] | None = No
     return RankRun(cfg, ctx, ledger, dist, strategy)
 
 
-def train_step(run: RankRun, step: int, micro: list | None = None) -> float:
-    """One optimizer step: K micro-batches (the first K-1 inside `no_sync()`), then `step()`.
-    `micro`: this step's micro-batches, if already made (default: `run.micro_batches(step)`)."""
+def train_step(run: RankRun, step: int, micro: list | None = None) -> float | None:
+    """One optimizer step: K micro-batches (the first K-1 inside `no_sync()`; a pipeline's in its
+    schedule, `Split.forward_backward`), then `step()`; the step's mean loss (None on a pipeline
+    stage that computes none). `micro`: this step's micro-batches, if already made (default:
+    `run.micro_batches(step)`)."""
     strategy = run.strategy
     run.ledger.begin_step(step)
     micro = run.micro_batches(step) if micro is None else micro
-    losses = []
     # 16-bit products computed in fp32 where the CPU has no fast 16-bit kernel (`runtime.matmul16`):
     # the same tensors saved and sent, so nothing the ledger or the wire counts changes.
     with matmul16.compute(get_recipe(run.cfg.recipe).param):
-        for k, (x, y) in enumerate(micro):
-            with strategy.no_sync() if k < len(micro) - 1 else nullcontext():
-                losses.append(strategy.forward_backward(x, y))
+        # the model axes' way through the micro-batches (a pipeline's schedule), else one by one
+        loss = split_of(run.cfg.mesh).forward_backward(run, micro)
     strategy.step()
     run.ledger.end_step()
-    return sum(losses) / len(losses)
+    return loss
 
 
 class NonFiniteLoss(JobStopped):
@@ -163,7 +162,8 @@ def train_steps(run: RankRun, start: int = 0, stop: int | None = None,
         if before_step is not None:
             before_step(step)
         losses.append(train_step(run, step, micro))
-        if not math.isfinite(losses[-1]):
+        # (a pipeline's earlier stages compute no loss: None)
+        if losses[-1] is not None and not math.isfinite(losses[-1]):
             raise NonFiniteLoss(step, run.ctx.rank, losses[-1], run.cfg)
         if progress:  # a small message per step: the parent shows progress, knows ranks live
             run.ctx.emit({"type": "progress", "rank": run.ctx.rank, "step": step, "loss": losses[-1],

@@ -1,0 +1,87 @@
+"""Pipeline parallelism on the run's spine: `zeroedu run --pp P --schedule {gpipe,1f1b}` with a
+data-parallel strategy over each stage's ranks (`strategies.splits.PipelineSplit`). Every run is
+single-process training's; every rank's model states, activations and bytes per axis equal the
+closed forms, the stage's sends by hand."""
+from __future__ import annotations
+
+import pytest
+
+from tests.shared_runs import RUNS
+from zeroedu.models import get_model, unit_shapes
+from zeroedu.strategies.pipeline import Stage
+from zeroedu.theory import exact_model_states
+from zeroedu.train import RunConfig
+from zeroedu.train.pipeline import parameter_error
+
+PARAM_TOL = 1e-4  # as the pipeline's own tests (tests/test_pipeline.py)
+
+
+def _pp_run(strategy, world, pp=2, schedule="1f1b", k=4, recipe="fp32"):
+    return RUNS(RunConfig(strategy, world, steps=3, recipe=recipe, model="gpt-tiny", global_batch=8, pp=pp,
+                          schedule=schedule, micro_batches=k))
+
+
+def _sent_by_hand(batch, k, stage, p, elem=4):
+    """Micro-batch activations (B, S, D) forward unless last, their gradients back unless first."""
+    c = get_model("gpt-tiny")
+    one = batch * c.seq_len * c.d_model * elem
+    return k * one * ((stage < p - 1) + (stage > 0))
+
+
+@pytest.mark.parametrize("strategy, schedule", [("zero1", "1f1b"), ("fsdp2", "1f1b"), ("zero2", "gpipe")])
+def test_pp_2_over_dp_2_equals_one_process_and_its_closed_forms(strategy, schedule):
+    """Four ranks, pp 2 (outermost: ranks 0-1 stage 0, 2-3 stage 1) x dp 2, four micro-batches of
+    one sequence per replica: each rank's states are the strategy's closed form over its stage's
+    units alone at N = 2, computed here; the losses and the stages put back together are one
+    process's."""
+    r = _pp_run(strategy, 4, schedule=schedule)
+    assert (r.pp, r.schedule, r.n) == (2, schedule, 2) and all(v for v in vars(r.match).values()), r.match
+    model = get_model("gpt-tiny").build()
+    for rk in r.ranks:
+        stage = rk.rank // 2
+        shapes = unit_shapes(Stage(get_model("gpt-tiny").build(), 2, stage))
+        want = exact_model_states(strategy, shapes, 2, rank=rk.rank % 2, recipe="fp32")
+        assert (rk.measured.param, rk.measured.grad, rk.measured.optim) == (want.param, want.grad, want.optim)
+        assert rk.measured.comm_by_axis["pp"] == {"send": _sent_by_hand(1, 4, stage, 2)}
+        assert rk.measured.comm_by_axis == rk.predicted.comm_by_axis
+        assert (rk.losses[0] is None) == (stage == 0)  # the loss is the last stage's
+    names = [n for n, _ in model.named_parameters()]
+    assert parameter_error(dict(zip(names, r.params)), dict(zip(names, r.reference_params)), 32) <= PARAM_TOL
+    for a, b in zip(r.losses, r.reference_losses):
+        assert abs(a - b) <= 1e-5 * abs(b)
+
+
+def test_1f1b_holds_fewer_micro_batches_than_gpipe_at_the_last_forward():
+    """Stage 0 of two, four micro-batches: at its last forward GPipe holds all four micro-batches'
+    activations, 1F1B two (the schedule's warm-up), on measurement and in the closed form."""
+    gpipe, one_f = (_pp_run("ddp", 2, schedule=s) for s in ("gpipe", "1f1b"))
+    for r in (gpipe, one_f):
+        assert all(v for v in vars(r.match).values()), r.match
+    assert gpipe.ranks[0].measured.activations == 2 * one_f.ranks[0].measured.activations
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("kw, msg", [
+    (dict(world_size=3, pp=2), "pp = 2 must divide the world size 3"),
+    (dict(model="mlp", pp=2), "not a gpt-\\* model"),
+    (dict(pp=2, tp=2), "not composed here yet"),
+    (dict(pp=4, world_size=4), "blocks do not split"),
+    (dict(pp=2, schedule="zb"), "schedule must be one of"),
+    (dict(pp=2, clip_grad_norm=1.0), "sum over the stages"),
+    (dict(pp=0), "pp must be an integer >= 1"),
+])
+def test_pp_configurations_refused_in_the_parent(kw, msg):
+    args = {"strategy": "zero1", "world_size": 4, "model": "gpt-tiny", **kw}
+    with pytest.raises(ValueError, match=msg):
+        RunConfig(**args).resolved()
+
+
+def test_zeroedu_run_pp_prints_the_axes_and_matches():
+    from tests.cli_inprocess import zeroedu
+
+    res = zeroedu("run", "--strategy", "zero1", "--world-size", "4", "--pp", "2", "--schedule", "1f1b",
+                  "--micro-batches", "2", "--model", "gpt-tiny", "--recipe", "fp32", "--global-batch", "4",
+                  "--steps", "2", "--quiet")
+    assert res.returncode == 0, res.stderr
+    assert "(pp 2 x dp N = 2, 1f1b)" in res.stdout, res.stdout
+    assert "ring model: pp send" in res.stdout and res.stdout.rstrip().endswith("match: True"), res.stdout
