@@ -51,6 +51,33 @@ def test_pp_2_over_dp_2_equals_one_process_and_its_closed_forms(strategy, schedu
         assert abs(a - b) <= 1e-5 * abs(b)
 
 
+def test_dp_2_x_tp_2_x_pp_2_zero1_on_eight_ranks_equals_one_process():
+    """The plan published large runs use, at small scale: ZeRO-1 over dp 2 of gpt-tiny's blocks
+    split over tp 2 and cut into pp 2 stages (pp outermost, tp innermost: Megatron-LM's order),
+    1F1B over four micro-batches. Each rank's states are ZeRO-1's closed form over its stage's
+    tp-split units (`theory.tensor_parallel.gpt_units`, cut to the stage) at N = 2; tp's
+    all-reduces cover the stage's one block; the sends are the pipeline's, by hand; the replicas
+    agree and the reassembled model is one process's."""
+    from zeroedu.theory import tensor_parallel as tp_theory
+
+    r = RUNS(RunConfig("zero1", 8, steps=3, recipe="fp32", model="gpt-tiny", global_batch=8, pp=2, tp=2,
+                       schedule="1f1b", micro_batches=4))
+    assert (r.pp, r.tp, r.n, r.world_size) == (2, 2, 2, 8) and all(v for v in vars(r.match).values()), r.match
+    c = get_model("gpt-tiny")
+    units = tp_theory.gpt_units(c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.mlp_ratio, 2)
+    for rk in r.ranks:
+        stage, dp = rk.rank // 4, rk.rank // 2 % 2  # (pp, dp_shard, tp), row-major
+        mine = [units[0], units[1]] if stage == 0 else [units[2], units[3]]
+        want = exact_model_states("zero1", mine, 2, rank=dp, recipe="fp32")
+        assert (rk.measured.param, rk.measured.grad, rk.measured.optim) == (want.param, want.grad, want.optim)
+        # one replica's micro-batch is one sequence: 4 x (1, 32, 32) fp32 activations each way
+        assert rk.measured.comm_by_axis["pp"] == {"send": _sent_by_hand(1, 4, stage, 2)}
+        assert rk.measured.comm_by_axis["tp"] == {"all_reduce": 4 * 4 * 2 * (2 - 1) / 2 * 32 * 32 * 4}
+    assert r.replica_max_diff == 0.0
+    names = [n for n, _ in get_model("gpt-tiny").build().named_parameters()]
+    assert parameter_error(dict(zip(names, r.params)), dict(zip(names, r.reference_params)), 32) <= PARAM_TOL
+
+
 def test_1f1b_holds_fewer_micro_batches_than_gpipe_at_the_last_forward():
     """Stage 0 of two, four micro-batches: at its last forward GPipe holds all four micro-batches'
     activations, 1F1B two (the schedule's warm-up), on measurement and in the closed form."""
@@ -64,7 +91,8 @@ def test_1f1b_holds_fewer_micro_batches_than_gpipe_at_the_last_forward():
 @pytest.mark.parametrize("kw, msg", [
     (dict(world_size=3, pp=2), "pp = 2 must divide the world size 3"),
     (dict(model="mlp", pp=2), "not a gpt-\\* model"),
-    (dict(pp=2, tp=2), "not composed here yet"),
+    (dict(pp=2, cp=2, attention="eager"), "cp beside it is not composed here yet"),
+    (dict(pp=2, tp=2, sequence_parallel=True), "sequence parallelism inside tp"),
     (dict(pp=4, world_size=4), "blocks do not split"),
     (dict(pp=2, schedule="zb"), "schedule must be one of"),
     (dict(pp=2, clip_grad_norm=1.0), "sum over the stages"),

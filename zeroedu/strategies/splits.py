@@ -285,7 +285,8 @@ class PipelineSplit(Split):
         if model.n_layers % pp:
             raise ValueError(f"pp = {pp} stages of whole blocks: {model.name}'s {model.n_layers} blocks do not split")
         refused = [why for bad, why in [
-            (cfg.tp != 1 or cfg.cp != 1, "tp or cp beside it is not composed here yet"),
+            (cfg.cp != 1, "cp beside it is not composed here yet"),
+            (cfg.sequence_parallel, "sequence parallelism inside tp is not composed with it yet"),
             (spec.hybrid, f"{spec.name}'s dp_outer beside it is not composed here yet"),
             (spec.name in PIPELINE_REFUSED, f"{spec.name} gathers its parameters around each forward and backward, "
                                             "which the schedule interleaves (not composed here yet)"),
@@ -342,6 +343,60 @@ class PipelineSplit(Split):
 PIPELINE_REFUSED: tuple[str, ...] = ()  # strategies refused beside pp (found by the tests)
 
 
+class PipelineTensorSplit(PipelineSplit):
+    """pp outside tp (Megatron-LM's order, as the published 3-D runs): the blocks are split over
+    tp first (`TensorSplit`), then the tp-split GPT is cut into stages; each tp rank of a stage
+    sends its (replicated) activations to the same tp rank of the next. Shapes, tp's collectives
+    and activations are tp's closed forms restricted to the stage's units and blocks; the sends
+    are the pipeline's."""
+
+    def __init__(self, tp: TensorSplit, pp_size: int):
+        self.tp, self.pp_size = tp, pp_size
+
+    def apply(self, model, dist, cfg):
+        return super().apply(self.tp.apply(model, dist, cfg), dist, cfg)
+
+    def _stage_units(self, cfg, rank: int) -> tuple[int, range, bool, bool]:
+        from ..theory.pipeline import stage_layers
+
+        s = cfg.mesh.coord(rank, PP)
+        return s, stage_layers(cfg.model.n_layers, cfg.pp, s), s == 0, s == cfg.pp - 1
+
+    def unit_shapes(self, cfg, rank: int = 0):
+        shapes, _ = self.tp.unit_shapes(cfg, rank)  # [embed, *blocks, head], one tp rank's slices
+        _, layers, first, last = self._stage_units(cfg, rank)
+        mine = ([shapes[0]] if first else []) + [shapes[1 + i] for i in layers] + ([shapes[-1]] if last else [])
+        return mine, None
+
+    def ops(self, cfg, elem: int, rank: int = 0) -> list:
+        c = cfg.model
+        _, layers, _, _ = self._stage_units(cfg, rank)
+        tp_ops = tp_theory.gpt_tp_ops(cfg.micro_batch_size, c.seq_len, c.d_model, len(layers), cfg.tp, elem,
+                                      False, cfg.micro_batches)
+        return tp_ops + super().ops(cfg, elem, rank)
+
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
+        from ..theory.pipeline import schedule
+
+        s, layers, first, last = self._stage_units(cfg, rank)
+        actions = schedule(cfg.schedule, cfg.pp, cfg.micro_batches, s)
+        end = max(i for i, (what, _) in enumerate(actions) if what == "F")
+        alive = sum(1 if what == "F" else -1 for what, _ in actions[:end + 1])
+        c = cfg.model
+        return alive * tp_theory.gpt_stage_activation_bytes(c, cfg.micro_batch_size, c.seq_len, elem, cfg.tp,
+                                                            len(layers), first, last, ln_stats)
+
+    def unsplit(self, names: list[str], per_rank: list[list]) -> list:
+        # a replica's ranks, row-major: pp outer, tp inner; each stage's tp slices put back together
+        t = len(per_rank) // self.pp_size
+        stage_names, out, k = names, [], 0
+        for s in range(self.pp_size):
+            n = len(per_rank[s * t])
+            out += self.tp.unsplit(stage_names[k:k + n], per_rank[s * t:(s + 1) * t])
+            k += n
+        return out
+
+
 WHOLE = Split()
 SPLITS = {TP: TensorSplit(), CP: ContextSplit(), PP: PipelineSplit()}  # model axis -> how it splits a replica
 
@@ -352,6 +407,8 @@ def split_of(mesh: Mesh) -> Split:
     axes = mesh.model_axes
     if axes == (CP, TP):
         return ContextTensorSplit(SPLITS[CP], SPLITS[TP], mesh.size(CP))
+    if axes == (PP, TP):
+        return PipelineTensorSplit(SPLITS[TP], mesh.size(PP))
     if len(axes) > 1:
         raise ValueError(f"these model axes do not compose here yet: {axes}")
     return SPLITS[axes[0]] if axes else WHOLE

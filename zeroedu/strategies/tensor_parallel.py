@@ -329,6 +329,7 @@ class TPGPT(nn.Module):
         self.head = model.head
         self.c = _Ctx(axis, comm, "head")
         self.loss = model.loss
+        self.cfg = model.cfg  # its shape (a pipeline stage cut from it reads the width)
 
     def units(self) -> list[nn.Module]:
         """The unit policy FSDP composes with: [embed, *blocks, head], as the unsplit GPT's."""

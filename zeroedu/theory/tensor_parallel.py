@@ -82,6 +82,21 @@ def gpt_tp_ops(batch: int, seq: int, hidden: int, n_layers: int, t: int, elem: i
     return one * micro_batches
 
 
+def gpt_stage_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, t: int, n_blocks: int,
+                               first: bool, last: bool, ln_stats_bytes: int | None = None) -> int:
+    """`gpt_activation_bytes` for a pipeline stage of `n_blocks` tp-split blocks: theirs, with the
+    embedding's terms on the first stage and the head's and the loss's on the last
+    (`theory.pipeline.stage_activation_bytes` for the unsplit blocks)."""
+    from .activations import gpt_activation_terms
+
+    m = dtype_bytes if ln_stats_bytes is None else ln_stats_bytes
+    terms = gpt_activation_terms(cfg_like, batch, seq, dtype_bytes, ln_stats_bytes=m, attention="eager")
+    per = {u: sum(x.bytes for x in terms if x.unit == u) for u in ("embed", "head")}
+    whole = gpt_activation_bytes(cfg_like, batch, seq, dtype_bytes, t, ln_stats_bytes=ln_stats_bytes)
+    block = (whole - per["embed"] - per["head"]) // cfg_like.n_layers
+    return n_blocks * block + (per["embed"] if first else 0) + (per["head"] if last else 0)
+
+
 def gpt_activation_bytes(cfg_like, batch: int, seq: int, dtype_bytes: int, t: int, sp: bool = False,
                          ln_stats_bytes: int | None = None, attention: str = "eager") -> int:
     """Bytes autograd saves on one tp rank for one micro-batch of zeroedu's GPT with every block
