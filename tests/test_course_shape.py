@@ -33,7 +33,8 @@ def test_the_learner_editions_keep_them():
         assert any("".join(c["source"]).startswith("## Takeaway") for c in learner), p.name
 
 
-WORD_BUDGET = 18_000  # words of markdown a learner reads on the main path, all notebooks together
+WORD_BUDGET = 18_150  # words of markdown a learner reads on the main path, all notebooks together
+# (18,000 until notebook 14 gained the composed dp x tp x pp run, 153 words, with issue 87)
 
 
 def main_path_words(text: str) -> int:
