@@ -200,7 +200,6 @@ def test_cp_composes_with_zero2_in_mixed_precision_and_micro_batches():
     (dict(model="mlp", cp=2), "not a gpt-\\* model"),
     (dict(cp=2, attention="fused"), "eager"),
     (dict(cp=2, tp=2, sequence_parallel=True, attention="eager"), "split the positions a second time"),
-    (dict(strategy="hsdp", m=2, cp=2, attention="eager"), "dp_outer"),
     (dict(cp=2, recompute="full", attention="eager"), "recompute"),
     (dict(zigzag=True), "give cp >= 2"),
     (dict(cp=0), "cp must be an integer >= 1"),
@@ -266,3 +265,21 @@ def test_tp_activations_with_a_core_that_keeps_no_scores_at_t_1_are_the_fused_mo
     for b, s in ((1, 32), (4, 16)):
         assert tp_theory.gpt_activation_bytes(c, b, s, 4, 1, attention="fused") == \
             gpt_activation_bytes(c, b, s, 4, attention="fused")
+
+
+def test_cp_inside_a_hybrid_shards_over_dp_shard_x_cp_in_each_domain():
+    """HFSDP on eight ranks, dp_outer 2 x dp_shard 2 x cp 2 (zig-zag): inside each domain the
+    strategy's inner group is the four ranks of dp_shard x cp, across domains the outer group
+    pairs the ranks at the same place; every figure == its closed form at N = 4, M = 2, and the
+    replicas end identical to one process."""
+    from zeroedu.models import unit_shapes
+    from zeroedu.theory import exact_model_states
+
+    r = _cp_run("hfsdp", world=8, zigzag=True, m=2)
+    assert (r.n, r.m, r.cp) == (4, 2, 2) and all(v for v in vars(r.match).values()), r.match
+    shapes = unit_shapes(get_model("gpt-tiny").build())
+    for rk in r.ranks:
+        want = exact_model_states("hfsdp", shapes, 4, 2, rank=rk.rank % 4, recipe="fp32")
+        assert (rk.measured.param, rk.measured.grad, rk.measured.optim) == (want.param, want.grad, want.optim)
+        assert rk.measured.comm_by_axis["cp"] == {"send": _ring_bytes_by_hand(1, 2)}  # 4 sequences over dp 4
+    assert r.replica_max_diff == 0.0

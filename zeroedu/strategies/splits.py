@@ -136,7 +136,7 @@ class ContextSplit(Split):
     positions only, and takes the mean loss over its own tokens; every rank holds as many tokens,
     so the mean over the batch is the mean of the ranks' means, and the strategy's inner group
     spans dp_shard x cp (`kinds.SHARD_AXES`): the gradients of the replicated parameters are
-    averaged, and ZeRO shards, over every rank of it. The ring's hops are sends on the cp axis
+    averaged, and ZeRO shards, over every rank of it (inside each of a hybrid's dp_outer domains). The ring's hops are sends on the cp axis
     (`theory.context.ring_bytes`); a rank saves the activations of S/cp positions, with the
     attention core's q, k, v, output and one fp32 log-sum-exp per row (`theory.activations`,
     the fused form)."""
@@ -158,7 +158,6 @@ class ContextSplit(Split):
         # What this composition does not run yet, each refused by name rather than run wrong.
         refused = [why for bad, why in [
             (cfg.sequence_parallel, "sequence parallelism inside tp would split the positions a second time"),
-            (spec.hybrid, f"{spec.name}'s dp_outer beside it is not composed here yet"),
             (model.attention != "eager", "ring attention replaces the eager core (--attention eager)"),
             (cfg.recompute != RecomputeMode.NONE, "activation recompute would re-run the ring's sends"),
             (cfg.clip_grad_norm is not None, "clipping is not composed with it yet"),
