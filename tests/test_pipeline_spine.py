@@ -113,3 +113,19 @@ def test_zeroedu_run_pp_prints_the_axes_and_matches():
     assert res.returncode == 0, res.stderr
     assert "(pp 2 x dp N = 2, 1f1b)" in res.stdout, res.stdout
     assert "ring model: pp send" in res.stdout and res.stdout.rstrip().endswith("match: True"), res.stdout
+
+
+def test_pp_with_a_hybrid_over_each_stage():
+    """HFSDP over dp_outer 2 x dp_shard 2 of each of pp 2 stages (eight ranks; pp outermost): the
+    stage's units sharded inside each domain and across domains, two micro-batches through 1F1B;
+    every rank's states == exact_model_states('hfsdp') over its stage's units at N = 2, M = 2."""
+    r = RUNS(RunConfig("hfsdp", 8, m=2, steps=3, recipe="fp32", model="gpt-tiny", global_batch=8, pp=2,
+                       micro_batches=2))
+    assert (r.pp, r.n, r.m) == (2, 2, 2) and all(v for v in vars(r.match).values()), r.match
+    for rk in r.ranks:
+        stage = rk.rank // 4
+        shapes = unit_shapes(Stage(get_model("gpt-tiny").build(), 2, stage))
+        want = exact_model_states("hfsdp", shapes, 2, 2, rank=rk.rank % 2, recipe="fp32")
+        assert (rk.measured.param, rk.measured.grad, rk.measured.optim) == (want.param, want.grad, want.optim)
+        assert rk.measured.comm_by_axis["pp"] == {"send": _sent_by_hand(1, 2, stage, 2)}  # 2 sequences per replica
+    assert r.replica_max_diff == 0.0

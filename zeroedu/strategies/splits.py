@@ -286,7 +286,6 @@ class PipelineSplit(Split):
         refused = [why for bad, why in [
             (cfg.cp != 1, "cp beside it is not composed here yet"),
             (cfg.sequence_parallel, "sequence parallelism inside tp is not composed with it yet"),
-            (spec.hybrid, f"{spec.name}'s dp_outer beside it is not composed here yet"),
             (spec.name in PIPELINE_REFUSED, f"{spec.name} gathers its parameters around each forward and backward, "
                                             "which the schedule interleaves (not composed here yet)"),
             (cfg.recompute != RecomputeMode.NONE, "activation recompute is not applied to stages"),
