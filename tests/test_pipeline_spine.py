@@ -91,7 +91,7 @@ def test_1f1b_holds_fewer_micro_batches_than_gpipe_at_the_last_forward():
 @pytest.mark.parametrize("kw, msg", [
     (dict(world_size=3, pp=2), "pp = 2 must divide the world size 3"),
     (dict(model="mlp", pp=2), "not a gpt-\\* model"),
-    (dict(pp=2, cp=2, attention="eager"), "cp beside it is not composed here yet"),
+    (dict(pp=2, cp=2, tp=2, world_size=8, attention="eager"), "cp and tp beside it together"),
     (dict(pp=2, tp=2, sequence_parallel=True), "sequence parallelism inside tp"),
     (dict(pp=4, world_size=4), "blocks do not split"),
     (dict(pp=2, schedule="zb"), "schedule must be one of"),
@@ -129,3 +129,27 @@ def test_pp_with_a_hybrid_over_each_stage():
         assert (rk.measured.param, rk.measured.grad, rk.measured.optim) == (want.param, want.grad, want.optim)
         assert rk.measured.comm_by_axis["pp"] == {"send": _sent_by_hand(1, 2, stage, 2)}  # 2 sequences per replica
     assert r.replica_max_diff == 0.0
+
+
+def test_pp_x_dp_x_cp_fsdp2_on_eight_ranks():
+    """FSDP2 over dp 2 x cp 2 of each of pp 2 stages (zig-zag, two micro-batches): ring attention
+    inside each stage, a stage sending the S/cp positions its cp rank holds; every figure == its
+    closed form (the pipeline's at S/cp positions, the ring's for the stage's one block), and one
+    process's training."""
+    from zeroedu.theory.context import ring_bytes
+
+    r = RUNS(RunConfig("fsdp2", 8, steps=3, recipe="fp32", model="gpt-tiny", attention="eager", global_batch=4,
+                       pp=2, cp=2, zigzag=True, micro_batches=2))
+    assert (r.pp, r.cp, r.n) == (2, 2, 4) and all(v for v in vars(r.match).values()), r.match
+    c = get_model("gpt-tiny")
+    kv = ring_bytes(1, c.n_heads, c.seq_len, c.d_model // c.n_heads, 2, 4)  # per block and micro-batch
+    for rk in r.ranks:
+        stage = rk.rank // 4
+        shapes = unit_shapes(Stage(get_model("gpt-tiny").build(), 2, stage))
+        want = exact_model_states("fsdp2", shapes, 4, rank=rk.rank % 4, recipe="fp32")
+        assert (rk.measured.param, rk.measured.grad, rk.measured.optim) == (want.param, want.grad, want.optim)
+        assert rk.measured.comm_by_axis["cp"] == {"send": 2 * (2 * kv["forward"] + kv["backward"] - kv["forward"])}
+        assert rk.measured.comm_by_axis["pp"] == {"send": _sent_by_hand(1, 2, stage, 2) // 2}  # S/cp positions
+    assert r.replica_max_diff == 0.0
+    names = [n for n, _ in get_model("gpt-tiny").build().named_parameters()]
+    assert parameter_error(dict(zip(names, r.params)), dict(zip(names, r.reference_params)), 32) <= PARAM_TOL

@@ -284,7 +284,7 @@ class PipelineSplit(Split):
         if model.n_layers % pp:
             raise ValueError(f"pp = {pp} stages of whole blocks: {model.name}'s {model.n_layers} blocks do not split")
         refused = [why for bad, why in [
-            (cfg.cp != 1, "cp beside it is not composed here yet"),
+            (cfg.cp != 1 and cfg.tp != 1, "cp and tp beside it together are not composed here yet"),
             (cfg.sequence_parallel, "sequence parallelism inside tp is not composed with it yet"),
             (spec.name in PIPELINE_REFUSED, f"{spec.name} gathers its parameters around each forward and backward, "
                                             "which the schedule interleaves (not composed here yet)"),
@@ -395,18 +395,70 @@ class PipelineTensorSplit(PipelineSplit):
         return out
 
 
+class PipelineContextSplit(PipelineSplit):
+    """pp outside cp: ring attention and each cp rank's position rows applied to the whole GPT,
+    which is then cut into stages; each stage's cp ranks pass K and V around their own ring, and a
+    stage sends the S/cp positions its cp rank holds to the same cp rank of the next stage. The
+    closed forms are the pipeline's at S/cp positions (with a core that keeps no scores) beside the
+    ring's for the stage's blocks."""
+
+    def __init__(self, cp: ContextSplit, pp_size: int):
+        self.cp, self.pp_size = cp, pp_size
+
+    def apply(self, model, dist, cfg):
+        return super().apply(self.cp.apply(model, dist, cfg), dist, cfg)
+
+    def inputs(self, cfg, dist, x, y):
+        return self.cp.inputs(cfg, dist, x, y)
+
+    def ops(self, cfg, elem: int, rank: int = 0) -> list:
+        from ..theory.comm import CommOp
+        from ..theory.pipeline import stage_layers, stage_sent_bytes
+
+        c, s = cfg.model, cfg.mesh.coord(rank, PP)
+        sent = stage_sent_bytes(cfg.micro_batch_size, c.seq_len // cfg.cp, c.d_model, elem, cfg.pp,
+                                cfg.micro_batches, s)
+        ring = self.cp.ops(cfg, elem, rank)  # one per layer and micro-batch, every layer's the same
+        per_layer = len(ring) // c.n_layers
+        mine = ring[:per_layer * len(stage_layers(c.n_layers, cfg.pp, s))]
+        return ([CommOp(PP, "send", "pipeline", sent, cfg.pp)] if sent else []) + mine
+
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
+        from ..theory.activations import gpt_activation_terms
+        from ..theory.pipeline import schedule, stage_layers
+
+        c, s = cfg.model, cfg.mesh.coord(rank, PP)
+        actions = schedule(cfg.schedule, cfg.pp, cfg.micro_batches, s)
+        end = max(i for i, (what, _) in enumerate(actions) if what == "F")
+        alive = sum(1 if what == "F" else -1 for what, _ in actions[:end + 1])
+        terms = gpt_activation_terms(c, cfg.micro_batch_size, c.seq_len // cfg.cp, elem, ln_stats_bytes=ln_stats,
+                                     attention="fused")
+        per = {u: sum(t.bytes for t in terms if t.unit == u) for u in ("embed", "block", "head")}
+        one = (len(stage_layers(c.n_layers, cfg.pp, s)) * per["block"] + (per["embed"] if s == 0 else 0)
+               + (per["head"] if s == cfg.pp - 1 else 0))
+        return alive * one
+
+    def unsplit(self, names: list[str], per_rank: list[list]) -> list:
+        # a replica's ranks, row-major: pp outer, cp inner; each stage's first cp rank holds it whole
+        c = len(per_rank) // self.pp_size
+        return super().unsplit(names, per_rank[::c])
+
+
 WHOLE = Split()
 SPLITS = {TP: TensorSplit(), CP: ContextSplit(), PP: PipelineSplit()}  # model axis -> how it splits a replica
 
 
 def split_of(mesh: Mesh) -> Split:
-    """How a replica is split on `mesh`: its model axes' `Split` (cp and tp together compose as
-    `ContextTensorSplit`), or `WHOLE`."""
+    """How a replica is split on `mesh`: its model axes' `Split` (two of them compose: cp with tp
+    as `ContextTensorSplit`, pp with tp as `PipelineTensorSplit`, pp with cp as
+    `PipelineContextSplit`), or `WHOLE`."""
     axes = mesh.model_axes
     if axes == (CP, TP):
         return ContextTensorSplit(SPLITS[CP], SPLITS[TP], mesh.size(CP))
     if axes == (PP, TP):
         return PipelineTensorSplit(SPLITS[TP], mesh.size(PP))
+    if axes == (PP, CP):
+        return PipelineContextSplit(SPLITS[CP], mesh.size(PP))
     if len(axes) > 1:
         raise ValueError(f"these model axes do not compose here yet: {axes}")
     return SPLITS[axes[0]] if axes else WHOLE
