@@ -191,7 +191,8 @@ DATA_AXES = (DP_OUTER, DP_SHARD)  # the axes that split the batch; the rest spli
 # The axes a strategy's inner group spans: the ranks whose gradients of the replicated parameters
 # are summed and over which ZeRO shards. cp ranks hold whole replicas and train on the same
 # sequences' other positions, so their gradients are reduced (and sharded) with dp_shard's, as
-# torchtitan's `dp_shard_cp` mesh and picotron's `cp_dp_group` do; the strategy runs on that
+# torchtitan's `dp_shard_cp` mesh (torchtitan/distributed/parallel_dims.py, FSDP's mesh) and
+# picotron's `cp_dp_group` (picotron/process_group_manager.py) do; the strategy runs on that
 # flattened group under the name dp_shard.
 SHARD_AXES = (DP_SHARD, CP)
 SHARD_GROUP = "dp_shard+cp"  # the key of that flattened group among a rank's axes, where it is not dp_shard's
