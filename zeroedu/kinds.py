@@ -171,12 +171,15 @@ class EventKind(str, Enum):
 #                around a ring (`strategies.context_parallel`)
 #     tp         tensor parallel: one model replica split over these ranks
 #
-# The data axes (dp_outer, dp_shard) split the global batch; the others split the model (cp splits
-# the sequences, ep the experts), so the ranks along them hold one replica between them
-# (`replica_groups`). The strategy's group, over which gradients of replicated parameters are
-# summed and ZeRO shards, is dp_shard flattened with cp (`SHARD_AXES`): a cp rank holds a whole
-# replica, so it reduces and shards like a data-parallel rank, though it trains on the same
-# sequences' other positions (docs/architecture.md, "The mesh", has the roles as a table).
+# The data axes (dp_outer, dp_shard, ep) split the global batch; the others split the model (cp
+# splits the sequences, tp the layers' matrices, pp the layers), so the ranks along them hold one
+# replica between them (`replica_groups`). ep is both: each ep rank trains on its own share of the
+# batch, and holds E/ep of every MoE layer's experts, so the ranks along ep hold one replica's
+# experts between them. The strategy's group, over which gradients of replicated parameters are
+# summed and ZeRO shards, is dp_shard flattened with ep and cp (`SHARD_AXES`): a cp rank holds a
+# whole replica, so it reduces and shards like a data-parallel rank, though it trains on the same
+# sequences' other positions; an expert's gradient is reduced and sharded over dp_shard alone, the
+# ranks that hold the same experts (docs/architecture.md, "The mesh", has the roles as a table).
 #
 # Built once from the resolved configuration (`train.config.ResolvedConfig.mesh`); the rank side
 # makes one process group per axis from it (`runtime.rank.RankContext.axes`), and the predictions
@@ -187,15 +190,20 @@ PP, DP_OUTER, DP_SHARD, EP, CP, TP = "pp", "dp_outer", "dp_shard", "ep", "cp", "
 # outermost first: pipeline stages across the widest links (one send per boundary and micro-batch),
 # tensor parallel innermost (its blocking collectives inside a node), as Megatron-LM orders them
 AXIS_ORDER = (PP, DP_OUTER, DP_SHARD, EP, CP, TP)
-DATA_AXES = (DP_OUTER, DP_SHARD)  # the axes that split the batch; the rest split the model
+DATA_AXES = (DP_OUTER, DP_SHARD, EP)  # the axes that split the batch
+REPLICA_AXES = (DP_OUTER, DP_SHARD)  # the axes along which whole replicas of the model repeat
 # The axes a strategy's inner group spans: the ranks whose gradients of the replicated parameters
 # are summed and over which ZeRO shards. cp ranks hold whole replicas and train on the same
 # sequences' other positions, so their gradients are reduced (and sharded) with dp_shard's, as
 # torchtitan's `dp_shard_cp` mesh (torchtitan/distributed/parallel_dims.py, FSDP's mesh) and
-# picotron's `cp_dp_group` (picotron/process_group_manager.py) do; the strategy runs on that
-# flattened group under the name dp_shard.
-SHARD_AXES = (DP_SHARD, CP)
-SHARD_GROUP = "dp_shard+cp"  # the key of that flattened group among a rank's axes, where it is not dp_shard's
+# picotron's `cp_dp_group` (picotron/process_group_manager.py) do; ep ranks train on their own
+# shares of the batch, so every parameter but the experts is reduced over dp_shard x ep too (the
+# experts over dp_shard alone: Megatron-Core's expert data-parallel group, "data parallelism of
+# expert which replicates weight across the group", megatron/core/parallel_state.py's
+# _EXPERT_DATA_PARALLEL_GROUP, Megatron-LM main at 00caa53). The strategy runs on that flattened
+# group under the name dp_shard.
+SHARD_AXES = (DP_SHARD, EP, CP)
+SHARD_GROUP = "dp_shard+ep+cp"  # the key of that flattened group among a rank's axes, where it is not dp_shard's
 WORLD = "world"  # the default group, every rank: a hybrid's one all-reduce over both data axes
 
 
@@ -218,25 +226,26 @@ class Mesh:
             raise ValueError(f"mesh axis sizes must be integers >= 1, got {bad}")
 
     @classmethod
-    def build(cls, world_size: int, *, dp_outer: int | None = None, pp: int = 1, cp: int = 1, tp: int = 1) -> "Mesh":
+    def build(cls, world_size: int, *, dp_outer: int | None = None, pp: int = 1, ep: int = 1, cp: int = 1,
+              tp: int = 1) -> "Mesh":
         """The mesh of a run on `world_size` ranks: `dp_outer` = M for a hybrid strategy (None:
-        no such axis), `pp` > 1 for pipeline stages, `cp` > 1 for context parallelism, `tp` > 1
-        for tensor parallelism; dp_shard takes the rest."""
-        model = pp * tp * cp
+        no such axis), `pp` > 1 for pipeline stages, `ep` > 1 for expert parallelism, `cp` > 1 for
+        context parallelism, `tp` > 1 for tensor parallelism; dp_shard takes the rest."""
+        model = pp * tp * cp * ep
         data = dp_outer or 1
         if world_size % (model * data):
-            sizes = ([(PP, pp)] * (pp > 1) + [(DP_OUTER, dp_outer)] * (dp_outer is not None) + [(CP, cp)] * (cp > 1)
-                     + [(TP, tp)])
+            sizes = ([(PP, pp)] * (pp > 1) + [(DP_OUTER, dp_outer)] * (dp_outer is not None) + [(EP, ep)] * (ep > 1)
+                     + [(CP, cp)] * (cp > 1) + [(TP, tp)])
             raise ValueError(f"the world size {world_size} must be divisible by "
                              f"{' x '.join(f'{a} = {s}' for a, s in sizes)}")
         shape = ([(PP, pp)] if pp > 1 else []) + ([(DP_OUTER, dp_outer)] if dp_outer is not None else []) \
-            + [(DP_SHARD, world_size // (model * data))] + ([(CP, cp)] if cp > 1 else []) \
-            + ([(TP, tp)] if tp > 1 else [])
+            + [(DP_SHARD, world_size // (model * data))] + ([(EP, ep)] if ep > 1 else []) \
+            + ([(CP, cp)] if cp > 1 else []) + ([(TP, tp)] if tp > 1 else [])
         return cls(tuple(shape))
 
     @property
     def shard_size(self) -> int:
-        """Ranks in the strategy's inner group: dp_shard, flattened with cp (`SHARD_AXES`)."""
+        """Ranks in the strategy's inner group: dp_shard, flattened with ep and cp (`SHARD_AXES`)."""
         return prod(self.size(a) for a in SHARD_AXES)
 
     def shard_coord(self, rank: int) -> int:
@@ -258,9 +267,13 @@ class Mesh:
 
     def shard_group(self, rank: int) -> tuple[int, ...]:
         """The ranks of rank `rank`'s inner group, in `shard_coord` order."""
-        c = self.coords(rank)
-        return tuple(self.rank_at({**c, DP_SHARD: i // self.size(CP), CP: i % self.size(CP)})
-                     for i in range(self.shard_size))
+        c, out = self.coords(rank), []
+        for i in range(self.shard_size):
+            coords = dict(c)
+            for a in reversed(SHARD_AXES):  # i is row-major over SHARD_AXES, the last fastest
+                i, coords[a] = divmod(i, self.size(a))
+            out.append(self.rank_at(coords))
+        return tuple(out)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -284,8 +297,8 @@ class Mesh:
 
     @property
     def model_axes(self) -> tuple[str, ...]:
-        """The axes that split one replica (tp, ...), outermost first."""
-        return tuple(a for a in self.names if a not in DATA_AXES)
+        """The axes that split one replica (pp, ep, cp, tp), outermost first."""
+        return tuple(a for a in self.names if a not in REPLICA_AXES)
 
     def coords(self, rank: int) -> dict[str, int]:
         """Rank `rank`'s place on every axis (row-major: the last axis varies fastest)."""
@@ -330,11 +343,14 @@ class Mesh:
         return r
 
     def replica_groups(self) -> list[tuple[int, ...]]:
-        """The ranks that hold one model replica between them (along the model axes), one
-        tuple per replica, in data-rank order; each rank alone when there is no model axis."""
+        """The ranks that hold one model replica between them (along the model axes, ep's
+        included), one tuple per replica, in order; each rank alone when there is no model axis."""
         by_data: dict[int, list[int]] = {}
         for r in range(self.world_size):
-            by_data.setdefault(self.data_rank(r), []).append(r)
+            i = 0
+            for a in REPLICA_AXES:
+                i = i * self.size(a) + self.coord(r, a)
+            by_data.setdefault(i, []).append(r)
         return [tuple(v) for _, v in sorted(by_data.items())]
 
     @property

@@ -23,7 +23,7 @@ from typing import Any
 
 from .kinds import EventKind
 
-SCHEMA = 7  # the JSON's shape (README, "JSON report"); a change of shape changes it
+SCHEMA = 8  # the JSON's shape (README, "JSON report"); a change of shape changes it
 # 2: each rank's "time" (compute, exposed communication, communication by axis, per step) and
 #    the run's "links" (the emulated links it ran on, or null)
 # 5: GPU runs: each rank's "cuda" (`CudaMemory`: the allocator's peaks, the cuBLAS workspace, what lies
@@ -378,6 +378,23 @@ class CudaMemory:
 
 
 @dataclass
+class ExpertRouting:
+    """What a rank's MoE layers did in the last step under expert parallelism, from the router's
+    and the counts all-to-all's own numbers (what the all-to-alls' closed form reads)."""
+    held: list[int]                 # the experts this rank holds, by id
+    sent: list[list[list[int]]]     # [layer][micro-batch][expert]: rows this rank sent to each expert
+    received: list[list[list[int]]]  # [layer][micro-batch][ep rank]: rows it received from each
+    dropped: list[int]              # [layer]: its tokens' assignments over capacity, dropped
+
+    def plain(self) -> dict[str, Any]:
+        return _plain_fields(self)
+
+    @classmethod
+    def from_plain(cls, d: dict) -> "ExpertRouting":
+        return cls(**_known(cls, d))
+
+
+@dataclass
 class RankReport:
     """One rank's results."""
     rank: int
@@ -392,10 +409,11 @@ class RankReport:
     time: TimeReport = field(default_factory=TimeReport)  # per step: compute, exposed comm, comm by axis
     cuda: CudaMemory | None = None  # what the CUDA allocator and the device say (GPU runs)
     extra: Any = None  # what the strategy adds (`Strategy.report_extra`)
+    routing: ExpertRouting | None = None  # expert parallelism: the router's counts of the last step
     params: list | None = None  # the full parameters (asked with return_params)
 
     def plain(self, timeline: bool = False) -> dict[str, Any]:
-        out = _plain_fields(self, drop_none=("cuda", "extra"))
+        out = _plain_fields(self, drop_none=("cuda", "extra", "routing"))
         out.pop("params")
         if not timeline:
             out.pop("timeline")
@@ -413,6 +431,8 @@ class RankReport:
             d["time"] = TimeReport.from_plain(d["time"])
         if d.get("cuda") is not None:
             d["cuda"] = CudaMemory.from_plain(d["cuda"])
+        if d.get("routing") is not None:
+            d["routing"] = ExpertRouting.from_plain(d["routing"])
         return cls(**d)
 
 
@@ -472,6 +492,7 @@ class RunReport:
     zigzag: bool = False  # cp's balanced split
     pp: int = 1  # pipeline stages per replica (outermost); a rank's losses are None off the last stage
     schedule: str = "1f1b"  # the pipeline's schedule
+    ep: int = 1  # expert-parallel ranks (each its own share of the batch, E/ep experts); n counts them too
 
     @property
     def rank0(self) -> RankReport:

@@ -66,7 +66,9 @@ def config_from_args(args, world_size: int) -> ResolvedConfig:
                      links=getattr(args, "link", None), timeline=args.record,
                      tp=getattr(args, "tp", 1), sequence_parallel=getattr(args, "sequence_parallel", False),
                      cp=getattr(args, "cp", 1), zigzag=getattr(args, "zigzag", False),
-                     pp=getattr(args, "pp", 1), schedule=getattr(args, "schedule", "1f1b")).resolved()
+                     pp=getattr(args, "pp", 1), schedule=getattr(args, "schedule", "1f1b"),
+                     experts=getattr(args, "experts", 0), top_k=getattr(args, "top_k", 1),
+                     ep=getattr(args, "ep", 1)).resolved()
 
 
 class Progress:
@@ -233,6 +235,15 @@ def add_parser(subparsers) -> None:
                         "shards over dp x CP; ring bytes and activations per rank (default 1: none)")
     p.add_argument("--zigzag", action="store_true",
                    help="with --cp: the zig-zag split, chunks r and 2CP-1-r, so every rank does the same causal work")
+    p.add_argument("--experts", type=positive_int, default=0,
+                   help="a mixture of experts (gpt-* models): every block's MLP E experts behind a top-k router, "
+                        "each sequence routed on its own with capacity 1.25 k S / E (default: dense)")
+    p.add_argument("--top-k", type=positive_int, default=1, help="with --experts: experts per token (default 1)")
+    p.add_argument("--ep", type=positive_int, default=1,
+                   help="expert parallelism (with --experts; ddp, zero1, zero2): E/EP experts per rank, tokens "
+                        "carried to them by all-to-all, each EP rank its own share of the batch; the experts' "
+                        "gradients reduced over dp, the rest over dp x EP; all-to-all bytes from the router's "
+                        "counts (default 1: none)")
     p.add_argument("--recipe", choices=list(recipes.RECIPES), default=None,
                    help="precision recipe (default: the strategy's own)")
     p.add_argument("--bucket-bytes", type=positive_int, default=None, help="DDP/ZeRO bucket size")

@@ -9,6 +9,7 @@ of what autograd saves for one micro-batch (None when there is none):
 * `MLPConfig` (``mlp``): a tiny MLP on random regression targets, the fastest unit-test model;
 * `GPTConfig` (``gpt-tiny``, ``gpt-small``): a decoder-only transformer on a learnable token
   stream (`models.data`), the model of the notebooks, the CLI and the dashboards;
+* `MoEGPTConfig`: such a GPT whose MLPs are mixtures of experts (`models.moe`; `--experts E`);
 * `CustomModel`: your model, batches, loss and unit policy, by import path.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .custom import (CustomModel, buffers_changed, check_trainable, check_units,
                      resolve_units)
 from .gpt import GPT, PRESETS as GPT_PRESETS, GPTConfig
 from .mlp import MLP, MLPConfig
+from .moe import MoEGPTConfig
 from .recompute import RECOMPUTE_MODES, apply_recompute
 
 PRESETS = {"mlp": MLPConfig(), **GPT_PRESETS}
@@ -33,7 +35,7 @@ def get_model(spec: str | ModelSpec | dict) -> ModelSpec:
     if isinstance(spec, dict):
         d = dict(spec)
         kind = d.pop("kind", "mlp")
-        cls = {"mlp": MLPConfig, "gpt": GPTConfig, "custom": CustomModel}.get(kind)
+        cls = {"mlp": MLPConfig, "gpt": GPTConfig, "moe-gpt": MoEGPTConfig, "custom": CustomModel}.get(kind)
         if cls is None:
             raise ValueError(f"unknown model kind {kind!r}")
         return cls(**d)

@@ -284,7 +284,7 @@ class GPT(nn.Module):
 
 def init_weights(model: GPT, seed: int) -> None:
     """GPT-2 init from a private generator, in `named_parameters()` order: Linear and Embedding
-    weights ~ N(0, 0.02²); the two residual projections (attn.proj, mlp.fc2) ~ N(0, (0.02/√(2L))²);
+    weights ~ N(0, 0.02²); the residual projections (attn.proj, every fc2) ~ N(0, (0.02/√(2L))²);
     biases 0; LayerNorm weight 1, bias 0."""
     g = torch.Generator().manual_seed(seed)
     resid_std = 0.02 / math.sqrt(2 * model.cfg.n_layers)
@@ -295,5 +295,6 @@ def init_weights(model: GPT, seed: int) -> None:
             elif ".ln" in name:  # ln1, ln2, ln_f weights
                 p.fill_(1.0)
             else:
-                std = resid_std if name.endswith(("attn.proj.weight", "mlp.fc2.weight")) else 0.02
+                # (an expert's fc2 is a residual projection too: "...mlp.experts.3.fc2.weight")
+                std = resid_std if name.endswith(("attn.proj.weight", "fc2.weight")) else 0.02
                 p.copy_(torch.empty(p.shape).normal_(0.0, std, generator=g))

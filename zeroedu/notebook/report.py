@@ -27,7 +27,7 @@ def match_rows(report: RunReport) -> list[tuple[int, str, Any, Any, bool]]:
         pr, me = r.predicted, r.measured
         if pr.activations is not None:
             rows.append((r.rank, "activations", pr.activations, me.activations, pr.activations == me.activations))
-        if report.tp > 1 or report.cp > 1 or report.pp > 1:  # two axes, each its own link in a real cluster: per axis, per collective
+        if report.tp > 1 or report.cp > 1 or report.pp > 1 or report.ep > 1:  # two axes, each its own link in a real cluster: per axis, per collective
             for a in sorted(set(pr.comm_by_axis) | set(me.comm_by_axis)):
                 p, m = pr.comm_by_axis.get(a, {}), me.comm_by_axis.get(a, {})
                 rows += [(r.rank, f"ring model: {a} {c}", p.get(c, 0), m.get(c, 0), p.get(c, 0) == m.get(c, 0))
@@ -80,6 +80,24 @@ def _curve(xs: list[float], most: int = 10) -> str:
     return "  ".join(f"[{i}] {xs[i]:.4f}" for i in idx)
 
 
+def routing_lines(report: RunReport) -> list[str]:
+    """Expert parallelism: what each rank's routers did in the last step (their own counts), the
+    figures the all-to-alls' closed form reads."""
+    rows = []
+    for r in report.ranks:
+        g = r.routing
+        if g is None:
+            continue
+        sent = sum(n for layer in g.sent for micro in layer for n in micro)
+        received = sum(n for layer in g.received for micro in layer for n in micro)
+        rows.append([str(r.rank), f"{g.held[0]}-{g.held[-1]}", _fmt(sent), _fmt(received), _fmt(sum(g.dropped))])
+    if not rows:
+        return []
+    return ["routing in the last step (the routers' own counts, over the layers): rows each rank sent to the "
+            "experts, rows its experts received, assignments dropped over capacity",
+            table(rows, ["rank", "experts", "rows sent", "rows received", "dropped"])]
+
+
 def summary(report: RunReport) -> str:
     head = (f"strategy {report.strategy}  world size {report.world_size} "
             f"(N = {report.n}, M = {report.m})  recipe {report.recipe}  "
@@ -94,6 +112,10 @@ def summary(report: RunReport) -> str:
         head = head.replace(f"(N = {report.n}, M = {report.m})",
                             f"(N = {report.n}: dp {report.n // report.cp} x cp {report.cp}"
                             f"{', zig-zag' if report.zigzag else ''})")
+    if report.ep > 1:
+        head = head.replace(f"(N = {report.n}, M = {report.m})",
+                            f"(N = {report.n}: dp {report.n // report.ep} x ep {report.ep}; the experts over dp "
+                            f"{report.n // report.ep})")
     extras = [f"{k.replace('_', ' ')} {v}" for k, v in (("micro_batches", report.micro_batches),
                                                          ("recompute", report.recompute),
                                                          ("clip_grad_norm", report.clip_grad_norm))
@@ -105,6 +127,7 @@ def summary(report: RunReport) -> str:
     out = [head, "bytes per rank: model states at the optimizer step, activations at the forward/backward "
                  "boundary of one micro-batch, sent per optimizer step; measured vs zeroedu.theory (exact mode)",
            table(rank_rows(report), ["rank", "what", "measured", "predicted", "match"])]
+    out += routing_lines(report)
     out += [f"losses            {_curve(report.losses)}",
             f"reference losses  {_curve(report.reference_losses)}",
             f"max relative loss difference vs single process: {max_rel_diff(report.losses, report.reference_losses):.2e}"]

@@ -68,6 +68,9 @@ class DistState:
     # is read from here by the split that uses it); empty for a state built by hand.
     mesh: Mesh | None = None
     axes: dict[str, Axis] = field(default_factory=dict)
+    # With expert parallelism: the group the experts' gradients are reduced and sharded over
+    # (dp_shard: the ranks that hold the same experts), while `inner` spans dp_shard x ep.
+    expert: Axis | None = None
 
     @classmethod
     def single(cls, ledger: Ledger | None = None, device: str = "cpu") -> "DistState":
@@ -204,6 +207,14 @@ class Strategy:
         embeddings in different units, is refused with a ValueError)."""
         policy = self._unit_policy if self._unit_policy is not None else model_units(self.model)
         return check_units(self.model, list(policy))
+
+    def axis_of(self, module: nn.Module) -> Axis:
+        """The group a unit's gradients are reduced (and its states sharded) over: `dist.inner`,
+        or for a layer's experts under expert parallelism (`models.moe.Experts`) `dist.expert`,
+        the ranks that hold the same experts."""
+        if getattr(module, "expert_parallel", False) and self.dist.expert is not None:
+            return self.dist.expert
+        return self.dist.inner
 
     def tag(self, where: str, payload: str, *detail: str) -> str:
         """A collective's tag, in the package's one format (`zeroedu.runtime.comm.tag`)."""

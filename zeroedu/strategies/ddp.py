@@ -42,13 +42,16 @@ class DDP(Strategy):
             # Keep one gradient buffer for the whole run: autograd accumulates into an existing
             # `.grad` in place, so the storage the ledger tracks is the one actually used.
             p.grad = self.ledger.track(torch.zeros_like(p, dtype=self.grad_dtype), "grad")
+        # each parameter's group: dp_shard (x ep x cp), a layer's experts their own (`axis_of`)
+        group = {} if dist.expert is None else {
+            id(p): self.axis_of(m) for m in self.unit_modules() for p in m.parameters()}
+        self.axes = [group.get(id(p), dist.inner) for p in self.params]
         self.optim = AdamState(self.params, self.recipe, self.adam, self.ledger)
         self.ledger.event(Ev.BUILT, note="replicas")
 
     def finish_grad_sync(self):
-        axis = self.dist.inner
         # After the last micro-batch only: K backward passes have summed into p.grad.
-        for i, p in enumerate(self.params):
+        for i, (p, axis) in enumerate(zip(self.params, self.axes)):
             self.comm.all_reduce(p.grad, axis, self.tag(f"param{i}", "grads"))
 
     def grads_for_optimizer(self):

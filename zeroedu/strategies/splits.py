@@ -12,6 +12,10 @@ never branches on an axis:
                                    (with the trainable mask, or None: every parameter trains)
     ops(cfg, elem, rank)           the axis's own collectives per step (`theory.comm.CommOp`)
     activation_bytes(cfg, elem, ln_stats, rank)   what the ledger reads at the last forward's end
+    unit_groups(cfg, rank)         the units by the group their gradients are reduced over (default:
+                                   one, the strategy's inner group; ep: the experts' own too)
+    observe(run)                   what a closed form needs of the run itself (ep: the router's
+                                   counts), read on the rank after training; None by default
     unsplit(names, per_rank)       one replica's full parameters from its ranks' parts
     inputs(cfg, dist, x, y)        this rank's part of one micro-batch (cp: its positions)
     forward_backward(run, micro)   one step's forwards and backwards (pp: its schedule); the
@@ -23,18 +27,35 @@ Adding an axis: a module with the algorithm and a `Split` here, the axis's name 
 from __future__ import annotations
 
 from contextlib import nullcontext
+from typing import NamedTuple
 
-from ..kinds import CP, PP, TP, Mesh, RecomputeMode
+from ..kinds import CP, DP_SHARD, EP, PP, TP, Mesh, RecomputeMode
 from ..models import GPTConfig
 from ..models import unit_shapes as model_unit_shapes
 from ..models import units as model_units
 from ..theory import tensor_parallel as tp_theory
 
 
+class UnitGroup(NamedTuple):
+    """Units whose gradients are reduced (and states sharded) over one group: the closed forms
+    take each group with its size and this rank's place in it."""
+    shapes: list
+    trainable: list | None
+    n: int
+    rank: int
+
+
 class Split:
     """A replica kept whole (`WHOLE`): every rank holds the model the configuration builds."""
 
     axis: str | None = None
+
+    def unit_groups(self, cfg, rank: int = 0) -> list[UnitGroup]:
+        shapes, trainable = self.unit_shapes(cfg, rank)
+        return [UnitGroup(shapes, trainable, cfg.n, cfg.shard_rank(rank))]
+
+    def observe(self, run):
+        return None
 
     def check(self, cfg, spec, model) -> int:
         """The axis's size for RunConfig `cfg`; ValueError for what it cannot run."""
@@ -49,10 +70,10 @@ class Split:
         mask = [[p.requires_grad for p in u.parameters()] for u in model_units(model)]
         return model_unit_shapes(model), None if all(all(f) for f in mask) else mask
 
-    def ops(self, cfg, elem: int, rank: int = 0) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
         return []
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         # One micro-batch's saved tensors in the recipe's parameter dtype; None: no closed form.
         return cfg.model.activation_bytes(cfg.micro_batch_size, elem, cfg.recompute, ln_stats_bytes=ln_stats)
 
@@ -114,12 +135,12 @@ class TensorSplit(Split):
         return tp_theory.gpt_units(c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.mlp_ratio,
                                    cfg.mesh.size(TP)), None
 
-    def ops(self, cfg, elem: int, rank: int = 0) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
         c = cfg.model  # in the compute dtype, K micro-batches
         return tp_theory.gpt_tp_ops(cfg.micro_batch_size, c.seq_len, c.d_model, c.n_layers, cfg.mesh.size(TP),
                                     elem, cfg.sequence_parallel, cfg.micro_batches)
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         c = cfg.model
         return tp_theory.gpt_activation_bytes(c, cfg.micro_batch_size, c.seq_len, elem, cfg.mesh.size(TP),
                                               cfg.sequence_parallel, ln_stats_bytes=ln_stats)
@@ -192,7 +213,7 @@ class ContextSplit(Split):
         idx = positions(cfg.model.seq_len, cfg.cp, dist.axes[CP].rank, cfg.zigzag)
         return x[:, idx].contiguous(), y[:, idx].contiguous()
 
-    def ops(self, cfg, elem: int, rank: int = 0) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
         from ..theory.comm import CommOp
         from ..theory.context import ring_bytes
 
@@ -204,7 +225,7 @@ class ContextSplit(Split):
         per = kv["forward"] + kv["forward"] + (acc["backward"] - acc["forward"])
         return [CommOp(CP, "send", "cp/ring", per, cp)] * (c.n_layers * cfg.micro_batches)
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         from ..theory.activations import gpt_activation_bytes
 
         c = cfg.model
@@ -234,7 +255,7 @@ class ContextTensorSplit(Split):
     def unit_shapes(self, cfg, rank: int = 0):
         return self.tp.unit_shapes(cfg, rank)
 
-    def ops(self, cfg, elem: int, rank: int = 0) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
         from ..theory.comm import CommOp
         from ..theory.context import ring_bytes
 
@@ -246,7 +267,7 @@ class ContextTensorSplit(Split):
         per = kv["forward"] + kv["forward"] + (acc["backward"] - acc["forward"])
         return tp_ops + [CommOp(CP, "send", "cp/ring", per, cp)] * (c.n_layers * cfg.micro_batches)
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         c = cfg.model
         return tp_theory.gpt_activation_bytes(c, cfg.micro_batch_size, c.seq_len // cfg.cp, elem, cfg.tp,
                                               ln_stats_bytes=ln_stats, attention="fused")
@@ -308,7 +329,7 @@ class PipelineSplit(Split):
     def unit_shapes(self, cfg, rank: int = 0):
         return model_unit_shapes(self._stage(cfg, rank)), None
 
-    def ops(self, cfg, elem: int, rank: int = 0) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
         from ..theory.comm import CommOp
         from ..theory.pipeline import stage_sent_bytes
 
@@ -317,7 +338,7 @@ class PipelineSplit(Split):
                                 cfg.mesh.coord(rank, PP))
         return [CommOp(PP, "send", "pipeline", sent, cfg.pp)] if sent else []
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         from ..theory.pipeline import schedule, stage_activation_bytes
 
         s = cfg.mesh.coord(rank, PP)
@@ -366,14 +387,14 @@ class PipelineTensorSplit(PipelineSplit):
         mine = ([shapes[0]] if first else []) + [shapes[1 + i] for i in layers] + ([shapes[-1]] if last else [])
         return mine, None
 
-    def ops(self, cfg, elem: int, rank: int = 0) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
         c = cfg.model
         _, layers, _, _ = self._stage_units(cfg, rank)
         tp_ops = tp_theory.gpt_tp_ops(cfg.micro_batch_size, c.seq_len, c.d_model, len(layers), cfg.tp, elem,
                                       False, cfg.micro_batches)
         return tp_ops + super().ops(cfg, elem, rank)
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         from ..theory.pipeline import schedule
 
         s, layers, first, last = self._stage_units(cfg, rank)
@@ -411,7 +432,7 @@ class PipelineContextSplit(PipelineSplit):
     def inputs(self, cfg, dist, x, y):
         return self.cp.inputs(cfg, dist, x, y)
 
-    def ops(self, cfg, elem: int, rank: int = 0) -> list:
+    def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
         from ..theory.comm import CommOp
         from ..theory.pipeline import stage_layers, stage_sent_bytes
 
@@ -423,7 +444,7 @@ class PipelineContextSplit(PipelineSplit):
         mine = ring[:per_layer * len(stage_layers(c.n_layers, cfg.pp, s))]
         return ([CommOp(PP, "send", "pipeline", sent, cfg.pp)] if sent else []) + mine
 
-    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0) -> int | None:
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         from ..theory.activations import gpt_activation_terms
         from ..theory.pipeline import schedule, stage_layers
 
@@ -444,8 +465,144 @@ class PipelineContextSplit(PipelineSplit):
         return super().unsplit(names, per_rank[::c])
 
 
+class ExpertSplit(Split):
+    """A mixture-of-experts GPT's experts placed over the `ep` axis (`strategies.expert_parallel`:
+    rank r keeps experts [r·E/ep, (r+1)·E/ep) of every layer, tokens go to them and back by
+    all-to-all). ep is a data axis too: each ep rank trains on its own share of the batch, so the
+    strategy's inner group spans dp_shard x ep for everything but the experts, whose gradients
+    are reduced and sharded over dp_shard alone, the ranks holding the same experts (`DistState
+    .expert`; two groups, as Megatron-Core's dense and expert data-parallel groups). Closed forms:
+    each group's units (`unit_groups`); the all-to-alls' bytes from the router's own counts of
+    the step (`observe`, `theory.experts.all_to_all_bytes`), and what each MoE layer saves from the
+    last forward's (`theory.experts.moe_layer_activation_bytes`)."""
+
+    axis = EP
+    # Strategies whose units are never called (no gather before a unit's forward): an expert
+    # unit reduces over its own group, the block's other parameters over dp_shard x ep.
+    STRATEGIES = ("ddp", "zero1", "zero1_allreduce", "zero2")
+
+    def check(self, cfg, spec, model) -> int:
+        from ..models.moe import MoEGPTConfig
+
+        ep = getattr(cfg, "ep", 1)
+        if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+            raise ValueError(f"ep must be an integer >= 1, got {ep!r}")
+        moe = isinstance(model, MoEGPTConfig)
+        if moe:
+            refused = [why for bad, why in [
+                (cfg.tp != 1 or cfg.cp != 1 or cfg.pp != 1, "it runs on the data and ep axes here (tp, cp and pp "
+                                                           "beside experts are not composed yet)"),
+                (cfg.recompute != RecomputeMode.NONE, "activation recompute is not applied to its blocks")] if bad]
+            if refused:
+                raise ValueError(f"{model.name}: {refused[0]}")
+        if ep == 1:
+            return 1
+        if not moe:
+            raise ValueError(f"ep = {ep} places a mixture of experts' experts over ranks: {model.name} has none "
+                             "(give it experts: --experts E)")
+        if cfg.world_size % ep:
+            raise ValueError(f"ep = {ep} must divide the world size {cfg.world_size}")
+        if model.experts % ep:
+            raise ValueError(f"ep = {ep} ranks hold E/ep experts each: {model.experts} experts do not split")
+        refused = [why for bad, why in [
+            (spec.name not in self.STRATEGIES, f"{spec.name} gathers or shards units around their forward, and a "
+                                               "layer's experts are a unit of their own group: ep runs with "
+                                               f"{', '.join(self.STRATEGIES)}"),
+            (cfg.clip_grad_norm is not None, "the gradient norm would need the experts' squares summed over ep"),
+            (cfg.links is not None, "emulated links cover the data-parallel axes only")] if bad]
+        if refused:
+            raise ValueError(f"ep = {ep}: {refused[0]}")
+        return ep
+
+    def apply(self, model, dist, cfg):
+        from .expert_parallel import EPContext
+
+        placement = EPContext(dist.comm, dist.axes[EP])
+        for layer in model.moe_layers():
+            layer.ep = placement
+            layer.keep_local()
+        model.units = model.expert_units  # the experts a unit of their own, reduced over dp_shard
+        return model
+
+    def unit_groups(self, cfg, rank: int = 0) -> list[UnitGroup]:
+        model, mesh = cfg.model.build(), cfg.mesh
+        per = model.cfg.experts // mesh.size(EP)
+        mine = range(mesh.coord(rank, EP) * per, (mesh.coord(rank, EP) + 1) * per)
+        for layer in model.moe_layers():
+            layer.keep(mine)
+        units = model.expert_units()
+        shapes = lambda us: [[tuple(p.shape) for p in u.parameters()] for u in us]  # noqa: E731
+        experts = [u for u in units if getattr(u, "expert_parallel", False)]
+        shared = [u for u in units if not getattr(u, "expert_parallel", False)]
+        return [UnitGroup(shapes(shared), None, cfg.n, cfg.shard_rank(rank)),
+                UnitGroup(shapes(experts), None, mesh.size(DP_SHARD), mesh.coord(rank, DP_SHARD))]
+
+    def unit_shapes(self, cfg, rank: int = 0):
+        return [s for g in self.unit_groups(cfg, rank) for s in g.shapes], None
+
+    def observe(self, run):
+        """The last step's routing on this rank (`reports.ExpertRouting`): per MoE layer and
+        forward, the rows it sent to each expert and received from each ep rank (the router's and
+        the counts all-to-all's own numbers), and the assignments dropped."""
+        from ..reports import ExpertRouting
+
+        k, layers = run.cfg.micro_batches, run.strategy.model.moe_layers()
+        groups = k * run.cfg.micro_batch_size  # one routing group per sequence (`models.moe`)
+        return ExpertRouting(list(layers[0].local_experts()), [lay.stats.sent[-k:] for lay in layers],
+                             [lay.stats.received[-k:] for lay in layers],
+                             [sum(lay.stats.dropped[-groups:]) for lay in layers])
+
+    def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
+        from ..theory.comm import CommOp
+        from ..theory.experts import all_to_all_bytes
+
+        if observed is None:
+            raise ValueError("the all-to-alls' bytes follow the router's choices: they are predicted on the "
+                             "rank, from its counts of the step (`ExpertSplit.observe`)")
+        ep, E, D = cfg.mesh.size(EP), cfg.model.experts, cfg.model.d_model
+        r, per = cfg.mesh.coord(rank, EP), cfg.model.experts // ep
+        ops = []
+        for layer_sent, layer_received in zip(observed.sent, observed.received):
+            for sent, received in zip(layer_sent, layer_received):
+                to = [sum(sent[d * per:(d + 1) * per]) for d in range(ep)]
+                # n[s][d] for this rank's row and column: what it sends and what it receives
+                n = [[to[d] if s == r else (received[s] if d == r else 0) for d in range(ep)] for s in range(ep)]
+                for what, b in all_to_all_bytes(n, r, D, E, elem).items():
+                    ops.append(CommOp(EP, "all_to_all", f"ep/{what}", b, ep, exact=b))
+        return ops
+
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
+        from ..models.gpt import GPTConfig
+        from ..theory.activations import gpt_activation_bytes
+        from ..theory.experts import moe_layer_activation_bytes
+
+        if observed is None:
+            return None  # what the experts save is the router's choice: predicted on the rank only
+        c, B = cfg.model, cfg.micro_batch_size
+        dense = GPTConfig(**{f: getattr(c, f) for f in GPTConfig.__dataclass_fields__})
+        T = B * c.seq_len
+        out = gpt_activation_bytes(dense, B, c.seq_len, elem, ln_stats_bytes=ln_stats)
+        for sent, received in zip(observed.sent, observed.received):  # the last forward's routing
+            out += moe_layer_activation_bytes(B, c.seq_len, c.experts, c.top_k, c.d_model, c.mlp_ratio, elem,
+                                              sum(sent[-1]), sum(received[-1]), B > 1) \
+                - 2 * elem * c.mlp_ratio * T * c.d_model
+        return out
+
+    def unsplit(self, names: list[str], per_rank: list[list]) -> list:
+        import re
+
+        ep = len(per_rank)
+        experts = lambda n: re.search(r"\.experts\.(\d+)\.", n)  # noqa: E731
+        total = 1 + max(int(m.group(1)) for n in names if (m := experts(n)))
+        per, full = total // ep, {}
+        for j, params in enumerate(per_rank):
+            mine = [n for n in names if not (m := experts(n)) or int(m.group(1)) // per == j]
+            full.update({n: p for n, p in zip(mine, params) if n not in full})
+        return [full[n] for n in names]
+
+
 WHOLE = Split()
-SPLITS = {TP: TensorSplit(), CP: ContextSplit(), PP: PipelineSplit()}  # model axis -> how it splits a replica
+SPLITS = {TP: TensorSplit(), CP: ContextSplit(), PP: PipelineSplit(), EP: ExpertSplit()}  # model axis -> its split
 
 
 def split_of(mesh: Mesh) -> Split:
@@ -453,6 +610,8 @@ def split_of(mesh: Mesh) -> Split:
     as `ContextTensorSplit`, pp with tp as `PipelineTensorSplit`, pp with cp as
     `PipelineContextSplit`), or `WHOLE`."""
     axes = mesh.model_axes
+    if EP in axes and axes != (EP,):
+        raise ValueError(f"ep does not compose with {', '.join(a for a in axes if a != EP)} here yet")
     if axes == (CP, TP):
         return ContextTensorSplit(SPLITS[CP], SPLITS[TP], mesh.size(CP))
     if axes == (PP, TP):

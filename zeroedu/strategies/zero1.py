@@ -40,9 +40,13 @@ class ZeRO1(Strategy):
     def __init__(self, model, dist, recipe, adam=None, **options):
         super().__init__(model, dist, recipe, adam, **options)
         self.model.to(dist.device, self.param_dtype)
-        axis = dist.inner
-        self.units = [FlatUnit(UnitName(k), list(m.parameters()), axis.size, axis.rank, self.param_dtype,
-                               self.grad_dtype, self.ledger, index=k) for k, m in enumerate(self.unit_modules())]
+        self.units = []
+        for k, m in enumerate(self.unit_modules()):
+            axis = self.axis_of(m)  # dp_shard (x ep x cp); a layer's experts: their own group
+            u = FlatUnit(UnitName(k), list(m.parameters()), axis.size, axis.rank, self.param_dtype,
+                         self.grad_dtype, self.ledger, index=k)
+            u.axis = axis
+            self.units.append(u)
         self.init_grads()
         # Optimizer state for the own chunk of each unit only: this is the 1/N of ZeRO-1.
         self.optim = AdamState([u.param_shard for u in self.units], self.recipe, self.adam, self.ledger)
@@ -62,7 +66,7 @@ class ZeRO1(Strategy):
         in-place convention (recvbuff == sendbuff + rank * count), which gloo also honours
         (checked by the equivalence tests), so no extra buffer is needed. (ZeRO-2's
         `grad_shard` is a tensor of its own.)"""
-        return self.comm.reduce_scatter(u.grad_shard, u.grad_buffer, self.dist.inner,
+        return self.comm.reduce_scatter(u.grad_shard, u.grad_buffer, u.axis,
                                         self.tag(u.name, "grads"), async_op=True)
 
     def finish_grad_sync(self) -> None:
@@ -76,7 +80,7 @@ class ZeRO1(Strategy):
     def unshard(self) -> None:
         """All-gather each unit's updated chunks into its full parameter buffer (in place: the
         input is this rank's chunk of the output, NCCL's in-place convention for all-gather)."""
-        handles = [self.comm.all_gather(u.param_buffer, u.param_shard, self.dist.inner,
+        handles = [self.comm.all_gather(u.param_buffer, u.param_shard, u.axis,
                                         self.tag(u.name, "params"), async_op=True)
                    for u in self.units]
         for h in handles:
@@ -112,4 +116,4 @@ class ZeRO1AllReduce(ZeRO1):
     name = "zero1_allreduce"
 
     def reduce_grads(self, u: FlatUnit):
-        return self.comm.all_reduce(u.grad_buffer, self.dist.inner, self.tag(u.name, "grads"), async_op=True)
+        return self.comm.all_reduce(u.grad_buffer, u.axis, self.tag(u.name, "grads"), async_op=True)

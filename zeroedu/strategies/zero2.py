@@ -83,7 +83,7 @@ class ZeRO2(ZeRO1):
         self._inflight[k] = (self.reduce_grads(u, extra), extra)
 
     def reduce_grads(self, u, out=None):
-        return self.comm.reduce_scatter(u.grad_shard if out is None else out, u.grad_buffer, self.dist.inner,
+        return self.comm.reduce_scatter(u.grad_shard if out is None else out, u.grad_buffer, u.axis,
                                         self.tag(u.name, "grads"), async_op=True)
 
     def free_finished(self, wait: bool = False) -> None:

@@ -102,9 +102,14 @@ class CommOp:
     nbytes: object  # full-buffer size in bytes (S)
     group: int
     unit: int | None = None  # the unit whose buffer moves (the tag's "unitK", as a field)
+    # Bytes this rank sends, where they are not the ring's share of `nbytes`: an all-to-all
+    # whose splits the router chose sends its own rows to each other rank (`theory.experts`).
+    exact: object = None
 
     @property
     def sent(self) -> Fraction:
+        if self.exact is not None:
+            return Fraction(self.exact)
         return sent_bytes(self.collective, self.nbytes, self.group)
 
 

@@ -21,9 +21,10 @@ import dataclasses
 import os
 from dataclasses import asdict, dataclass, field, fields
 
-from ..kinds import CP, PP, TP, Implementation, Mesh, RecomputeMode
+from ..kinds import CP, EP, PP, TP, Implementation, Mesh, RecomputeMode
 from ..catalog import get_spec
-from ..models import DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, GPTConfig, MLPConfig, ModelSpec, get_model, local_slice
+from ..models import (DEFAULT_MODEL, RECOMPUTE_MODES, CustomModel, GPTConfig, MLPConfig, ModelSpec, MoEGPTConfig,
+                      get_model, local_slice)
 from ..optim import AdamConfig
 from ..recipes import get_recipe
 from ..runtime.comm import IMPLEMENTATIONS
@@ -75,6 +76,12 @@ class RunConfig:
     # strategy's forward_only / backward_only; the strategy is data-parallel over each stage's ranks.
     pp: int = 1
     schedule: str = "1f1b"
+    # A mixture of experts (`models.moe`, a GPT): `experts` > 0 makes every block's MLP that many
+    # experts behind a top-`top_k` router; expert parallelism places them over `ep` ranks
+    # (`strategies.expert_parallel`), each ep rank training on its own share of the batch.
+    experts: int = 0
+    top_k: int = 1
+    ep: int = 1
 
     def resolved(self) -> "ResolvedConfig":
         """This configuration validated and with its defaults filled in (`resolve`)."""
@@ -114,6 +121,7 @@ class ResolvedConfig:
     zigzag: bool = False
     pp: int = 1
     schedule: str = "1f1b"
+    ep: int = 1
 
     def resolved(self) -> "ResolvedConfig":
         """Already resolved: itself, not checked again."""
@@ -124,11 +132,11 @@ class ResolvedConfig:
         """The run's ranks as named axes (`kinds.Mesh`): dp_outer = M for a hybrid strategy,
         dp_shard, and each model axis (cp, tp) of size > 1."""
         return Mesh.build(self.world_size, dp_outer=self.m if get_spec(self.strategy).hybrid else None,
-                          pp=self.pp, cp=self.cp, tp=self.tp)
+                          pp=self.pp, ep=self.ep, cp=self.cp, tp=self.tp)
 
     @property
     def dp(self) -> int:
-        """Data-parallel replicas of the model (the data axes of the mesh)."""
+        """Shares the global batch is split into (the data axes of the mesh, ep's included)."""
         return self.mesh.data_parallel
 
     @property
@@ -172,9 +180,15 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         if not isinstance(model, GPTConfig):
             raise ValueError(f"--attention is a GPT's: {model.name} has no attention")
         model = dataclasses.replace(model, attention=cfg.attention)  # validated by GPTConfig
+    if isinstance(cfg.experts, bool) or not isinstance(cfg.experts, int) or cfg.experts < 0:
+        raise ValueError(f"experts must be an integer >= 0, got {cfg.experts!r}")
+    if cfg.experts:
+        if not isinstance(model, GPTConfig) or isinstance(model, MoEGPTConfig):
+            raise ValueError(f"--experts makes a GPT's MLPs mixtures of experts: {model.name} is not a dense gpt-* model")
+        model = MoEGPTConfig.of(model, cfg.experts, cfg.top_k)  # the top-k validated there
     sizes = splits.check(cfg, spec, model)  # each model axis's size, checked by its split
-    tp, cp, pp = sizes[TP], sizes[CP], sizes[PP]
-    dp = Mesh.build(cfg.world_size, dp_outer=m if spec.hybrid else None, pp=pp, cp=cp, tp=tp).data_parallel
+    tp, cp, pp, ep = sizes[TP], sizes[CP], sizes[PP], sizes[EP]
+    dp = Mesh.build(cfg.world_size, dp_outer=m if spec.hybrid else None, pp=pp, ep=ep, cp=cp, tp=tp).data_parallel
     batch = cfg.global_batch if cfg.global_batch is not None else model.default_global_batch
     local_slice(batch, dp, 0)  # validates divisibility
     _check_fits(model, cfg.world_size, batch // dp)
@@ -235,7 +249,8 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         options=dict(cfg.options), micro_batches=k, recompute=cfg.recompute,
         clip_grad_norm=cfg.clip_grad_norm, collectives=cfg.collectives, links=links, timeline=cfg.timeline,
         strategy_class=cfg.strategy_class, stream=cfg.stream, return_params=cfg.return_params,
-        tp=tp, sequence_parallel=bool(cfg.sequence_parallel), cp=cp, zigzag=bool(cfg.zigzag), pp=pp, schedule=cfg.schedule)
+        tp=tp, sequence_parallel=bool(cfg.sequence_parallel), cp=cp, zigzag=bool(cfg.zigzag), pp=pp, schedule=cfg.schedule,
+        ep=ep)
 
 
 MAX_MLP_DEPTH = 1024  # Linear layers: each is a unit with its own hooks and collectives
@@ -275,7 +290,7 @@ def _check_fits(model, world_size: int, local_batch: int) -> None:
         return
     psi = model.param_count()
     states = (world_size + 1) * 16 * psi
-    acts = world_size * model.activation_bytes(local_batch, 4)
+    acts = world_size * (model.activation_bytes(local_batch, 4) or 0)  # (a mixture of experts has no closed form)
     if states + acts > memory:
         gb = lambda b: f"{b / 1e9:,.1f} GB"  # noqa: E731
         raise ValueError(f"this run needs at least {gb(states + acts)} and this machine has {gb(memory)}: "

@@ -31,24 +31,30 @@ from .runner import build_run, strategy_cls, train_steps
 def predicted(cfg: RunConfig | ResolvedConfig, rank: int, backend: str = "gloo", device: str = "cpu") -> Predicted:
     """The closed forms, exact mode, for this model and this rank, on `backend` (the transport
     the ranks' collectives run on: it decides "auto" collectives and the wire's algorithm) and
-    `device` (LayerNorm statistics are fp32 on CUDA)."""
+    `device` (LayerNorm statistics are fp32 on CUDA). (A run with expert parallelism is
+    predicted on its ranks: the all-to-alls' bytes follow the router's counts.)"""
     return _predicted(resolve(cfg), rank, backend, device)
 
 
-def _predicted(cfg: ResolvedConfig, rank: int, backend: str, device: str) -> Predicted:
+def _predicted(cfg: ResolvedConfig, rank: int, backend: str, device: str, observed=None) -> Predicted:
     # A rank's configuration is the parent's, resolved already: `train_job` comes here directly.
+    # `observed`: what the split read of the run on this rank (`Split.observe`).
     elem = get_recipe(cfg.recipe).param_bytes
     ln_stats = 4 if device.startswith("cuda") else None  # LayerNorm statistics are fp32 on CUDA
     split = split_of(cfg.mesh)  # how a replica is split over the model axes (none: WHOLE)
-    shapes, trainable = split.unit_shapes(cfg, rank)
-    # The closed forms index a rank by its place on the sharding (inner) axis.
-    ms = theory.exact_model_states(cfg.strategy, shapes, cfg.n, cfg.m, rank=cfg.shard_rank(rank),
-                                   recipe=cfg.recipe, trainable=trainable)
-    comm = theory.exact_comm(cfg.strategy, shapes, cfg.n, cfg.m, recipe=cfg.recipe, trainable=trainable,
-                             **theory_comm_options(cfg))
+    # Each group of units with the group it is reduced over (one, but for ep's experts); the
+    # closed forms index a rank by its place in that group.
+    ms, ops, axes = theory.ModelStates(), [], ()
+    for g in split.unit_groups(cfg, rank):
+        ms = ms + theory.exact_model_states(cfg.strategy, g.shapes, g.n, cfg.m, rank=g.rank, recipe=cfg.recipe,
+                                            trainable=g.trainable)
+        c = theory.exact_comm(cfg.strategy, g.shapes, g.n, cfg.m, recipe=cfg.recipe, trainable=g.trainable,
+                              **theory_comm_options(cfg))
+        ops += c.ops
+        axes += tuple(a for a in c if a not in axes)
     # a model axis's collectives beside the data-parallel ones, on the axis they run on
-    comm = theory_comm.CommBytes(comm.ops + split.ops(cfg, elem, rank), tuple(comm))
-    activations = split.activation_bytes(cfg, elem, ln_stats, rank)
+    comm = theory_comm.CommBytes(ops + split.ops(cfg, elem, rank, observed), axes)
+    activations = split.activation_bytes(cfg, elem, ln_stats, rank, observed)
     # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
     # when the backend's collectives run (`theory.comm.on_the_wire`).
     implementation = resolve_implementation(cfg.collectives, backend)
@@ -81,7 +87,7 @@ def train_job(ctx, cfg: dict) -> dict:
         "backend": ctx.backend,
         "matmul16": matmul16.mode_for(get_recipe(cfg.recipe).param),
         "measured": ledger.measured(),
-        "predicted": _predicted(cfg, ctx.rank, ctx.backend, ctx.device),
+        "predicted": _predicted(cfg, ctx.rank, ctx.backend, ctx.device, observed := split_of(cfg.mesh).observe(run_)),
         "peak": ledger.peak,
         "peak_label": ledger.peak_label,
         "losses": losses,
@@ -92,6 +98,8 @@ def train_job(ctx, cfg: dict) -> dict:
     if ctx.device.startswith("cuda"):
         # The allocator's and the device's own counts, beside the ledger's peak (`CudaMemory`).
         out["cuda"] = cuda_memory(ctx.device)
+    if observed is not None:  # the run's own numbers a closed form read (the router's counts)
+        out["routing"] = observed.plain()
     extra = strategy.report_extra()
     if extra is not None:
         out["extra"] = extra
@@ -183,7 +191,7 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
         collectives=resolve_implementation(cfg.collectives, backend), backend=backend, matmul16=matmul,
         options=dict(cfg.options), timeline_mode=cfg.timeline,
         links=None if cfg.links is None else cfg.links.plain(), tp=cfg.tp, sequence_parallel=cfg.sequence_parallel, cp=cfg.cp, zigzag=cfg.zigzag, pp=cfg.pp,
-        schedule=cfg.schedule,
+        schedule=cfg.schedule, ep=cfg.ep,
         psi=sum(p.numel() for p in ref_params), ranks=reports, losses=losses, reference_losses=ref_losses,
         recipe_losses=one_process,
         match=Match(

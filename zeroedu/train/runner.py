@@ -22,7 +22,7 @@ import torch
 
 from ..models import apply_recompute, local_slice
 from ..recipes import get_recipe
-from ..kinds import DP_OUTER, DP_SHARD, SHARD_GROUP, EventKind, RecomputeMode
+from ..kinds import DP_OUTER, DP_SHARD, EP, SHARD_GROUP, EventKind, RecomputeMode
 from ..runtime.comm import Comm
 from ..runtime.ledger import Ledger
 from ..runtime import matmul16
@@ -83,10 +83,11 @@ def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
     mesh = cfg.mesh
     axes = ctx.axes(mesh)
     ledger.mesh = mesh
-    # the strategy's group: dp_shard, flattened with cp where the mesh has it (`kinds.SHARD_AXES`)
+    # the strategy's group: dp_shard, flattened with ep and cp where the mesh has them
+    # (`kinds.SHARD_AXES`); the experts' group under ep: dp_shard alone
     inner = axes.get(SHARD_GROUP, axes[DP_SHARD])
     return DistState(ctx.rank, ctx.world_size, ctx.device, inner, comm, ledger, axes.get(DP_OUTER),
-                     mesh=mesh, axes=axes)
+                     mesh=mesh, axes=axes, expert=axes[DP_SHARD] if EP in mesh else None)
 
 
 def strategy_cls(cfg: ResolvedConfig) -> type[Strategy]:
