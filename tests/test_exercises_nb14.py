@@ -8,9 +8,8 @@ import pytest
 
 from zeroedu.models import get_model
 from zeroedu.notebook.exercises import check, get
-from zeroedu.strategies.expert_parallel import MoESpec
 from zeroedu.theory.context import work_elements
-from zeroedu.train import RunConfig, axes, context, experts, pipeline
+from zeroedu.train import RunConfig, axes, context, pipeline
 
 TINY = get_model("gpt-tiny")
 BUG = "zeroedu.notebook.bugs.nb14:MysteryRing"
@@ -42,15 +41,16 @@ def test_the_axes_table_reads_every_run_and_flags_one_that_is_off(runs):
     tp = runs(RunConfig("fsdp2", 4, steps=3, model="gpt-tiny", recipe="fp32", tp=2))
     pp = pipeline.run("gpt-small", 2, 2, "1f1b", steps=1)
     cp = context.compare(TINY, 2, zigzag=True)
-    ep = experts.compare(TINY, MoESpec(4, 2, 1.0), 2)
+    ep = runs(RunConfig("zero2", 4, steps=2, model="gpt-tiny", recipe="fp32", experts=4, top_k=2, ep=2))
     rows = axes.summary(tp=tp, pp=pp, cp=cp, ep=ep)
-    assert [r.axis for r in rows] == ["tp"] * 3 + ["pp"] * 2 + ["cp"] * 3 + ["ep"] * 2
+    assert [r.axis for r in rows] == ["tp"] * 3 + ["pp"] * 2 + ["cp"] * 3 + ["ep"] * 3
     assert all(r.match and r.every_rank and r.trains for r in rows)
     r0 = tp.ranks[0]
     assert rows[0].measured == sum(r0.measured.comm_by_axis["tp"].values()) > 0
     assert rows[3].measured == pp.per_stage[0].peak_activations
     assert rows[5].measured == cp.rows[0].forward_sent + cp.rows[0].backward_sent
-    assert rows[9].measured == ep.rows[0].param_bytes
+    assert rows[8].measured == sum(ep.ranks[0].measured.comm_by_axis["ep"].values()) > 0
+    assert rows[10].measured == ep.ranks[0].measured.total
     bad = axes.summary(cp=context.compare(TINY, 2, ring_class=BUG))
     scores = next(r for r in bad if r.quantity.startswith("score elements"))
     assert not scores.match and not scores.every_rank and scores.trains

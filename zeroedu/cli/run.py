@@ -68,6 +68,7 @@ def config_from_args(args, world_size: int) -> ResolvedConfig:
                      cp=getattr(args, "cp", 1), zigzag=getattr(args, "zigzag", False),
                      pp=getattr(args, "pp", 1), schedule=getattr(args, "schedule", "1f1b"),
                      experts=getattr(args, "experts", 0), top_k=getattr(args, "top_k", 1),
+                     capacity_factor=getattr(args, "capacity_factor", None),
                      ep=getattr(args, "ep", 1)).resolved()
 
 
@@ -211,7 +212,12 @@ def add_common(p) -> None:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("run", help="train one strategy on N real ranks; measured vs predicted")
-    p.add_argument("--strategy", required=True,
+    add_arguments(p)
+
+
+def add_arguments(p, strategy_required: bool = True) -> None:
+    """Every option of `zeroedu run`, on parser `p` (`zeroedu experts` is `run` with other defaults)."""
+    p.add_argument("--strategy", required=strategy_required,
                    help="one of: " + ", ".join(list(catalog.STRATEGIES) + list(catalog.ALIASES)))
     p.add_argument("--world-size", type=int, default=4, help="ranks (local: 1..16; torchrun: its own)")
     p.add_argument("--outer", "--m", dest="outer", type=positive_int, default=1,
@@ -239,6 +245,8 @@ def add_parser(subparsers) -> None:
                    help="a mixture of experts (gpt-* models): every block's MLP E experts behind a top-k router, "
                         "each sequence routed on its own with capacity 1.25 k S / E (default: dense)")
     p.add_argument("--top-k", type=positive_int, default=1, help="with --experts: experts per token (default 1)")
+    p.add_argument("--capacity-factor", type=positive_float, default=None,
+                   help="with --experts: an expert takes at most ceil(F k S / E) of a sequence's assignments (default 1.25)")
     p.add_argument("--ep", type=positive_int, default=1,
                    help="expert parallelism (with --experts; ddp, zero1, zero2): E/EP experts per rank, tokens "
                         "carried to them by all-to-all, each EP rank its own share of the batch; the experts' "

@@ -121,19 +121,13 @@ class LayerStats:
 
 
 class MoE(nn.Module):
-    """Drop-in for `models.gpt.MLP`: E experts behind a top-k router.
+    """Drop-in for `models.gpt.MLP`: E experts behind a top-k router, every `group_rows`
+    sequences of the input routed as one group. `ep` (None: every expert here): a placement over
+    ranks (`strategies.expert_parallel.EPContext`)."""
 
-    `group_rows`: route every `group_rows` sequences as one group; None: cut the input into `groups`
-    groups (one process standing for ranks that each route their share as one group), computing
-    each expert once per `replicas` consecutive run of groups (dp's replicas). `ep` (None: every
-    expert here): a placement over ranks (`strategies.expert_parallel.EPContext`)."""
-
-    def __init__(self, d_model: int, hidden: int, spec: MoESpec, ep=None, groups: int = 1,
-                 replicas: int = 1, group_rows: int | None = None):
+    def __init__(self, d_model: int, hidden: int, spec: MoESpec, group_rows: int = 1, ep=None):
         super().__init__()
-        if groups % replicas:
-            raise ValueError(f"{groups} groups do not split into {replicas} replicas of the experts")
-        self.spec, self.ep, self.groups, self.replicas, self.group_rows = spec, ep, groups, replicas, group_rows
+        self.spec, self.ep, self.group_rows = spec, ep, group_rows
         self.router = nn.Linear(d_model, spec.experts, bias=False)
         self.experts = Experts({str(e): Expert(d_model, hidden) for e in range(spec.experts)})
         self.aux: torch.Tensor | None = None
@@ -158,7 +152,9 @@ class MoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, S, D = x.shape
         flat = x.reshape(B * S, D)
-        G = B // self.group_rows if self.group_rows else (self.groups if self.ep is None else 1)
+        if B % self.group_rows:
+            raise ValueError(f"{B} sequences do not make groups of {self.group_rows}")
+        G = B // self.group_rows
         T = B * S // G
         routes = [route(self.router(flat[g * T:(g + 1) * T]), self.spec) for g in range(G)]
         for r in routes:
@@ -167,14 +163,8 @@ class MoE(nn.Module):
             self.stats.dropped.append(r.dropped)
         self.aux = torch.stack([r.aux for r in routes]).mean()
         sends = [flat[g * T:(g + 1) * T][r.token] for g, r in enumerate(routes)]  # sorted by expert
-        if self.ep is None:
-            # the rows every expert would receive on the ranks, in the same order (group by group,
-            # expert by expert) and per replica of the experts: the same matrices as on the ranks,
-            # so the same round-off
-            per = G // self.replicas if self.group_rows is None else G
-            y = torch.cat([self._experts(torch.cat(sends[j * per:(j + 1) * per]),
-                                         torch.cat([r.expert for r in routes[j * per:(j + 1) * per]]))
-                           for j in range(G // per)])
+        if self.ep is None:  # every expert here: each runs on its rows of every group
+            y = self._experts(torch.cat(sends), torch.cat([r.expert for r in routes]))
         else:
             y = self.ep.run(self, sends, routes)
         outs, at = [], 0
@@ -253,7 +243,7 @@ class MoEGPT(GPT):
     def __init__(self, cfg: MoEGPTConfig):
         super().__init__(cfg)
         for block in self.blocks:
-            block.mlp = MoE(cfg.d_model, cfg.mlp_ratio * cfg.d_model, cfg.spec, group_rows=1)
+            block.mlp = MoE(cfg.d_model, cfg.mlp_ratio * cfg.d_model, cfg.spec)
 
     def moe_layers(self) -> list[MoE]:
         return [b.mlp for b in self.blocks]

@@ -1,36 +1,29 @@
-"""Expert parallelism: a mixture-of-experts MLP with its experts placed over an `ep` axis and the
-tokens carried to them and back by all-to-all.
+"""Expert parallelism: a mixture of experts' experts placed over an `ep` axis, the tokens carried
+to them and back by all-to-all.
 
-Algorithm (Shazeer et al. 2017 §2, the top-k gate; Lepikhin et al. 2021, GShard §2.2, capacity and
-dispatch/combine by all-to-all; Fedus et al. 2022, Switch Transformer §2.2, the load-balancing loss).
-Each of the ep ranks holds E/ep of the E experts (rank r: experts [r·E/ep, (r+1)·E/ep)) and the
-rest of the model whole, and trains on its own T tokens (the batch is split over ep, as data
-parallelism splits it). In each MoE layer a rank:
-    route       p = softmax(x W_router) over E; each token picks its k largest; the expert's output
-                is scaled by that probability. An expert takes at most
-                C = ceil(capacity_factor · k · T / E) of this rank's assignments, first choices
-                before second choices, in token order; the rest are dropped (the token's
-                residual carries it on, as if that expert had returned 0)
-    dispatch    the kept assignments, sorted by expert, go to the experts' ranks: all-to-all
+Algorithm (Lepikhin et al. 2021, GShard §2.2, dispatch and combine by all-to-all; the layer, its
+top-k router with capacity and its load-balancing loss are the model's, `models.moe`). Each of the
+ep ranks holds E/ep of every layer's E experts (rank r: experts [r·E/ep, (r+1)·E/ep)) and the rest
+of the model whole, and trains on its own share of the batch (ep splits the batch as data
+parallelism does). In each MoE layer a rank routes its own sequences (each a group, `models.moe`),
+then (`EPContext.run`):
+    dispatch    its kept assignments, sorted by expert, go to the experts' ranks: all-to-all
                 (after an all-to-all of the E/ep counts each rank will receive per local expert)
     compute     each local expert runs its MLP on the rows it received, from every rank
     combine     the outputs go back to the tokens' ranks: all-to-all, the dispatch reversed,
                 then summed into each token weighted by its gate probability
-Backward runs the same two all-to-alls reversed (the combine's gradient first). The auxiliary loss
-E · Σ_e f_e · P_e (f_e the share of this rank's k·T assignments that chose e before dropping, P_e
-the mean gate probability of e) is smallest when the load is even; it is added with weight α.
+Backward runs the same two all-to-alls reversed (the combine's gradient first).
 
 Bytes one rank sends per layer and micro-batch, with n[s][d] the kept assignments rank s sends to
-rank d's experts (from the router's actual assignment) and D the model width, 4-byte rows:
-    dispatch          Σ_{d≠r} n[r][d] · D · 4        combine            Σ_{s≠r} n[s][r] · D · 4
+rank d's experts (the router's actual assignment), D the model width, a bytes per element:
+    dispatch          Σ_{d≠r} n[r][d] · D · a        combine            Σ_{s≠r} n[s][r] · D · a
     combine's grad    = dispatch                     dispatch's grad    = combine
     counts            (ep - 1) · (E/ep) · 8
-(`theory.experts.all_to_all_bytes`). A perfectly balanced router with nothing dropped sends k·T·D·4·(ep-1)/ep per
-all-to-all (`theory.experts.balanced_bytes`). Parameters per rank: everything but the experts, plus E/ep experts.
-
-The layer, its router and the mixture-of-experts GPT are the model's (`models.moe`); this module is
-the placement (`EPContext`: which experts a rank keeps, the all-to-alls). One process runs the same layer with ep = 1 and the batch in ep groups of T tokens, each routed
-and capped on its own: the same routing, the same arithmetic, no all-to-all.
+(`theory.experts.all_to_all_bytes`). A perfectly balanced router with nothing dropped sends
+k·T·D·a·(ep-1)/ep per all-to-all (`theory.experts.balanced_bytes`). Parameters per rank: everything
+but the experts, plus E/ep experts. Gradients: the experts' already sum every ep rank's tokens (the
+all-to-alls carried them), so a data-parallel strategy reduces them over the ranks holding the
+same experts only, and everything else over dp x ep (`strategies.splits.ExpertSplit`).
 """
 from __future__ import annotations
 
@@ -106,17 +99,4 @@ class _AllToAll(torch.autograd.Function):
         return g, None, None, None, None, None
 
 
-def moe_gpt(cfg, spec: MoESpec, ep: EPContext | None = None, groups: int = 1, seed: int = 1234, replicas: int = 1):
-    """zeroedu's GPT with every block's MLP a mixture of experts (every expert the dense MLP's
-    shape, each initialised from `seed` the same way on every rank and in one process)."""
-    model = cfg.build()
-    torch.manual_seed(seed)
-    for block in model.blocks:
-        block.mlp = MoE(cfg.d_model, cfg.mlp_ratio * cfg.d_model, spec, ep, groups, replicas)
-        if ep is not None:
-            block.mlp.keep_local()
-    return model
-
-
-__all__ = ["EPContext", "Expert", "Experts", "LayerStats", "MoE", "MoESpec", "Routing", "balanced_bytes", "moe_gpt",
-           "owner", "param_count", "route", "theory_bytes"]
+__all__ = ["EPContext", "Expert", "Experts", "LayerStats", "MoE", "MoESpec", "Routing", "balanced_bytes", "owner", "param_count", "route", "theory_bytes"]

@@ -1,7 +1,7 @@
 """Every axis beyond data parallelism in one table: what each run measured beside its closed form.
 
-The runs are made elsewhere (`train.run` with `tp`, `train.pipeline.run`, `train.context.compare`,
-`train.experts.compare`); this module only reads their reports, so the table shows exactly the
+The runs are made elsewhere (`train.run` with `tp` or `ep`, `train.pipeline.run`,
+`train.context.compare`); this module only reads their reports, so the table shows exactly the
 figures those runs measured (tensor storages, the ledger's records of every send) and the closed
 forms each report already holds (`theory.tensor_parallel`, `theory.pipeline`, `theory.context`,
 `theory.experts`). A row's figure is one rank's (rank 0, or the first pipeline stage, which holds
@@ -65,19 +65,21 @@ def _cp_rows(rep) -> list[AxisCheck]:
 
 
 def _ep_rows(rep) -> list[AxisCheck]:
-    r0 = rep.rows[0]
-    label = f"top-{rep.spec.top_k} of {rep.spec.experts}, ep {rep.ep} x dp {rep.dp}, {rep.model}"
-    ok = all(r.match for r in rep.rows)
-    trains = rep.losses_match and rep.routing_match and rep.param_error <= PARAM_TOL
-    return [AxisCheck("ep", label, "all-to-all bytes rank 0 sends (4 per layer, and counts)", r0.predicted_all_to_all,
-                      r0.all_to_all_sent, ok, trains),
-            AxisCheck("ep", label, "parameter bytes, rank 0 (its experts)", r0.predicted_param_bytes, r0.param_bytes,
+    r0 = rep.ranks[0]
+    label = f"{rep.strategy}, dp {rep.n // rep.ep} x ep {rep.ep}, {rep.model}"
+    ok, trains = rep.match.all(), rep.match.losses
+    return [AxisCheck("ep", label, "all-to-all bytes rank 0 sends per step (its router's rows)",
+                      sum(r0.predicted.comm_by_axis.get("ep", {}).values()),
+                      sum(r0.measured.comm_by_axis.get("ep", {}).values()), ok, trains),
+            AxisCheck("ep", label, "activation bytes, rank 0", r0.predicted.activations, r0.measured.activations,
+                      ok, trains),
+            AxisCheck("ep", label, "model-state bytes, rank 0 (its experts)", r0.predicted.total, r0.measured.total,
                       ok, trains)]
 
 
 def summary(*, tp: Any = None, sp: Any = None, pp: Any = None, cp: Any = None, ep: Any = None) -> list[AxisCheck]:
     """The rows for the runs given: `tp` and `sp` are `RunReport`s (a strategy with `tp`, without and
-    with sequence parallelism), `pp` a `PipelineReport`, `cp` a `CPComparison`, `ep` an `EPComparison`."""
+    with sequence parallelism), `pp` a `PipelineReport`, `cp` a `CPComparison`, `ep` a `RunReport` with ep."""
     rows: list[AxisCheck] = []
     if tp is not None:
         rows += _tp_rows(tp, "tp")

@@ -81,6 +81,7 @@ class RunConfig:
     # (`strategies.expert_parallel`), each ep rank training on its own share of the batch.
     experts: int = 0
     top_k: int = 1
+    capacity_factor: float | None = None  # None: `models.moe.MoESpec`'s 1.25
     ep: int = 1
 
     def resolved(self) -> "ResolvedConfig":
@@ -182,10 +183,13 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         model = dataclasses.replace(model, attention=cfg.attention)  # validated by GPTConfig
     if isinstance(cfg.experts, bool) or not isinstance(cfg.experts, int) or cfg.experts < 0:
         raise ValueError(f"experts must be an integer >= 0, got {cfg.experts!r}")
+    if not cfg.experts and (cfg.top_k != 1 or cfg.capacity_factor is not None):
+        raise ValueError("--top-k and --capacity-factor set a mixture of experts' router: add --experts E")
     if cfg.experts:
         if not isinstance(model, GPTConfig) or isinstance(model, MoEGPTConfig):
             raise ValueError(f"--experts makes a GPT's MLPs mixtures of experts: {model.name} is not a dense gpt-* model")
-        model = MoEGPTConfig.of(model, cfg.experts, cfg.top_k)  # the top-k validated there
+        kw = {} if cfg.capacity_factor is None else {"capacity_factor": cfg.capacity_factor}
+        model = MoEGPTConfig.of(model, cfg.experts, cfg.top_k, **kw)  # top-k and capacity validated there
     sizes = splits.check(cfg, spec, model)  # each model axis's size, checked by its split
     tp, cp, pp, ep = sizes[TP], sizes[CP], sizes[PP], sizes[EP]
     dp = Mesh.build(cfg.world_size, dp_outer=m if spec.hybrid else None, pp=pp, ep=ep, cp=cp, tp=tp).data_parallel

@@ -31,7 +31,7 @@ from ..runtime.rank import resolve_ref
 from ..strategies.context_parallel import RingAttentionCore, RingContext, RingStats, chunks
 
 TAG = "cp"
-PARAM_TOL = 1e-4  # as `train.experts.PARAM_TOL`: Adam turns round-off on near-zero gradients into ~lr steps
+PARAM_TOL = 1e-4  # as for the pipeline: Adam turns round-off on near-zero gradients into ~lr steps
 
 
 @dataclass(frozen=True)
