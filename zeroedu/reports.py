@@ -378,6 +378,27 @@ class CudaMemory:
 
 
 @dataclass
+class RingWork:
+    """What a rank's ring attention did under context parallelism, from the tensors it computed on
+    (`strategies.context_parallel.RingStats`), beside the closed form (`theory.context.work_elements`)."""
+    positions: list[list[int]]       # the runs of sequence positions it holds: [[start, stop], ...]
+    score_elements: int              # score elements its forwards computed over the run, all layers
+    predicted_score_elements: int
+    # the first forward, each hop: (K/V sends issued, waited for, the block computed meanwhile:
+    # start, end) on the ledger's clock
+    hops: list[list[float]] = field(default_factory=list)
+
+    REPORT_FIELD = "ring"
+
+    def plain(self) -> dict[str, Any]:
+        return _plain_fields(self)
+
+    @classmethod
+    def from_plain(cls, d: dict) -> "RingWork":
+        return cls(**_known(cls, d))
+
+
+@dataclass
 class ExpertRouting:
     """What a rank's MoE layers did in the last step under expert parallelism, from the router's
     and the counts all-to-all's own numbers (what the all-to-alls' closed form reads)."""
@@ -385,6 +406,8 @@ class ExpertRouting:
     sent: list[list[list[int]]]     # [layer][micro-batch][expert]: rows this rank sent to each expert
     received: list[list[list[int]]]  # [layer][micro-batch][ep rank]: rows it received from each
     dropped: list[int]              # [layer]: its tokens' assignments over capacity, dropped
+
+    REPORT_FIELD = "routing"
 
     def plain(self) -> dict[str, Any]:
         return _plain_fields(self)
@@ -410,10 +433,11 @@ class RankReport:
     cuda: CudaMemory | None = None  # what the CUDA allocator and the device say (GPU runs)
     extra: Any = None  # what the strategy adds (`Strategy.report_extra`)
     routing: ExpertRouting | None = None  # expert parallelism: the router's counts of the last step
+    ring: RingWork | None = None  # context parallelism: the ring's work, counted
     params: list | None = None  # the full parameters (asked with return_params)
 
     def plain(self, timeline: bool = False) -> dict[str, Any]:
-        out = _plain_fields(self, drop_none=("cuda", "extra", "routing"))
+        out = _plain_fields(self, drop_none=("cuda", "extra", "routing", "ring"))
         out.pop("params")
         if not timeline:
             out.pop("timeline")
@@ -433,6 +457,8 @@ class RankReport:
             d["cuda"] = CudaMemory.from_plain(d["cuda"])
         if d.get("routing") is not None:
             d["routing"] = ExpertRouting.from_plain(d["routing"])
+        if d.get("ring") is not None:
+            d["ring"] = RingWork.from_plain(d["ring"])
         return cls(**d)
 
 

@@ -98,6 +98,18 @@ def routing_lines(report: RunReport) -> list[str]:
             table(rows, ["rank", "experts", "rows sent", "rows received", "dropped"])]
 
 
+def ring_lines(report: RunReport) -> list[str]:
+    """Context parallelism: the positions each rank holds and the score elements its ring computed
+    (counted from the tensors multiplied) beside `theory.context.work_elements`."""
+    rows = [[str(r.rank), ",".join(f"{a}-{b - 1}" for a, b in r.ring.positions), _fmt(r.ring.score_elements),
+             _fmt(r.ring.predicted_score_elements), "yes" if r.ring.score_elements == r.ring.predicted_score_elements
+             else "NO"] for r in report.ranks if r.ring is not None]
+    if not rows:
+        return []
+    return ["ring attention's work over the run (score elements its forwards computed, all layers; a block on the "
+            "diagonal computed whole)", table(rows, ["rank", "positions", "score elements", "predicted", "match"])]
+
+
 def summary(report: RunReport) -> str:
     head = (f"strategy {report.strategy}  world size {report.world_size} "
             f"(N = {report.n}, M = {report.m})  recipe {report.recipe}  "
@@ -127,7 +139,7 @@ def summary(report: RunReport) -> str:
     out = [head, "bytes per rank: model states at the optimizer step, activations at the forward/backward "
                  "boundary of one micro-batch, sent per optimizer step; measured vs zeroedu.theory (exact mode)",
            table(rank_rows(report), ["rank", "what", "measured", "predicted", "match"])]
-    out += routing_lines(report)
+    out += routing_lines(report) + ring_lines(report)
     out += [f"losses            {_curve(report.losses)}",
             f"reference losses  {_curve(report.reference_losses)}",
             f"max relative loss difference vs single process: {max_rel_diff(report.losses, report.reference_losses):.2e}"]

@@ -170,6 +170,8 @@ class ContextSplit(Split):
             raise ValueError(f"cp must be an integer >= 1, got {cp!r}")
         if cfg.zigzag and cp == 1:
             raise ValueError("--zigzag balances the causal work over the cp ranks: give cp >= 2")
+        if getattr(cfg, "ring_class", None) and cp == 1:
+            raise ValueError("a ring class replaces context parallelism's ring: give cp >= 2")
         if cp == 1:
             return 1
         if cfg.world_size % cp:
@@ -177,6 +179,13 @@ class ContextSplit(Split):
         if not isinstance(model, GPTConfig):
             raise ValueError(f"context parallelism splits a GPT's sequences: {model.name} is not a gpt-* model")
         # What this composition does not run yet, each refused by name rather than run wrong.
+        if getattr(cfg, "ring_class", None):
+            from ..runtime.rank import resolve_ref
+            from .context_parallel import RingContext
+
+            cls = resolve_ref(cfg.ring_class)
+            if not (isinstance(cls, type) and issubclass(cls, RingContext)):
+                raise ValueError(f"{cfg.ring_class} is not a subclass of RingContext")
         refused = [why for bad, why in [
             (cfg.sequence_parallel, "sequence parallelism inside tp would split the positions a second time"),
             (model.attention != "eager", "ring attention replaces the eager core (--attention eager)"),
@@ -193,9 +202,12 @@ class ContextSplit(Split):
     def apply(self, model, dist, cfg):
         import torch
 
-        from .context_parallel import RingAttentionCore, RingContext
+        from ..runtime.rank import resolve_ref
+        from .context_parallel import RingAttentionCore, RingContext, RingStats
 
-        ring = RingContext(dist.comm, dist.axes[CP], cfg.model.seq_len, cfg.zigzag, tag="cp")
+        # the ring (a notebook's find-the-bug variant where `ring_class` names one), counting its work
+        cls = resolve_ref(cfg.ring_class) if getattr(cfg, "ring_class", None) else RingContext
+        ring = cls(dist.comm, dist.axes[CP], cfg.model.seq_len, cfg.zigzag, tag="cp", stats=RingStats())
         for block in model.blocks:
             block.attn.core = RingAttentionCore(ring)
         mine = ring.my_chunks()
@@ -212,6 +224,27 @@ class ContextSplit(Split):
 
         idx = positions(cfg.model.seq_len, cfg.cp, dist.axes[CP].rank, cfg.zigzag)
         return x[:, idx].contiguous(), y[:, idx].contiguous()
+
+    def observe(self, run):
+        """The ring's work on this rank (`reports.RingWork`): the score elements its forwards
+        computed, counted from the tensors multiplied, beside `theory.context.work_elements` (the
+        algorithm's, whatever ring ran); and the first forward's hops, each K/V send's issue and
+        wait around the block computed meanwhile."""
+        from ..reports import RingWork
+        from ..theory.context import chunks, work_elements
+        from .context_parallel import RingAttentionCore
+
+        cfg, c = run.cfg, run.cfg.model
+        ring = next(m.ctx for m in run.strategy.model.modules() if isinstance(m, RingAttentionCore))
+        r = run.dist.axes[CP].rank
+        forwards = cfg.steps * cfg.micro_batches * c.n_layers
+        sends = [x for x in run.ledger.comm if x.step == 0 and x.op == "send" and str(x.tag) == "cp/kv"]
+        hops = [[min(a.t_start, b.t_start), min(a.waited, b.waited), c0, c1]
+                for (a, b), (c0, c1) in zip(zip(sends[::2], sends[1::2]), ring.stats.compute_spans)]
+        return RingWork([[x.start, x.stop] for x in chunks(c.seq_len, cfg.cp, r, cfg.zigzag)],
+                        ring.stats.forward_elements,
+                        forwards * work_elements(cfg.micro_batch_size, c.n_heads, c.seq_len, cfg.cp, r, cfg.zigzag),
+                        hops[:c.n_layers * (cfg.cp - 1)])
 
     def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
         from ..theory.comm import CommOp

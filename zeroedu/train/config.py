@@ -71,6 +71,9 @@ class RunConfig:
     # the balanced split); the strategy reduces and shards over dp_shard x cp (`kinds.SHARD_AXES`).
     cp: int = 1
     zigzag: bool = False
+    # A variant of the ring ("package.module:Class", a subclass of `RingContext`: a notebook's
+    # find-the-bug ring); the closed forms stay the algorithm's.
+    ring_class: str | None = None
     # Pipeline parallelism (`strategies.pipeline`, a GPT): its blocks cut into pp stages on the
     # outermost axis, each step's micro-batches run by `schedule` ("gpipe" or "1f1b") through the
     # strategy's forward_only / backward_only; the strategy is data-parallel over each stage's ranks.
@@ -123,6 +126,7 @@ class ResolvedConfig:
     pp: int = 1
     schedule: str = "1f1b"
     ep: int = 1
+    ring_class: str | None = None
 
     def resolved(self) -> "ResolvedConfig":
         """Already resolved: itself, not checked again."""
@@ -254,7 +258,7 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         clip_grad_norm=cfg.clip_grad_norm, collectives=cfg.collectives, links=links, timeline=cfg.timeline,
         strategy_class=cfg.strategy_class, stream=cfg.stream, return_params=cfg.return_params,
         tp=tp, sequence_parallel=bool(cfg.sequence_parallel), cp=cp, zigzag=bool(cfg.zigzag), pp=pp, schedule=cfg.schedule,
-        ep=ep)
+        ep=ep, ring_class=cfg.ring_class if cp > 1 else None)
 
 
 MAX_MLP_DEPTH = 1024  # Linear layers: each is a unit with its own hooks and collectives

@@ -98,8 +98,8 @@ def train_job(ctx, cfg: dict) -> dict:
     if ctx.device.startswith("cuda"):
         # The allocator's and the device's own counts, beside the ledger's peak (`CudaMemory`).
         out["cuda"] = cuda_memory(ctx.device)
-    if observed is not None:  # the run's own numbers a closed form read (the router's counts)
-        out["routing"] = observed.plain()
+    if observed is not None:  # the axis's own record of the run (the router's counts, the ring's work)
+        out[observed.REPORT_FIELD] = observed.plain()
     extra = strategy.report_extra()
     if extra is not None:
         out["extra"] = extra

@@ -2,7 +2,6 @@
 imbalance read off a run, the 70B design exercise, and a ring attention whose work is off."""
 from __future__ import annotations
 
-from fractions import Fraction
 
 from ...theory import context as cp_theory
 from ...theory import planner
@@ -25,20 +24,20 @@ def _busiest_zigzag() -> str:
 
 
 def _imbalance(plain) -> float:
-    rows = plain.rows
-    return rows[-1].score_elements / rows[0].score_elements
+    ranks = plain.ranks  # a run's report: each rank's ring work, counted (`reports.RingWork`)
+    return ranks[-1].ring.score_elements / ranks[0].ring.score_elements
 
 
 def _example_plain() -> dict:
     # the score elements of the notebook's plain cp = 4 run (rank r computes r + 1 blocks)
-    from ...train.context import CPRow
+    from ...reports import RingWork
 
-    def row(r: int) -> CPRow:
-        return CPRow(r, r, 0, "", Fraction(0), 0, Fraction(0), 0, Fraction(0), Fraction(0), 0, 0,
-                     1024 * (r + 1), 1024 * (r + 1), 0.0)
+    class Rank:  # what the exercise reads of a RunReport's rank: its ring's work
+        def __init__(self, r: int):
+            self.ring = RingWork([[8 * r, 8 * r + 8]], 1024 * (r + 1), 1024 * (r + 1))
 
-    class Plain:  # what the exercise reads of a CPComparison: its rows
-        rows = [row(r) for r in range(CP)]
+    class Plain:
+        ranks = [Rank(r) for r in range(CP)]
 
     return {"plain": Plain()}
 
@@ -75,7 +74,7 @@ register(
                "rank 0's.",
         expected=_imbalance,
         example=_example_plain,
-        hint="plain.rows[r].score_elements; rank r's queries meet r + 1 key blocks, each computed whole.",
+        hint="plain.ranks[r].ring.score_elements; rank r's queries meet r + 1 key blocks, each computed whole.",
         wrong=(mistaken(mistakes.assumed_equal("ratio"),
                         "the plain split is not balanced: each rank skips the blocks wholly in its future, and "
                         "rank 0 has the most of them"),
