@@ -98,7 +98,8 @@ def test_ep_alone_with_ddp_and_micro_batches_and_zero1_in_mixed_precision():
     (dict(strategy="fsdp2", ep=2, experts=4), "ep runs with ddp, zero1, zero1_allreduce, zero2"),
     (dict(ep=2), "has none"),
     (dict(ep=2, experts=3), "3 experts do not split"),
-    (dict(ep=2, experts=4, tp=2), "not composed yet"),
+    (dict(ep=2, experts=4, cp=2, attention="eager"), "not composed yet"),
+    (dict(ep=2, experts=4, tp=2, sequence_parallel=True), "sequence parallelism"),
     (dict(experts=4, recompute="full"), "recompute"),
     (dict(ep=2, experts=4, clip_grad_norm=1.0), "gradient norm"),
     (dict(experts=4, top_k=5), "top-k must be 1..experts"),
@@ -139,3 +140,29 @@ def test_zeroedu_run_ep_prints_the_axes_and_the_routing():
     assert "(N = 4: dp 2 x ep 2; the experts over dp 2)" in res.stdout, res.stdout
     assert "ring model: ep all_to_all" in res.stdout and "rows received" in res.stdout
     assert res.stdout.rstrip().endswith("match: True"), res.stdout
+
+
+def test_ep_beside_tp_equals_one_process_and_closed_forms():
+    """ZeRO-2 over ep 2 x tp 2 (N = 4): every block's attention split over tp, its mixture of
+    experts whole on both tp ranks and its experts over ep. Model states by hand (the attention's tp
+    slices; the rest of a block, the router and the embedding and head over ep, the experts on their
+    owner), the tp axis two all-reduces of b·S·D per block (the experts add none), and the whole
+    report's activations and bytes == predicted."""
+    r = run(RunConfig("zero2", world_size=4, steps=3, model="gpt-tiny", recipe="fp32", experts=4, top_k=2, ep=2,
+                      tp=2, global_batch=8, return_params=True))
+    assert all(v is True for v in vars(r.match).values()), r.match
+    assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(r.losses, r.reference_losses))
+    model = MoEGPTConfig.of(get_model("gpt-tiny"), 4, 2)
+    names = [n for n, _ in model.build().named_parameters()]
+    assert parameter_error(dict(zip(names, r.params)), dict(zip(names, r.reference_params)), 32) <= PARAM_TOL
+    h, t, S = model.d_model, 2, model.seq_len
+    for rk in r.ranks:
+        e = rk.rank // t  # mesh (dp_shard 1, ep 2, tp 2), tp innermost
+        shared, experts = _units_by_hand(model, range(2 * e, 2 * e + 2))
+        for u in shared[1:-1]:  # qkv and proj as one tp rank holds them
+            u[2:6] = [(3 * h // t, h), (3 * h // t,), (h, h // t), (h,)]
+        want = exact_model_states("zero2", shared, 2, rank=e, recipe="fp32") \
+            + exact_model_states("zero2", experts, 1, rank=0, recipe="fp32")
+        assert (rk.measured.param, rk.measured.grad, rk.measured.optim) == (want.param, want.grad, want.optim)
+        act = 4 * S * h * 4  # 4 sequences a rank, fp32
+        assert rk.measured.comm_by_axis["tp"] == {"all_reduce": model.n_layers * 2 * act * 2 * (t - 1) // t}

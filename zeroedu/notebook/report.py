@@ -125,9 +125,9 @@ def summary(report: RunReport) -> str:
                             f"(N = {report.n}: dp {report.n // report.cp} x cp {report.cp}"
                             f"{', zig-zag' if report.zigzag else ''})")
     if report.ep > 1:
-        head = head.replace(f"(N = {report.n}, M = {report.m})",
-                            f"(N = {report.n}: dp {report.n // report.ep} x ep {report.ep}; the experts over dp "
-                            f"{report.n // report.ep})")
+        axes = f"(N = {report.n}: dp {report.n // report.ep} x ep {report.ep}; the experts over dp {report.n // report.ep}"
+        head = head.replace(f"(N = {report.n}, M = {report.m})", axes + ")").replace(
+            f"(dp N = {report.n} x tp {report.tp})", f"{axes}; x tp {report.tp})")
     extras = [f"{k.replace('_', ' ')} {v}" for k, v in (("micro_batches", report.micro_batches),
                                                          ("recompute", report.recompute),
                                                          ("clip_grad_norm", report.clip_grad_norm))

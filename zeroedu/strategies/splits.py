@@ -523,8 +523,10 @@ class ExpertSplit(Split):
         moe = isinstance(model, MoEGPTConfig)
         if moe:
             refused = [why for bad, why in [
-                (cfg.tp != 1 or cfg.cp != 1 or cfg.pp != 1, "it runs on the data and ep axes here (tp, cp and pp "
-                                                           "beside experts are not composed yet)"),
+                (cfg.cp != 1 or cfg.pp != 1, "it runs on the data, ep and tp axes here (cp and pp beside experts "
+                                             "are not composed yet)"),
+                (cfg.sequence_parallel, "its experts run whole on every tp rank, on the whole sequence: "
+                                        "sequence parallelism is not composed with them"),
                 (cfg.recompute != RecomputeMode.NONE, "activation recompute is not applied to its blocks")] if bad]
             if refused:
                 raise ValueError(f"{model.name}: {refused[0]}")
@@ -638,11 +640,90 @@ WHOLE = Split()
 SPLITS = {TP: TensorSplit(), CP: ContextSplit(), PP: PipelineSplit(), EP: ExpertSplit()}  # model axis -> its split
 
 
+class ExpertTensorSplit(ExpertSplit):
+    """ep beside tp (tp innermost): the experts placed over ep first, then every block's attention
+    split over tp (`tensor_parallel.TPBlock`); each layer's mixture of experts stays whole on every
+    tp rank, which runs it on the same tokens as its tp peers (each tp rank's all-to-alls carry
+    them, on its own ep group). Closed forms: tp's for the attention (two all-reduces per block
+    and micro-batch, its saved tensors split), the experts' from the routers' counts as alone."""
+
+    def apply(self, model, dist, cfg):
+        from .tensor_parallel import TPGPT
+
+        model = super().apply(model, dist, cfg)
+        tp = TPGPT(model, dist.axes[TP], dist.comm)
+        tp.units = tp.expert_units
+        return tp
+
+    def unit_groups(self, cfg, rank: int = 0) -> list[UnitGroup]:
+        c, mesh = cfg.model, cfg.mesh
+        groups = super().unit_groups(cfg, rank)  # the unsplit shapes, each group's n and place
+        # the attention's tp slices in place of its whole shapes (`theory.tensor_parallel.gpt_units`)
+        block = tp_theory.gpt_units(c.vocab, c.seq_len, c.d_model, c.n_layers, c.n_heads, c.mlp_ratio,
+                                    mesh.size(TP))[1]
+        shared = [u if i in (0, len(groups[0].shapes) - 1) else block[:8] + u[8:]
+                  for i, u in enumerate(groups[0].shapes)]
+        return [groups[0]._replace(shapes=shared), groups[1]]
+
+    def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
+        from ..theory.comm import CommOp
+
+        c, t = cfg.model, cfg.mesh.size(TP)
+        act = cfg.micro_batch_size * c.seq_len * c.d_model * elem
+        # per block and micro-batch: the attention's two all-reduces (proj's output forward, the
+        # qkv input's gradient backward); the experts run whole, no tp collective
+        tp = [CommOp(TP, "all_reduce", f"tp/block{i}/data", act, t)
+              for _ in range(cfg.micro_batches) for i in range(c.n_layers) for _ in range(2)]
+        return tp + super().ops(cfg, elem, rank, observed)
+
+    def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
+        from ..models.gpt import GPTConfig
+        from ..theory.experts import moe_layer_activation_bytes
+
+        if observed is None:
+            return None
+        c, B, t = cfg.model, cfg.micro_batch_size, cfg.mesh.size(TP)
+        dense = GPTConfig(**{f: getattr(c, f) for f in GPTConfig.__dataclass_fields__})
+        T = B * c.seq_len
+        # tp's count for the dense GPT, less its split MLP's GELU input and output (2a·rTD/t a
+        # block; fc's input, the ln2 output, is saved whole by the router instead), plus the experts'
+        out = tp_theory.gpt_activation_bytes(dense, B, c.seq_len, elem, t, ln_stats_bytes=ln_stats)
+        for sent, received in zip(observed.sent, observed.received):
+            out += moe_layer_activation_bytes(B, c.seq_len, c.experts, c.top_k, c.d_model, c.mlp_ratio, elem,
+                                              sum(sent[-1]), sum(received[-1]), B > 1) \
+                - 2 * elem * c.mlp_ratio * T * c.d_model // t
+        return out
+
+    def unsplit(self, names: list[str], per_rank: list[list]) -> list:
+        from .tensor_parallel import unsplit as tp_unsplit
+
+        # a replica's ranks, row-major: ep outer, tp inner; put each ep rank's tp slices together
+        # (its experts are whole on every tp rank), then the experts from their owners
+        t = len(per_rank) // self.ep_size
+        local = []
+        for e in range(self.ep_size):
+            per = self._experts_of(names, e)
+            local.append(tp_unsplit(per, per_rank[e * t:(e + 1) * t]))
+        return super().unsplit(names, local)
+
+    def __init__(self, ep_size: int = 1):
+        self.ep_size = ep_size
+
+    def _experts_of(self, names: list[str], e: int) -> list[str]:
+        import re
+
+        total = 1 + max(int(m.group(1)) for n in names if (m := re.search(r"\.experts\.(\d+)\.", n)))
+        per = total // self.ep_size
+        return [n for n in names if not (m := re.search(r"\.experts\.(\d+)\.", n)) or int(m.group(1)) // per == e]
+
+
 def split_of(mesh: Mesh) -> Split:
     """How a replica is split on `mesh`: its model axes' `Split` (two of them compose: cp with tp
     as `ContextTensorSplit`, pp with tp as `PipelineTensorSplit`, pp with cp as
     `PipelineContextSplit`), or `WHOLE`."""
     axes = mesh.model_axes
+    if axes == (EP, TP):
+        return ExpertTensorSplit(mesh.size(EP))
     if EP in axes and axes != (EP,):
         raise ValueError(f"ep does not compose with {', '.join(a for a in axes if a != EP)} here yet")
     if axes == (CP, TP):

@@ -295,7 +295,11 @@ class TPBlock(nn.Module):
         self.ln1 = block.ln1
         self.attn = TPAttention(block.attn, c, sp)
         self.ln2 = block.ln2
-        self.mlp = TPMLP(block.mlp, c, sp)
+        # A mixture of experts (`models.moe`) stays whole on every tp rank: each runs it on the same
+        # tokens (the residual stream is replicated over tp), so its gradients are whole and equal
+        # on every tp rank, as the embedding's; its experts are split over ep instead.
+        self.moe = getattr(block.mlp, "spec", None) is not None
+        self.mlp = block.mlp if self.moe else TPMLP(block.mlp, c, sp)
         self.c, self.sp = c, sp
 
     def forward(self, x):
@@ -310,6 +314,8 @@ class TPBlock(nn.Module):
 
     def replicated_parameters(self) -> list[nn.Parameter]:
         """Parameters every tp rank holds whole: the LayerNorms and the row-parallel biases."""
+        if self.moe:
+            raise ValueError("a mixture of experts beside tp runs without sequence parallelism")
         return [*self.ln1.parameters(), *self.ln2.parameters(), self.attn.proj.bias, self.mlp.fc2.bias]
 
 
@@ -330,6 +336,20 @@ class TPGPT(nn.Module):
         self.c = _Ctx(axis, comm, "head")
         self.loss = model.loss
         self.cfg = model.cfg  # its shape (a pipeline stage cut from it reads the width)
+
+    def moe_layers(self) -> list[nn.Module]:
+        """A mixture of experts' layers, replicated over tp (`TPBlock`)."""
+        return [b.mlp for b in self.blocks]
+
+    def expert_units(self) -> list[nn.Module]:
+        """The unit policy under expert parallelism (`models.moe.MoEGPT.expert_units`) for the
+        tp-split blocks: [embed, per block its LayerNorms, tp attention and router, its experts, head]."""
+        from ..models.moe import _Shared
+
+        out = [self.embed]
+        for b in self.blocks:
+            out += [_Shared(b.ln1, b.attn, b.ln2, b.mlp.router), b.mlp.experts]
+        return out + [self.head]
 
     def units(self) -> list[nn.Module]:
         """The unit policy FSDP composes with: [embed, *blocks, head], as the unsplit GPT's."""
