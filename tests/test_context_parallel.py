@@ -172,6 +172,7 @@ def test_cp_composes_with_zero2_in_mixed_precision_and_micro_batches():
     (dict(cp=2, attention="fused"), "eager"),
     (dict(cp=2, tp=2, sequence_parallel=True, attention="eager"), "split the positions a second time"),
     (dict(cp=2, recompute="full", attention="eager"), "recompute"),
+    (dict(cp=2, pp=2, world_size=4, attention="eager", clip_grad_norm=1.0), "norm"),
     (dict(zigzag=True), "give cp >= 2"),
     (dict(cp=0), "cp must be an integer >= 1"),
     (dict(world_size=3, cp=3, attention="eager"), "not divisible by 3"),
@@ -257,3 +258,19 @@ def test_cp_inside_a_hybrid_shards_over_dp_shard_x_cp_in_each_domain():
         assert (rk.measured.param, rk.measured.grad, rk.measured.optim) == (want.param, want.grad, want.optim)
         assert rk.measured.comm_by_axis["cp"] == {"send": _ring_bytes_by_hand(1, 2)}  # 4 sequences over dp 4
     assert r.replica_max_diff == 0.0
+
+
+@pytest.mark.parametrize("strategy", ["zero2", "fsdp2"])
+def test_cp_clips_the_global_gradient_norm_as_one_process(strategy):
+    """The replicas' gradients are averaged over dp x cp, and the strategy's shards are disjoint over
+    that group, so its norm (one all-reduce of a square sum) is the whole model's: clipped at 0.05
+    the losses are torch's clip_grad_norm_ in one process (within 1e-5; Adam divides most of a
+    uniform scale away, yet the unclipped run's leave them by more than that), and the norm's 4
+    bytes are in the closed form."""
+    r = _cp_run(strategy, world=4, clip_grad_norm=0.05)
+    assert all(v is True for v in vars(r.match).values()), r.match
+    plain = _cp_run(strategy, world=4)
+    assert all(abs(a - b) <= 1e-5 * b for a, b in zip(r.losses, r.reference_losses))
+    assert max(abs(a - b) / b for a, b in zip(r.losses, plain.losses)) > 1e-5  # clipping changed the run
+    for rk in r.ranks:
+        assert rk.measured.comm_by_axis["dp_shard"]["all_reduce"] == 2 * 3 * 4 // 4  # one fp32 square sum

@@ -157,7 +157,9 @@ class ContextSplit(Split):
     positions only, and takes the mean loss over its own tokens; every rank holds as many tokens,
     so the mean over the batch is the mean of the ranks' means, and the strategy's inner group
     spans dp_shard x cp (`kinds.SHARD_AXES`): the gradients of the replicated parameters are
-    averaged, and ZeRO shards, over every rank of it (inside each of a hybrid's dp_outer domains). The ring's hops are sends on the cp axis
+    averaged, and ZeRO shards, over every rank of it (inside each of a hybrid's dp_outer domains); so
+    the strategy's gradient norm (clipping) is already the whole model's, its shards disjoint over
+    that group as without cp. The ring's hops are sends on the cp axis
     (`theory.context.ring_bytes`); a rank saves the activations of S/cp positions, with the
     attention core's q, k, v, output and one fp32 log-sum-exp per row (`theory.activations`,
     the fused form)."""
@@ -190,7 +192,6 @@ class ContextSplit(Split):
             (cfg.sequence_parallel, "sequence parallelism inside tp would split the positions a second time"),
             (model.attention != "eager", "ring attention replaces the eager core (--attention eager)"),
             (cfg.recompute != RecomputeMode.NONE, "activation recompute would re-run the ring's sends"),
-            (cfg.clip_grad_norm is not None, "clipping is not composed with it yet"),
             (cfg.links is not None, "emulated links cover the data-parallel axes only")] if bad]
         if refused:
             raise ValueError(f"cp = {cp}: {refused[0]}")
