@@ -172,7 +172,7 @@ def test_cp_composes_with_zero2_in_mixed_precision_and_micro_batches():
     (dict(cp=2, attention="fused"), "eager"),
     (dict(cp=2, tp=2, sequence_parallel=True, attention="eager"), "split the positions a second time"),
     (dict(cp=2, recompute="full", attention="eager"), "recompute"),
-    (dict(cp=2, pp=2, world_size=4, attention="eager", clip_grad_norm=1.0), "norm"),
+    (dict(strategy="hsdp", m=2, world_size=8, cp=2, pp=2, attention="eager", clip_grad_norm=1.0), "count the stages twice"),
     (dict(zigzag=True), "give cp >= 2"),
     (dict(cp=0), "cp must be an integer >= 1"),
     (dict(world_size=3, cp=3, attention="eager"), "not divisible by 3"),

@@ -95,7 +95,7 @@ def test_1f1b_holds_fewer_micro_batches_than_gpipe_at_the_last_forward():
     (dict(pp=2, tp=2, sequence_parallel=True), "sequence parallelism inside tp"),
     (dict(pp=4, world_size=4), "blocks do not split"),
     (dict(pp=2, schedule="zb"), "schedule must be one of"),
-    (dict(pp=2, clip_grad_norm=1.0), "sum over the stages"),
+    (dict(strategy="hsdp", m=2, world_size=8, pp=2, clip_grad_norm=1.0), "count the stages twice"),
     (dict(pp=0), "pp must be an integer >= 1"),
 ])
 def test_pp_configurations_refused_in_the_parent(kw, msg):
@@ -153,3 +153,21 @@ def test_pp_x_dp_x_cp_fsdp2_on_eight_ranks():
     assert r.replica_max_diff == 0.0
     names = [n for n, _ in get_model("gpt-tiny").build().named_parameters()]
     assert parameter_error(dict(zip(names, r.params)), dict(zip(names, r.reference_params)), 32) <= PARAM_TOL
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero2", "fsdp2"])
+def test_pp_clips_the_global_gradient_norm_as_one_process(strategy):
+    """The stages hold disjoint layers, so the gradient norm's square sum is summed over pp too (one
+    more fp32 all-reduce, on the pp axis): clipped at 0.05 over dp 2 x pp 2, the losses are torch's
+    clip_grad_norm_ in one process, and every byte is in the closed form."""
+    from zeroedu.train import RunConfig
+    from zeroedu.train.launch import run
+
+    cfg = dict(world_size=4, steps=3, model="gpt-tiny", recipe="fp32", pp=2, micro_batches=2, global_batch=8)
+    r = run(RunConfig(strategy, clip_grad_norm=0.05, **cfg))
+    assert all(v is True for v in vars(r.match).values()), r.match
+    assert all(abs(a - b) <= 1e-5 * b for a, b in zip(r.losses, r.reference_losses))
+    plain = run(RunConfig(strategy, **cfg))
+    assert max(abs(a - b) / b for a, b in zip(r.losses, plain.losses)) > 1e-5  # clipping changed the run
+    for rk in r.ranks:
+        assert rk.measured.comm_by_axis["pp"]["all_reduce"] == 2 * 1 * 4 // 2  # one fp32 square sum over 2 stages

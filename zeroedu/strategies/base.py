@@ -71,6 +71,9 @@ class DistState:
     # With expert parallelism: the group the experts' gradients are reduced and sharded over
     # (dp_shard: the ranks that hold the same experts), while `inner` spans dp_shard x ep.
     expert: Axis | None = None
+    # Model axes whose ranks hold disjoint parameters (pp's stages): the gradient norm sums over
+    # them too (`Strategy.clip_coefficient`).
+    disjoint: list[Axis] = field(default_factory=list)
 
     @classmethod
     def single(cls, ledger: Ledger | None = None, device: str = "cpu") -> "DistState":
@@ -322,7 +325,7 @@ class Strategy:
                 c = buf[:min(ADAM_CHUNK, flat.numel() - start)].copy_(flat[start:start + ADAM_CHUNK]).mul_(scale)
                 sq += torch.dot(c, c)
         del buf
-        for axis in self.norm_axes():
+        for axis in self.norm_axes() + self.dist.disjoint:
             self.comm.all_reduce(sq, axis, self.tag("norm", "grads"))
         norm = float(sq.sqrt())
         return min(1.0, self.clip_grad_norm / (norm + 1e-6))

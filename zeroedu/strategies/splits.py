@@ -344,7 +344,8 @@ class PipelineSplit(Split):
             (spec.name in PIPELINE_REFUSED, f"{spec.name} gathers its parameters around each forward and backward, "
                                             "which the schedule interleaves (not composed here yet)"),
             (cfg.recompute != RecomputeMode.NONE, "activation recompute is not applied to stages"),
-            (cfg.clip_grad_norm is not None, "the gradient norm would need a sum over the stages"),
+            (cfg.clip_grad_norm is not None and spec.hybrid, f"{spec.name}'s gradient norm runs over the "
+                                                             "whole world, which would count the stages twice"),
             (cfg.links is not None, "emulated links cover the data-parallel axes only")] if bad]
         if refused:
             raise ValueError(f"pp = {pp}: {refused[0]}")
@@ -370,7 +371,9 @@ class PipelineSplit(Split):
         c = cfg.model
         sent = stage_sent_bytes(cfg.micro_batch_size, c.seq_len, c.d_model, elem, cfg.pp, cfg.micro_batches,
                                 cfg.mesh.coord(rank, PP))
-        return [CommOp(PP, "send", "pipeline", sent, cfg.pp)] if sent else []
+        # clipping: the stages hold disjoint layers, so the norm's square sum is summed over pp too
+        norm = [CommOp(PP, "all_reduce", "norm/grads", 4, cfg.pp)] if cfg.clip_grad_norm is not None else []
+        return ([CommOp(PP, "send", "pipeline", sent, cfg.pp)] if sent else []) + norm
 
     def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         from ..theory.pipeline import schedule, stage_activation_bytes
@@ -476,7 +479,8 @@ class PipelineContextSplit(PipelineSplit):
         ring = self.cp.ops(cfg, elem, rank)  # one per layer and micro-batch, every layer's the same
         per_layer = len(ring) // c.n_layers
         mine = ring[:per_layer * len(stage_layers(c.n_layers, cfg.pp, s))]
-        return ([CommOp(PP, "send", "pipeline", sent, cfg.pp)] if sent else []) + mine
+        norm = [CommOp(PP, "all_reduce", "norm/grads", 4, cfg.pp)] if cfg.clip_grad_norm is not None else []
+        return ([CommOp(PP, "send", "pipeline", sent, cfg.pp)] if sent else []) + mine + norm
 
     def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         from ..theory.activations import gpt_activation_terms

@@ -22,7 +22,7 @@ import torch
 
 from ..models import apply_recompute, local_slice
 from ..recipes import get_recipe
-from ..kinds import DP_OUTER, DP_SHARD, EP, SHARD_GROUP, EventKind, RecomputeMode
+from ..kinds import DP_OUTER, DP_SHARD, EP, PP, SHARD_GROUP, EventKind, RecomputeMode
 from ..runtime.comm import Comm
 from ..runtime.ledger import Ledger
 from ..runtime import matmul16
@@ -87,7 +87,8 @@ def dist_state(ctx, cfg: ResolvedConfig, ledger: Ledger) -> DistState:
     # (`kinds.SHARD_AXES`); the experts' group under ep: dp_shard alone
     inner = axes.get(SHARD_GROUP, axes[DP_SHARD])
     return DistState(ctx.rank, ctx.world_size, ctx.device, inner, comm, ledger, axes.get(DP_OUTER),
-                     mesh=mesh, axes=axes, expert=axes[DP_SHARD] if EP in mesh else None)
+                     mesh=mesh, axes=axes, expert=axes[DP_SHARD] if EP in mesh else None,
+                     disjoint=[axes[PP]] if PP in mesh else [])  # each stage its own layers
 
 
 def strategy_cls(cfg: ResolvedConfig) -> type[Strategy]:
