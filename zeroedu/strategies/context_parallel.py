@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..runtime.comm import Axis, Comm
+from ..runtime.comm import Axis, Comm, tag
 # the split and its closed forms live in theory (the predictions read them without the algorithm)
 from ..theory.context import chunks, positions, work_elements
 from ..theory.context import ring_bytes as theory_bytes
@@ -105,8 +105,9 @@ def _post(ctx: RingContext, tensors: list[torch.Tensor], what: str):
     out = [torch.empty_like(t) for t in tensors]
     handles = []
     for t, o in zip(tensors, out):
-        handles.append(ctx.comm.isend(t.contiguous(), nxt, ctx.axis, f"{ctx.tag}/{what}"))
-        handles.append(ctx.comm.irecv(o, prv, ctx.axis, f"{ctx.tag}/{what}"))
+        # the one tag format: cp/ring/data/<what> (what: kv, kv_grads, dkv_home), read by its parts
+        handles.append(ctx.comm.isend(t.contiguous(), nxt, ctx.axis, tag(ctx.tag, "ring", "data", what)))
+        handles.append(ctx.comm.irecv(o, prv, ctx.axis, tag(ctx.tag, "ring", "data", what)))
     return out, handles
 
 

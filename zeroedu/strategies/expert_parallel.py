@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from ..models.moe import Expert, Experts, LayerStats, MoE, MoESpec, Routing, route
-from ..runtime.comm import Axis, Comm
+from ..runtime.comm import Axis, Comm, tag
 # the closed forms live in theory (the predictions read them without the algorithm)
 from ..theory.experts import all_to_all_bytes as theory_bytes
 from ..theory.experts import balanced_bytes, owner, param_count
@@ -70,7 +70,8 @@ class EPContext:
         expert, the (sent, received) splits the combine reverses, and the counts received."""
         ep, per = self.axis.size, layer.spec.experts // self.axis.size
         got = torch.empty_like(counts)  # from each rank, rows per local expert: (ep, per)
-        self.comm.all_to_all(got, counts, [per] * ep, [per] * ep, self.axis, f"{self.tag}/counts")
+        self.comm.all_to_all(got, counts, [per] * ep, [per] * ep, self.axis,
+                            tag(self.tag, "experts", "data", "counts"))
         in_splits = counts.view(ep, per).sum(1).tolist()
         got = got.view(ep, per)
         out_splits = got.sum(1).tolist()
@@ -85,7 +86,7 @@ class _AllToAll(torch.autograd.Function):
     @staticmethod
     def forward(fctx, x, out_splits, in_splits, ep: EPContext, what: str, back: str):
         out = x.new_empty((sum(out_splits),) + tuple(x.shape[1:]))
-        ep.comm.all_to_all(out, x.contiguous(), out_splits, in_splits, ep.axis, f"{ep.tag}/{what}")
+        ep.comm.all_to_all(out, x.contiguous(), out_splits, in_splits, ep.axis, tag(ep.tag, "experts", "data", what))
         fctx.splits, fctx.ep, fctx.back = (out_splits, in_splits), ep, back
         return out
 
@@ -95,7 +96,7 @@ class _AllToAll(torch.autograd.Function):
         g = grad.new_empty((sum(in_splits),) + tuple(grad.shape[1:]))
         # the rows go back where they came from: the splits swapped
         fctx.ep.comm.all_to_all(g, grad.contiguous(), in_splits, out_splits, fctx.ep.axis,
-                                f"{fctx.ep.tag}/{fctx.back}")
+                                tag(fctx.ep.tag, "experts", "data", fctx.back))
         return g, None, None, None, None, None
 
 

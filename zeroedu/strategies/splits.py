@@ -239,7 +239,7 @@ class ContextSplit(Split):
         ring = next(m.ctx for m in run.strategy.model.modules() if isinstance(m, RingAttentionCore))
         r = run.dist.axes[CP].rank
         forwards = cfg.steps * cfg.micro_batches * c.n_layers
-        sends = [x for x in run.ledger.comm if x.step == 0 and x.op == "send" and str(x.tag) == "cp/kv"]
+        sends = [x for x in run.ledger.comm if x.step == 0 and x.op == "send" and x.axis == CP and x.detail == ["kv"]]
         hops = [[min(a.t_start, b.t_start), min(a.waited, b.waited), c0, c1]
                 for (a, b), (c0, c1) in zip(zip(sends[::2], sends[1::2]), ring.stats.compute_spans)]
         return RingWork([[x.start, x.stop] for x in chunks(c.seq_len, cfg.cp, r, cfg.zigzag)],
@@ -257,7 +257,7 @@ class ContextSplit(Split):
         # Per attention layer and micro-batch: K and V (the compute dtype) forward, and again in
         # backward; dK and dV are summed in fp32 as they travel, cp hops (the last one home).
         per = kv["forward"] + kv["forward"] + (acc["backward"] - acc["forward"])
-        return [CommOp(CP, "send", "cp/ring", per, cp)] * (c.n_layers * cfg.micro_batches)
+        return [CommOp(CP, "send", "cp/ring/data", per, cp)] * (c.n_layers * cfg.micro_batches)
 
     def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         from ..theory.activations import gpt_activation_bytes
@@ -299,7 +299,7 @@ class ContextTensorSplit(Split):
         shape = (cfg.micro_batch_size, c.n_heads // t, c.seq_len, c.d_model // c.n_heads, cp)
         kv, acc = ring_bytes(*shape, elem), ring_bytes(*shape, 4)
         per = kv["forward"] + kv["forward"] + (acc["backward"] - acc["forward"])
-        return tp_ops + [CommOp(CP, "send", "cp/ring", per, cp)] * (c.n_layers * cfg.micro_batches)
+        return tp_ops + [CommOp(CP, "send", "cp/ring/data", per, cp)] * (c.n_layers * cfg.micro_batches)
 
     def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
         c = cfg.model
@@ -608,7 +608,7 @@ class ExpertSplit(Split):
                 # n[s][d] for this rank's row and column: what it sends and what it receives
                 n = [[to[d] if s == r else (received[s] if d == r else 0) for d in range(ep)] for s in range(ep)]
                 for what, b in all_to_all_bytes(n, r, D, E, elem).items():
-                    ops.append(CommOp(EP, "all_to_all", f"ep/{what}", b, ep, exact=b))
+                    ops.append(CommOp(EP, "all_to_all", f"ep/experts/data/{what}", b, ep, exact=b))
         return ops
 
     def activation_bytes(self, cfg, elem: int, ln_stats: int | None, rank: int = 0, observed=None) -> int | None:
