@@ -82,3 +82,23 @@ def test_holistic_trace_analysis_loads_the_per_rank_folder(runs, tmp_path):
         assert len(df) == len(ours) > 0
         assert sorted(names[i] for i in df["name"]) == sorted(e["name"] for e in ours)
         assert sorted(analysis.t.get_iterations(r)) == [0, 1, 2]
+
+
+def test_every_axis_of_a_composed_run_is_in_its_trace(runs, tmp_path):
+    """pp, cp and ep join the trace as dp does: each rank's collectives on every axis, once, with
+    their bytes, and one comm thread per axis (a pipeline's sends, the ring's, the all-to-alls)."""
+    for cfg, axes in ((RunConfig("zero1", 4, steps=2, recipe="fp32", model="gpt-tiny", pp=2, micro_batches=2),
+                       {"comm pp", "comm dp_shard"}),
+                      (RunConfig("ddp", 2, steps=2, recipe="fp32", model="gpt-tiny", attention="eager", cp=2,
+                                 global_batch=4), {"comm cp", "comm dp_shard"}),
+                      (RunConfig("zero2", 4, steps=2, recipe="fp32", model="gpt-tiny", experts=4, ep=2),
+                       {"comm ep", "comm dp_shard"})):
+        rep = runs(cfg)
+        files = trace.write(rep, str(tmp_path / f"{rep.strategy}-{rep.pp}-{rep.cp}-{rep.ep}"), per_rank=True)
+        for r, f in zip(rep.ranks, files):
+            events = json.load(open(f))["traceEvents"]
+            threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+            assert axes <= threads, threads
+            slices = sorted((e["args"]["collective"], e["args"]["bytes"], e["args"]["step"])
+                            for e in events if e.get("cat") == "collective")
+            assert slices == sorted((c.op, c.payload, c.step) for c in r.timeline.comm if c.t_end is not None)
