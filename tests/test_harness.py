@@ -479,3 +479,22 @@ def test_a_taken_master_port_is_one_line():
         p = _torchrun_rank(0, 2, s.getsockname()[1], "--timeout", "4")
         out, err = p.communicate(timeout=120)
     assert p.returncode == 2 and "is taken by another process" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("argv", [
+    ("--strategy", "zero2", "--experts", "4", "--ep", "2"),  # ZeRO-2 over dp 2 x ep 2
+    ("--strategy", "zero1", "--pp", "2", "--cp", "2", "--attention", "eager", "--micro-batches", "2"),  # pp x cp
+])
+def test_torchrun_runs_the_composed_axes_as_local_ranks_do(argv):
+    """Four ranks started as torchrun starts them (its environment, no agent): rank 0 prints the
+    report of a run on the pp, cp or ep axis, every figure == its closed form."""
+    import json
+
+    port = _free_port()
+    common = ("--model", "gpt-tiny", "--recipe", "fp32", "--global-batch", "8", "--json", "--timeout", "60", *argv)
+    procs = [_torchrun_rank(r, 4, port, *common) for r in range(4)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outs]
+    rep = json.loads(outs[0][0])
+    assert rep["world_size"] == 4 and all(v is not False for v in rep["match"].values()), rep["match"]
+    assert all(not out for out, _ in outs[1:])  # rank 0 prints for everyone
