@@ -382,3 +382,14 @@ def test_an_unwritable_save_directory_is_refused_before_training(tmp_path, monke
         train_and_save(cfg("ddp", 2), str(tmp_path / "ro"), [2])
     with pytest.raises(ValueError, match="permission denied"):
         resume(cfg("ddp", 2), str(tmp_path), ckpt_dir=str(tmp_path / "ro"))
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("kw", [dict(tp=2), dict(pp=2), dict(experts=4, ep=2, strategy="zero2")])
+def test_a_run_whose_ranks_hold_part_of_a_replica_is_not_checkpointed(kw, tmp_path):
+    from zeroedu.checkpoint.jobs import train_and_save
+    from zeroedu.train import RunConfig
+
+    cfg = RunConfig(**{"strategy": "zero1", "world_size": 4, "model": "gpt-tiny", "steps": 2, **kw})
+    with pytest.raises(ValueError, match="holds part of one"):
+        train_and_save(cfg, str(tmp_path / "ckpt"), [0])

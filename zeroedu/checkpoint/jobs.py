@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..kinds import CP
 from ..models import check_trainable
 from ..runtime import cluster
 from ..train.config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict, resolve
@@ -73,6 +74,12 @@ def resume_job(ctx, cfg: dict, resume_from: str, ckpt_dir: str | None = None,
 
 # ------------------------------------------------------------------------ parent side
 def _launch(job, cfg: ResolvedConfig, kwargs: dict, pool, timeout) -> dict[str, Any]:
+    # A checkpoint's pieces index a whole replica's parameters; a rank on a model axis that splits
+    # them (pp's stages, tp's slices, ep's experts) holds part of one (cp's ranks hold it whole).
+    split = [a for a in cfg.mesh.model_axes if a != CP]
+    if split:
+        raise ValueError(f"checkpoints hold one replica's parameters whole; on {' x '.join(split)} a rank holds "
+                         "part of one: not written or resumed here yet")
     model = cfg.model.build()
     check_trainable(model, strategy_cls(cfg).TRAINS_FROZEN)  # before any rank starts
     payload = {"cfg": config_to_dict(cfg), **kwargs}
