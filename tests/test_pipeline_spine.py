@@ -97,6 +97,8 @@ def test_1f1b_holds_fewer_micro_batches_than_gpipe_at_the_last_forward():
     (dict(pp=2, schedule="zb"), "schedule must be one of"),
     (dict(strategy="hsdp", m=2, world_size=8, pp=2, clip_grad_norm=1.0), "count the stages twice"),
     (dict(pp=0), "pp must be an integer >= 1"),
+    (dict(emulate=(0.01, 0.02)), "give pp >= 2"),
+    (dict(pp=2, emulate=(0.01, 0)), "an emulated action lasts > 0 s"),
 ])
 def test_pp_configurations_refused_in_the_parent(kw, msg):
     args = {"strategy": "zero1", "world_size": 4, "model": "gpt-tiny", **kw}
@@ -171,3 +173,25 @@ def test_pp_clips_the_global_gradient_norm_as_one_process(strategy):
     assert max(abs(a - b) / b for a, b in zip(r.losses, plain.losses)) > 1e-5  # clipping changed the run
     for rk in r.ranks:
         assert rk.measured.comm_by_axis["pp"]["all_reduce"] == 2 * 1 * 4 // 2  # one fp32 square sum over 2 stages
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_each_stage_reports_its_schedule_as_it_ran(schedule):
+    """`RankReport.pipeline`, read from a stage's marks: its actions in the order the schedule gives
+    (`theory.pipeline.schedule`), each forward before its backward, and the most micro-batches it
+    held at once == `theory.pipeline.in_flight` (GPipe: all m; 1F1B: p - stage). With an emulated
+    device (--emulate) every action lasts at least its length (the idle share is timed in
+    benchmarks/bench_pipeline.py, not asserted)."""
+    from zeroedu.theory.pipeline import in_flight, schedule as plan
+    from zeroedu.train.launch import run
+
+    p, m = 2, 4
+    r = run(RunConfig("zero1", p, steps=2, model="gpt-tiny", recipe="fp32", pp=p, micro_batches=m, schedule=schedule,
+                      emulate=(0.02, 0.04)))
+    assert r.match.all() and r.emulate == [0.02, 0.04]
+    for rk in r.ranks:
+        w = rk.pipeline
+        assert w.stage == rk.rank and w.layers == [rk.rank, rk.rank + 1]
+        assert [(what, micro) for what, micro, _, _ in sorted(w.work, key=lambda a: a[2])] == plan(schedule, p, m, w.stage)
+        assert w.in_flight == w.predicted_in_flight == in_flight(schedule, p, m, w.stage)
+        assert all(end - start >= (0.02 if what == "F" else 0.04) for what, _, start, end in w.work)

@@ -399,6 +399,36 @@ class RingWork:
 
 
 @dataclass
+class PipelineWork:
+    """What a rank's pipeline stage did in the last step, read from its timeline's marks (each
+    micro-batch's forward and backward, begun and ended), beside the schedule's closed form."""
+    stage: int
+    layers: list[int]          # the blocks it runs, [first, last)
+    in_flight: int             # the most micro-batches whose activations it held at once
+    predicted_in_flight: int   # `theory.pipeline.in_flight` of the schedule
+    # its actions: [what ("F" or "B"), micro-batch, start, end], seconds on the machine's monotonic
+    # clock (a local pool's ranks read the same clock, so the stages line up)
+    work: list[list] = field(default_factory=list)
+
+    REPORT_FIELD = "pipeline"
+
+    def plain(self) -> dict[str, Any]:
+        return _plain_fields(self)
+
+    @classmethod
+    def from_plain(cls, d: dict) -> "PipelineWork":
+        return cls(**_known(cls, d))
+
+
+def measured_bubble(stages: list[PipelineWork]) -> list[float]:
+    """Each stage's idle share of the step: 1 - (its actions' time) / (the step's span, from the
+    first action's start on any stage to the last one's end); `stages` one per stage, in order."""
+    t0 = min(w[2] for s in stages for w in s.work)
+    t1 = max(w[3] for s in stages for w in s.work)
+    return [1.0 - sum(w[3] - w[2] for w in s.work) / (t1 - t0) for s in stages]
+
+
+@dataclass
 class ExpertRouting:
     """What a rank's MoE layers did in the last step under expert parallelism, from the router's
     and the counts all-to-all's own numbers (what the all-to-alls' closed form reads)."""
@@ -434,10 +464,11 @@ class RankReport:
     extra: Any = None  # what the strategy adds (`Strategy.report_extra`)
     routing: ExpertRouting | None = None  # expert parallelism: the router's counts of the last step
     ring: RingWork | None = None  # context parallelism: the ring's work, counted
+    pipeline: PipelineWork | None = None  # pipeline parallelism: the stage's last step, from its marks
     params: list | None = None  # the full parameters (asked with return_params)
 
     def plain(self, timeline: bool = False) -> dict[str, Any]:
-        out = _plain_fields(self, drop_none=("cuda", "extra", "routing", "ring"))
+        out = _plain_fields(self, drop_none=("cuda", "extra", "routing", "ring", "pipeline"))
         out.pop("params")
         if not timeline:
             out.pop("timeline")
@@ -459,6 +490,8 @@ class RankReport:
             d["routing"] = ExpertRouting.from_plain(d["routing"])
         if d.get("ring") is not None:
             d["ring"] = RingWork.from_plain(d["ring"])
+        if d.get("pipeline") is not None:
+            d["pipeline"] = PipelineWork.from_plain(d["pipeline"])
         return cls(**d)
 
 
@@ -518,6 +551,7 @@ class RunReport:
     zigzag: bool = False  # cp's balanced split
     pp: int = 1  # pipeline stages per replica (outermost); a rank's losses are None off the last stage
     schedule: str = "1f1b"  # the pipeline's schedule
+    emulate: list[float] | None = None  # with pp: the emulated device's (forward, backward) seconds, or None
     ep: int = 1  # expert-parallel ranks (each its own share of the batch, E/ep experts); n counts them too
 
     @property

@@ -9,6 +9,7 @@ exact prediction, plus the losses against single-process training.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -67,6 +68,7 @@ def config_from_args(args, world_size: int) -> ResolvedConfig:
                      tp=getattr(args, "tp", 1), sequence_parallel=getattr(args, "sequence_parallel", False),
                      cp=getattr(args, "cp", 1), zigzag=getattr(args, "zigzag", False),
                      pp=getattr(args, "pp", 1), schedule=getattr(args, "schedule", "1f1b"),
+                     emulate=getattr(args, "emulate", None),
                      experts=getattr(args, "experts", 0), top_k=getattr(args, "top_k", 1),
                      capacity_factor=getattr(args, "capacity_factor", None),
                      ep=getattr(args, "ep", 1)).resolved()
@@ -210,6 +212,14 @@ def add_common(p) -> None:
                         "lifecycle events, wire per step), for less overhead")
 
 
+def _emulate(text: str) -> tuple[float, float]:
+    try:
+        tf, tb = (float(v) / 1e3 for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes FORWARD_MS,BACKWARD_MS (e.g. 50,100), got {text!r}") from None
+    return tf, tb
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("run", help="train one strategy on N real ranks; measured vs predicted")
     add_arguments(p)
@@ -235,6 +245,9 @@ def add_arguments(p, strategy_required: bool = True) -> None:
                         "data-parallel over each stage's ranks; sends and activations per stage (default 1: none)")
     p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b",
                    help="with --pp: GPipe (every forward, then every backward) or 1F1B (default)")
+    p.add_argument("--emulate", default=None, metavar="F_MS,B_MS", type=_emulate,
+                   help="with --pp: pace every forward / backward of a micro-batch to these milliseconds (an "
+                        "emulated device), so each stage's idle share shows beside (pp-1)/(m+pp-1)")
     p.add_argument("--cp", type=positive_int, default=1,
                    help="context parallelism (gpt-* models, --attention eager): every sequence split over CP "
                         "contiguous ranks, keys and values passed around a ring; the strategy reduces and "

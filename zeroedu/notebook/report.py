@@ -98,6 +98,29 @@ def routing_lines(report: RunReport) -> list[str]:
             table(rows, ["rank", "experts", "rows sent", "rows received", "dropped"])]
 
 
+def pipeline_lines(report: RunReport) -> list[str]:
+    """Pipeline parallelism: each stage's blocks and the most micro-batches it held at once, read
+    from its marks, beside the schedule's; with an emulated device, each stage's idle share of the
+    last step beside (p-1)/(m+p-1) (real compute on two cores is uneven and shares the cores)."""
+    from ..reports import measured_bubble
+
+    stages = [r for r in report.ranks if r.pipeline is not None]
+    if not stages:
+        return []
+    first = {}  # the first replica of each stage
+    for r in stages:
+        first.setdefault(r.pipeline.stage, r.pipeline)
+    idle = measured_bubble([first[s] for s in sorted(first)])
+    rows = [[str(r.rank), str(w.stage), f"{w.layers[0]}-{w.layers[1] - 1}", str(w.in_flight), str(w.predicted_in_flight),
+             "yes" if w.in_flight == w.predicted_in_flight else "NO", f"{idle[w.stage]:.1%}"]
+            for r in stages for w in [r.pipeline]]
+    bubble = (report.pp - 1) / (report.micro_batches + report.pp - 1)
+    return [f"pipeline, last step ({report.schedule}, {report.micro_batches} micro-batches; idle: the stage's share of "
+            f"the step spent waiting, (p-1)/(m+p-1) = {bubble:.1%} with equal stages"
+            + ("" if report.emulate else "; real compute, so not the formula's") + ")",
+            table(rows, ["rank", "stage", "blocks", "in flight", "predicted", "match", "idle"])]
+
+
 def ring_lines(report: RunReport) -> list[str]:
     """Context parallelism: the positions each rank holds and the score elements its ring computed
     (counted from the tensors multiplied) beside `theory.context.work_elements`."""
@@ -139,7 +162,7 @@ def summary(report: RunReport) -> str:
     out = [head, "bytes per rank: model states at the optimizer step, activations at the forward/backward "
                  "boundary of one micro-batch, sent per optimizer step; measured vs zeroedu.theory (exact mode)",
            table(rank_rows(report), ["rank", "what", "measured", "predicted", "match"])]
-    out += routing_lines(report) + ring_lines(report)
+    out += routing_lines(report) + ring_lines(report) + pipeline_lines(report)
     out += [f"losses            {_curve(report.losses)}",
             f"reference losses  {_curve(report.reference_losses)}",
             f"max relative loss difference vs single process: {max_rel_diff(report.losses, report.reference_losses):.2e}"]

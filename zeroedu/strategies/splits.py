@@ -332,10 +332,16 @@ class PipelineSplit(Split):
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {cfg.schedule!r}")
         if pp == 1:
             return 1
+        if getattr(cfg, "emulate", None) is not None and pp == 1:
+            raise ValueError("an emulated device paces a pipeline's actions: give pp >= 2")
         if cfg.world_size % pp:
             raise ValueError(f"pp = {pp} must divide the world size {cfg.world_size}")
         if not isinstance(model, GPTConfig):
             raise ValueError(f"pipeline parallelism cuts a GPT's blocks into stages: {model.name} is not a gpt-* model")
+        if getattr(cfg, "emulate", None) is not None:
+            from .pipeline import EmulatedCompute
+
+            EmulatedCompute(*cfg.emulate)  # both lengths > 0, refused here
         if model.n_layers % pp:
             raise ValueError(f"pp = {pp} stages of whole blocks: {model.name}'s {model.n_layers} blocks do not split")
         refused = [why for bad, why in [
@@ -387,12 +393,41 @@ class PipelineSplit(Split):
     def unsplit(self, names: list[str], per_rank: list[list]) -> list:
         return [q for stage in per_rank for q in stage]  # the stages in order: the model's order
 
+    def observe(self, run):
+        """The stage's last step (`reports.PipelineWork`), from the begin and end marks its
+        schedule left: its actions, and the most micro-batches alive at once beside the schedule's."""
+        from ..kinds import EventKind
+        from ..reports import PipelineWork
+        from ..theory.pipeline import in_flight
+
+        ledger, cfg, s = run.ledger, run.cfg, run.dist.axes[PP].rank
+        begin = {EventKind.MICRO_FORWARD_BEGIN: "F", EventKind.MICRO_BACKWARD_BEGIN: "B"}
+        end = {EventKind.MICRO_FORWARD_END: "F", EventKind.MICRO_BACKWARD_END: "B"}
+        last = cfg.steps - 1
+        started, work, alive, most = {}, [], 0, 0
+        for e in ledger.marks:
+            if e.step != last:
+                continue
+            if e.kind in begin:
+                started[begin[e.kind], e.micro] = e.t
+            elif e.kind in end:
+                what = end[e.kind]
+                work.append([what, e.micro, ledger.t0 + started.pop((what, e.micro)), ledger.t0 + e.t])
+                alive += 1 if what == "F" else -1  # a forward's activations live until its backward ends
+                most = max(most, alive)
+        layers = run.strategy.model.layers  # the Stage `apply` made
+        return PipelineWork(s, [layers.start, layers.stop], most, in_flight(cfg.schedule, cfg.pp, cfg.micro_batches, s),
+                            work)
+
     def forward_backward(self, run, micro) -> float | None:
         from .pipeline import Pipeline
 
+        from .pipeline import EmulatedCompute
+
         axis = run.dist.axes[PP]
+        compute = EmulatedCompute(*run.cfg.emulate) if run.cfg.emulate is not None else None
         engine = Pipeline(None, axis, run.dist.comm, run.ledger, run.cfg.schedule,
-                          data_parallel=lambda _stage: run.strategy, stage=run.strategy.model)
+                          data_parallel=lambda _stage: run.strategy, stage=run.strategy.model, compute=compute)
         return engine.forward_backward(micro)
 
 

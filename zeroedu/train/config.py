@@ -79,6 +79,9 @@ class RunConfig:
     # strategy's forward_only / backward_only; the strategy is data-parallel over each stage's ranks.
     pp: int = 1
     schedule: str = "1f1b"
+    # With pp: an emulated device (forward, backward seconds per micro-batch on every stage,
+    # `strategies.pipeline.EmulatedCompute`), so the bubble shows on two cores; None: real compute.
+    emulate: tuple[float, float] | None = None
     # A mixture of experts (`models.moe`, a GPT): `experts` > 0 makes every block's MLP that many
     # experts behind a top-`top_k` router; expert parallelism places them over `ep` ranks
     # (`strategies.expert_parallel`), each ep rank training on its own share of the batch.
@@ -127,6 +130,7 @@ class ResolvedConfig:
     schedule: str = "1f1b"
     ep: int = 1
     ring_class: str | None = None
+    emulate: tuple[float, float] | None = None
 
     def resolved(self) -> "ResolvedConfig":
         """Already resolved: itself, not checked again."""
@@ -258,7 +262,8 @@ def _validate(cfg: RunConfig) -> ResolvedConfig:
         clip_grad_norm=cfg.clip_grad_norm, collectives=cfg.collectives, links=links, timeline=cfg.timeline,
         strategy_class=cfg.strategy_class, stream=cfg.stream, return_params=cfg.return_params,
         tp=tp, sequence_parallel=bool(cfg.sequence_parallel), cp=cp, zigzag=bool(cfg.zigzag), pp=pp, schedule=cfg.schedule,
-        ep=ep, ring_class=cfg.ring_class if cp > 1 else None)
+        ep=ep, ring_class=cfg.ring_class if cp > 1 else None,
+        emulate=None if cfg.emulate is None else tuple(float(t) for t in cfg.emulate))
 
 
 MAX_MLP_DEPTH = 1024  # Linear layers: each is a unit with its own hooks and collectives
@@ -326,4 +331,6 @@ def config_from_dict(d: dict) -> ResolvedConfig:
     adam = d.get("adam")
     d["adam"] = AdamConfig(**adam) if isinstance(adam, dict) else adam
     d["links"] = Links.from_plain(d["links"])
+    if d.get("emulate") is not None:
+        d["emulate"] = tuple(d["emulate"])
     return ResolvedConfig(**d)

@@ -191,7 +191,7 @@ def assemble(cfg: ResolvedConfig, ranks: list[dict]) -> RunReport:
         collectives=resolve_implementation(cfg.collectives, backend), backend=backend, matmul16=matmul,
         options=dict(cfg.options), timeline_mode=cfg.timeline,
         links=None if cfg.links is None else cfg.links.plain(), tp=cfg.tp, sequence_parallel=cfg.sequence_parallel, cp=cfg.cp, zigzag=cfg.zigzag, pp=cfg.pp,
-        schedule=cfg.schedule, ep=cfg.ep,
+        schedule=cfg.schedule, ep=cfg.ep, emulate=None if cfg.emulate is None else list(cfg.emulate),
         psi=sum(p.numel() for p in ref_params), ranks=reports, losses=losses, reference_losses=ref_losses,
         recipe_losses=one_process,
         match=Match(
