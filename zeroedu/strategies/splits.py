@@ -330,10 +330,10 @@ class PipelineSplit(Split):
             raise ValueError(f"pp must be an integer >= 1, got {pp!r}")
         if cfg.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}, got {cfg.schedule!r}")
-        if pp == 1:
-            return 1
         if getattr(cfg, "emulate", None) is not None and pp == 1:
             raise ValueError("an emulated device paces a pipeline's actions: give pp >= 2")
+        if pp == 1:
+            return 1
         if cfg.world_size % pp:
             raise ValueError(f"pp = {pp} must divide the world size {cfg.world_size}")
         if not isinstance(model, GPTConfig):
