@@ -1,7 +1,7 @@
 """Pipeline parallelism on real ranks: equal to one process and to torch's pipeline, the bubble on
 each stage's timeline beside (p-1)/(m+p-1), and data parallelism per stage on the dp axis.
 
-Three tables, each from real runs (`zeroedu.train.pipeline`):
+Three tables, each from real runs of `zeroedu run --pp` (`zeroedu.train.run` with `pp`):
 
 1. **Equality** (gpt-small, 4 layers): p = 2 and 4 stages, GPipe and 1F1B, m = 1, 2, 4, 8
    micro-batches, 3 Adam steps. Per configuration: the losses beside one process's (relative, the
@@ -10,7 +10,7 @@ Three tables, each from real runs (`zeroedu.train.pipeline`):
    step's gradients beside torch.distributed.pipelining's (`ScheduleGPipe` / `Schedule1F1B`) and
    one process's.
 2. **The bubble** (the same shapes): each stage's idle fraction of the last step, read from its
-   timeline (the begin and end marks of every forward and backward, `train.pipeline.Work`), on an
+   timeline (the begin and end marks of every forward and backward, `reports.PipelineWork`), on an
    emulated device whose forward on one micro-batch takes `--forward-ms` and backward
    `--backward-ms` on every stage (`strategies.pipeline.EmulatedCompute`; the real compute runs
    inside that time). Four ranks on two cores cannot compute at full speed at once, so without
@@ -34,9 +34,13 @@ import time
 import common
 import torch
 
+from zeroedu.kinds import DP_SHARD, PP
 from zeroedu.models import get_model
+from zeroedu.reports import measured_bubble
 from zeroedu.runtime import cluster
-from zeroedu.train import pipeline as pp
+from zeroedu.theory.pipeline import bubble_fraction
+from zeroedu.train import RunConfig, run
+from zeroedu.train.reference import parameter_error
 
 DP_STRATEGIES = ("zero1", "zero2", "fsdp1", "fsdp2")
 
@@ -63,6 +67,18 @@ def torch_gradients(model, p: int, kind: str, m: int, batch: int) -> tuple[float
     return vs_torch, vs_one
 
 
+def pipeline_run(model, p: int, m: int, kind: str, steps: int, batch: int, dp: int = 1, strategy: str = "ddp",
+                 emulate: tuple[float, float] | None = None):
+    """One run on the spine: `p` stages x `dp` ranks each, fp32, beside one process."""
+    return run(RunConfig(strategy, p * dp, pp=p, micro_batches=m, schedule=kind, model=model, global_batch=batch,
+                         steps=steps, recipe="fp32", emulate=emulate, return_params=True))
+
+
+def param_rel(model, rep) -> float:
+    names = [n for n, _ in model.build().named_parameters()]
+    return parameter_error(dict(zip(names, rep.params)), dict(zip(names, rep.reference_params)), model.d_model)
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gpt-small")
@@ -86,30 +102,32 @@ def main(argv=None) -> dict:
           f"{'grad vs 1 proc':>14}  pp bytes & peak activations == closed form")
     equality = []
     for p, kind, m in shapes:
-        rep = pp.run(model, p, m, kind, steps=steps, global_batch=batch)
+        rep = pipeline_run(model, p, m, kind, steps, batch)
         loss_rel = max(abs(a - b) / abs(b) for a, b in zip(rep.losses, rep.reference_losses))
+        err = param_rel(model, rep)
         # torch's Schedule1F1B refuses m < p (torch/distributed/pipelining/schedules.py, Schedule1F1B.__init__)
         vs_torch, vs_one = (None, None) if kind == "1f1b" and m < p else torch_gradients(model, p, kind, m, batch)
-        exact = all(s.match for s in rep.per_stage)
-        equality.append({"p": p, "schedule": kind, "m": m, "loss_rel": loss_rel, "param_rel": rep.param_error,
+        exact = rep.match.all()
+        equality.append({"p": p, "schedule": kind, "m": m, "loss_rel": loss_rel, "param_rel": err,
                          "grad_vs_torch": vs_torch, "grad_vs_one_process": vs_one, "exact": exact,
-                         "pp_sent": [s.sent for s in rep.per_stage],
-                         "peak_activations": [s.peak_activations for s in rep.per_stage]})
+                         "pp_sent": [sum(rk.measured.comm_by_axis[PP].values()) for rk in rep.ranks],
+                         "peak_activations": [rk.measured.activations for rk in rep.ranks]})
         torch_cols = (f"{vs_torch:13.1e} {vs_one:14.1e}" if vs_torch is not None
                       else f"{'(m < p: torch':>13} {'refuses 1F1B)':>14}")
-        print(f"{p:>2} {kind:8s} {m:>2}  {loss_rel:8.1e} {rep.param_error:10.1e} {torch_cols}  {'yes' if exact else 'NO'}")
+        print(f"{p:>2} {kind:8s} {m:>2}  {loss_rel:8.1e} {err:10.1e} {torch_cols}  {'yes' if exact else 'NO'}")
 
     print(f"\n== the bubble: an emulated device, forward {args.forward_ms:g} ms, backward {args.backward_ms:g} ms "
           "per micro-batch per stage; idle fraction of the last step per stage")
     print(f"{'p':>2} {'schedule':8s} {'m':>2}  {'closed form':>11}  {'measured (per stage)':28s} {'worst':>6}")
     bubbles = []
     for p, kind, m in shapes:
-        rep = pp.run(model, p, m, kind, steps=2, global_batch=batch, compute=compute)
-        measured = rep.measured_bubble
-        worst = max(abs(b / rep.bubble - 1) for b in measured)
-        bubbles.append({"p": p, "schedule": kind, "m": m, "predicted": rep.bubble, "measured": measured,
+        rep = pipeline_run(model, p, m, kind, 2, batch, emulate=compute)
+        measured = measured_bubble([rk.pipeline for rk in rep.ranks])
+        bubble = float(bubble_fraction(p, m))
+        worst = max(abs(b / bubble - 1) for b in measured)
+        bubbles.append({"p": p, "schedule": kind, "m": m, "predicted": bubble, "measured": measured,
                         "compute": list(compute)})
-        print(f"{p:>2} {kind:8s} {m:>2}  {rep.bubble:11.1%}  {'  '.join(f'{b:.1%}' for b in measured):28s} "
+        print(f"{p:>2} {kind:8s} {m:>2}  {bubble:11.1%}  {'  '.join(f'{b:.1%}' for b in measured):28s} "
               f"{worst:+6.1%}")
 
     ms = [m for m in args.dp_micro if not args.quick or m in (1, 2)]
@@ -118,13 +136,13 @@ def main(argv=None) -> dict:
     dp_rows = []
     for strategy in DP_STRATEGIES:
         for m in ms:
-            rep = pp.run(model, 2, m, "1f1b", steps=2, global_batch=batch, dp=2, strategy=strategy)
-            st = rep.per_stage[0]
-            exact = all(s.dp_sent == s.predicted_dp_sent for s in rep.per_stage) and rep.losses_match
-            dp_rows.append({"strategy": strategy, "m": m, "sent": st.dp_sent, "predicted": st.predicted_dp_sent,
-                            "exact": exact})
-            print(f"{strategy:9s} {m:>2}  {st.dp_sent.get('all_gather', 0):12,.0f} "
-                  f"{st.dp_sent.get('reduce_scatter', 0):16,.0f}  {'yes' if exact else 'NO'}")
+            rep = pipeline_run(model, 2, m, "1f1b", 2, batch, dp=2, strategy=strategy)
+            r0 = rep.ranks[0]
+            sent, predicted = r0.measured.comm_by_axis.get(DP_SHARD, {}), r0.predicted.comm_by_axis.get(DP_SHARD, {})
+            exact = rep.match.all()
+            dp_rows.append({"strategy": strategy, "m": m, "sent": sent, "predicted": predicted, "exact": exact})
+            print(f"{strategy:9s} {m:>2}  {sent.get('all_gather', 0):12,.0f} "
+                  f"{sent.get('reduce_scatter', 0):16,.0f}  {'yes' if exact else 'NO'}")
 
     path = common.write_results("pipeline", {
         "model": model.name, "global_batch": batch, "steps": steps, "torch": torch.__version__,

@@ -10,7 +10,7 @@ from zeroedu.models import GPTConfig, get_model
 from zeroedu.runtime.comm import Axis
 from zeroedu.strategies import context_parallel as CP
 from zeroedu.theory.activations import gpt_activation_bytes
-from zeroedu.train.pipeline import parameter_error
+from zeroedu.train.reference import parameter_error
 
 MODEL = get_model("gpt-tiny")  # 2 layers, 2 heads, S = 32, D = 32
 STEPS, BATCH = 3, 4
@@ -124,7 +124,7 @@ def test_run_with_cp_equals_one_process_and_its_closed_forms():
     each its half of every sequence's positions. Losses and parameters are single-process
     training's; every rank's model states, activations (S/cp positions) and bytes per axis equal
     the closed forms, the ring's by hand."""
-    from zeroedu.train.pipeline import parameter_error
+    from zeroedu.train.reference import parameter_error
 
     r = _cp_run()
     assert (r.cp, r.zigzag, r.n, r.world_size) == (2, False, 2, 2)
@@ -217,7 +217,7 @@ def test_cp_beside_tp_equals_one_process_on_a_2d_and_a_3d_mesh():
     rank passes its H/tp heads' K and V around its cp ring; tp's all-reduces move S/cp positions;
     every figure == its closed form, the ring's by hand, and the tp slices of the first cp rank put
     back together are single-process training's parameters."""
-    from zeroedu.train.pipeline import parameter_error
+    from zeroedu.train.reference import parameter_error
 
     names = [n for n, _ in get_model("gpt-tiny").build().named_parameters()]
     for strategy, world, batch in (("fsdp2", 4, 4), ("ddp", 8, 2)):

@@ -13,7 +13,7 @@ from zeroedu.models.moe import MoEGPTConfig
 from zeroedu.theory import exact_model_states
 from zeroedu.train import RunConfig
 from zeroedu.train.launch import run
-from zeroedu.train.pipeline import parameter_error
+from zeroedu.train.reference import parameter_error
 
 PARAM_TOL = 1e-4  # per tensor, relative (`train.experts.PARAM_TOL`: Adam turns round-off near zero gradients into ~lr steps)
 

@@ -1,12 +1,19 @@
-"""Pipeline parallelism (`strategies.pipeline`): the schedules against ones written out by hand,
-training on real ranks equal to one process, and the bytes each stage sends and the activations
-it holds equal to their closed forms (`theory.pipeline`)."""
-import pytest
-import torch
+"""Pipeline parallelism (`strategies.pipeline`, on the run's spine as `splits.PipelineSplit`): the
+schedules against ones written out by hand, training on real ranks equal to one process and to
+torch's own pipeline, and the bytes each stage sends and the activations it holds equal to their
+closed forms (`theory.pipeline`)."""
+import re
 
+import pytest
+
+from tests.shared_runs import RUNS
+from zeroedu.kinds import DP_SHARD
 from zeroedu.models import GPTConfig
+from zeroedu.optim import AdamConfig
 from zeroedu.runtime import cluster
 from zeroedu.theory import pipeline as P
+from zeroedu.train import RunConfig
+from zeroedu.train.reference import parameter_error
 
 # gpt-tiny with 4 layers, so 4 stages get one block each
 MODEL = GPTConfig(vocab=67, seq_len=32, d_model=32, n_layers=4, n_heads=2, lr=1e-2, preset="")
@@ -59,62 +66,66 @@ def test_the_schedules_cannot_deadlock_when_sends_do_not_block():
                 assert moved, (kind, p, m, todo)
 
 
+def _run(p, m, kind, strategy="ddp", dp=1, steps=3, **kw):
+    """MODEL on p stages x dp ranks of the run's spine (`zeroedu run --pp`), fp32, beside one process."""
+    return RUNS(RunConfig(strategy, p * dp, pp=p, micro_batches=m, schedule=kind, model=MODEL, global_batch=BATCH,
+                          steps=steps, recipe="fp32", adam=AdamConfig(lr=LR), **kw))
+
+
+def _params_equal_one_process(r, steps):
+    names = [n for n, _ in MODEL.build().named_parameters()]
+    trained, ref = dict(zip(names, r.params)), dict(zip(names, r.reference_params))
+    d = MODEL.d_model
+    for n in names:  # the key third's true gradient is 0: Adam steps on round-off, at most lr per
+        if n.endswith("attn.qkv.bias"):  # step of either sign (tests/test_models.py)
+            assert (trained[n][d:2 * d] - ref[n][d:2 * d]).abs().max() <= 2 * steps * LR
+    assert parameter_error(trained, ref, d) <= PARAM_TOL
+
+
 @pytest.mark.parametrize("p, m, kind", [(2, 1, "1f1b"), (2, 4, "gpipe"), (2, 4, "1f1b"), (2, 8, "gpipe"),
                                         (4, 1, "gpipe"), (4, 2, "gpipe"), (4, 2, "1f1b"), (4, 8, "1f1b")])
 def test_a_pipeline_trains_like_one_process_and_sends_and_holds_what_the_closed_forms_say(p, m, kind):
-    from zeroedu.train.pipeline import reference
-
     steps = 3
-    ranks = cluster.run("zeroedu.train.pipeline:pipeline_job", p, {
-        "model": MODEL.as_dict(), "schedule": kind, "microbatches": m, "steps": steps, "global_batch": BATCH,
-        "lr": LR})
-    ref_losses, ref_params = reference(MODEL, steps, BATCH, LR)
-    losses = ranks[-1]["losses"]
-    assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(losses, ref_losses, strict=True)), (losses, ref_losses)
-    names = [n for r in ranks for n in r["names"]]
-    assert sorted(names) == sorted(ref_params)  # every parameter on exactly one stage
-    for r in ranks:
-        for n, q in zip(r["names"], r["params"]):
-            want = ref_params[n]
-            if n.endswith("attn.qkv.bias"):  # the key third's true gradient is 0: Adam steps on round-off,
-                d = MODEL.d_model          # at most lr per step of either sign (tests/test_models.py)
-                assert (q[d:2 * d] - want[d:2 * d]).abs().max() <= 2 * steps * LR
-                q, want = torch.cat([q[:d], q[2 * d:]]), torch.cat([want[:d], want[2 * d:]])
-            assert ((q - want).norm() / want.norm()).item() <= PARAM_TOL, n
-        # exact: bytes on the pp axis (the records and, gloo's framing added, the kernel's count)
-        st = r["stage"]  # a train.pipeline.StageReport
-        assert st.sent == st.predicted_sent
-        if st.wire is not None:
-            assert st.wire == st.sent + 144 * st.messages
-        # exact: the most activation bytes held == micro-batches in flight x one's saved tensors
-        assert st.peak_activations == st.predicted_peak_activations, st
-        assert st.match
+    r = _run(p, m, kind, steps=steps)
+    # losses within 1e-5 of one process's; every rank's model states, activations (the most it
+    # held: micro-batches in flight x one's saved tensors) and bytes per axis == the closed forms;
+    # the kernel's byte count == the records + gloo's framing
+    assert all(v is True for v in vars(r.match).values()), r.match
+    _params_equal_one_process(r, steps)
+    one = P.boundary_bytes(BATCH // m, MODEL.seq_len, MODEL.d_model, 4)
+    for rk in r.ranks:
+        w = rk.pipeline
+        assert w.stage == rk.rank and w.layers == [4 // p * rk.rank, 4 // p * (rk.rank + 1)]
+        # exact, by hand: each micro-batch's activations forward unless last, gradients back unless first
+        assert rk.measured.comm_by_axis["pp"] == {"send": m * one * ((w.stage < p - 1) + (w.stage > 0))}
+        assert w.in_flight == w.predicted_in_flight == P.in_flight(kind, p, m, w.stage)
         # the timeline's actions, in the order they ran, are the stage's schedule, one after another
-        assert [(w.what, w.micro) for w in st.work] == P.schedule(kind, p, m, st.stage)
-        assert all(a.end <= b.start for a, b in zip(st.work, st.work[1:]))
+        acts = sorted(w.work, key=lambda a: a[2])
+        assert [(what, i) for what, i, _, _ in acts] == P.schedule(kind, p, m, w.stage)
+        assert all(a[3] <= b[2] for a, b in zip(acts, acts[1:]))
     # causality on the shared clock: a stage's work on a micro-batch starts after its neighbour's
     # that it needs has ended (forward from the stage before, backward from the stage after)
-    work = {(w.stage, w.what, w.micro): w for r in ranks for w in r["stage"].work}
-    for (s, what, i), w in work.items():
+    work = {(rk.pipeline.stage, what, i): (start, end) for rk in r.ranks for what, i, start, end in rk.pipeline.work}
+    for (s, what, i), (start, _) in work.items():
         need = (s - 1, "F", i) if what == "F" else (s + 1, "B", i)
         if need in work:
-            assert work[need].end <= w.start, (s, what, i)
-    one = P.boundary_bytes(BATCH // m, MODEL.seq_len, MODEL.d_model, 4)
-    assert sum(r["stage"].sent for r in ranks) == 2 * m * one * (p - 1)
+            assert work[need][1] <= start, (s, what, i)
 
 
 @pytest.mark.fast
 def test_the_bubble_is_read_off_the_stages_actions():
     """p = 2, m = 2, forward 1 s, backward 2 s, GPipe written out by hand: the step spans
     (m + p - 1)(1 + 2) = 9 s and each stage works 6 s of it, idle 1/3 = (p-1)/(m+p-1)."""
-    from zeroedu.train.pipeline import Work, measured_bubble
+    from zeroedu.reports import PipelineWork, measured_bubble
 
-    s0 = [Work(0, "F", 0, 0, 1), Work(0, "F", 1, 1, 2), Work(0, "B", 0, 5, 7), Work(0, "B", 1, 7, 9)]
-    s1 = [Work(1, "F", 0, 1, 2), Work(1, "F", 1, 2, 3), Work(1, "B", 0, 3, 5), Work(1, "B", 1, 5, 7)]
-    assert measured_bubble([s0, s1]) == [pytest.approx(1 / 3), pytest.approx(1 / 3)]
+    s0 = [["F", 0, 0, 1], ["F", 1, 1, 2], ["B", 0, 5, 7], ["B", 1, 7, 9]]
+    s1 = [["F", 0, 1, 2], ["F", 1, 2, 3], ["B", 0, 3, 5], ["B", 1, 5, 7]]
+    stages = [PipelineWork(s, [s, s + 1], 2, 2, w) for s, w in enumerate((s0, s1))]
+    assert measured_bubble(stages) == [pytest.approx(1 / 3), pytest.approx(1 / 3)]
     assert float(P.bubble_fraction(2, 2)) == pytest.approx(1 / 3)
     # a stage that works less than the others (here stage 1 loses its last 2 s) idles more
-    assert measured_bubble([s0, s1[:3]])[1] == pytest.approx(1 - 4 / 9)
+    stages[1].work = s1[:3]
+    assert measured_bubble(stages)[1] == pytest.approx(1 - 4 / 9)
 
 
 @pytest.mark.fast
@@ -143,16 +154,14 @@ def test_a_micro_batch_mark_round_trips_with_its_index():
 
 @pytest.mark.fast
 @pytest.mark.parametrize("kw, msg", [
-    (dict(p=3), "do not split into 3 equal stages"),
-    (dict(m=3), "does not split into 3 micro-batches"),
+    (dict(world_size=3, pp=3), "4 blocks do not split"),
+    (dict(micro_batches=3), "must be divisible by 3 micro-batches"),
     (dict(schedule="interleaved"), "schedule must be one of"),
 ])
 def test_a_pipeline_that_cannot_exist_is_refused(kw, msg):
-    from zeroedu.train.pipeline import check
-
-    args = dict(model=MODEL, p=2, m=4, schedule="1f1b", global_batch=BATCH) | kw
+    args = dict(strategy="ddp", world_size=2, pp=2, model=MODEL, global_batch=BATCH, micro_batches=4) | kw
     with pytest.raises(ValueError, match=msg):
-        check(**args)
+        RunConfig(**args).resolved()
 
 
 @pytest.mark.parametrize("p, m, kind", [(2, 4, "gpipe"), (2, 4, "1f1b"), (4, 4, "1f1b")])
@@ -178,25 +187,22 @@ def test_gradients_equal_torchs_own_pipeline_and_one_process(p, m, kind):
 
 
 def test_the_command_line_prints_every_stage_beside_its_closed_forms():
-    import json
-
+    """`zeroedu pipeline` is `zeroedu run` with a pipeline by default: it prints each stage's blocks
+    and micro-batches in flight beside the schedule's, and its progress line follows the last
+    stage, where the loss is."""
     from .cli_inprocess import zeroedu  # on the session's warm pools (tests/cli_inprocess.py)
 
-    out = zeroedu("pipeline", "--pp", "2", "--micro-batches", "2", "--steps", "1", "--json")
+    out = zeroedu("pipeline", "--micro-batches", "2", "--global-batch", "4", "--steps", "1")
     assert out.returncode == 0, out.stderr
-    rep = json.loads(out.stdout)
-    assert [s["in_flight"] for s in rep["per_stage"]] == [2, 1]
-    assert all(s["sent"] == s["predicted_sent"] for s in rep["per_stage"])
-    bad = zeroedu("pipeline", "--pp", "2", "--micro-batches", "3")
-    assert bad.returncode == 2 and "does not split into 3 micro-batches" in bad.stderr
+    assert "(pp 2 x dp N = 1, 1f1b)" in out.stdout and out.stdout.rstrip().endswith("match: True"), out.stdout
+    # rank, stage, blocks, in flight, predicted, match: 1F1B holds p - stage micro-batches
+    rows = re.findall(r"^(\d)\s+(\d)\s+(\d-\d)\s+(\d)\s+(\d)\s+(yes|NO)\s+[\d.]+%$", out.stdout, re.M)
+    assert rows == [("0", "0", "0-0", "2", "2", "yes"), ("1", "1", "1-1", "1", "1", "yes")], out.stdout
+    assert re.search(r"step 1/1 \[#+ *\] loss \d\.\d{4}", out.stderr), out.stderr
+    bad = zeroedu("pipeline", "--micro-batches", "3")
+    assert bad.returncode == 2 and "must be divisible by 3 micro-batches" in bad.stderr
     bad = zeroedu("pipeline", "--emulate", "5")
-    assert bad.returncode == 2 and "--emulate takes FORWARD_MS,BACKWARD_MS" in bad.stderr
-
-
-def _composed(strategy, m, steps=2):
-    return cluster.run("zeroedu.train.pipeline:pipeline_job", 4, {
-        "model": MODEL.as_dict(), "schedule": "1f1b", "microbatches": m, "steps": steps, "global_batch": BATCH,
-        "lr": LR, "dp": 2, "strategy": strategy})
+    assert bad.returncode == 2 and "FORWARD_MS,BACKWARD_MS" in bad.stderr, bad.stderr
 
 
 def test_with_data_parallelism_zero1_reduces_once_per_step_zero2_and_fsdp_once_per_micro_batch():
@@ -206,26 +212,13 @@ def test_with_data_parallelism_zero1_reduces_once_per_step_zero2_and_fsdp_once_p
     reduce-scatter grows as m (a gradient shard per micro-batch: it keeps no whole gradient to
     accumulate in), and FSDP's all-gathers grow as m too (every micro-batch's forward and backward
     gather the stage's weights again), which is why a pipeline pairs with ZeRO-1."""
-    from zeroedu.train.pipeline import reference
-
-    ref_losses, ref_params = reference(MODEL, 2, BATCH, LR)
     dp_bytes = {}
     for strategy in ("zero1", "zero2", "fsdp1", "fsdp2"):
         for m in (1, 2, 4):
-            ranks = _composed(strategy, m)
-            last = [r for r in ranks if r["losses"] is not None]
-            losses = [sum(v) / len(last) for v in zip(*(r["losses"] for r in last))]
-            assert all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(losses, ref_losses)), (strategy, m)
-            for r in ranks:
-                st = r["stage"]
-                assert st.dp_sent == st.predicted_dp_sent and st.match, (strategy, m, st)
-                for n, q in zip(r["names"], r["params"]):
-                    want = ref_params[n]
-                    if n.endswith("attn.qkv.bias"):
-                        d = MODEL.d_model
-                        q, want = torch.cat([q[:d], q[2 * d:]]), torch.cat([want[:d], want[2 * d:]])
-                    assert ((q - want).norm() / want.norm()).item() <= PARAM_TOL, (strategy, m, n)
-            dp_bytes[strategy, m] = ranks[0]["stage"].dp_sent
+            r = _run(2, m, "1f1b", strategy, dp=2, steps=2)
+            assert all(v is True for v in vars(r.match).values()), (strategy, m, r.match)
+            _params_equal_one_process(r, 2)
+            dp_bytes[strategy, m] = r.ranks[0].measured.comm_by_axis[DP_SHARD]
     assert dp_bytes["zero1", 1] == dp_bytes["zero1", 2] == dp_bytes["zero1", 4]
     rs = {m: dp_bytes["zero2", m]["reduce_scatter"] for m in (1, 2, 4)}
     assert rs[2] == 2 * rs[1] and rs[4] == 4 * rs[1]
@@ -259,11 +252,12 @@ def test_the_timed_schedule_spans_m_plus_p_minus_1_slots_and_idles_the_bubble():
 def test_the_figures_draw_every_action_the_timeline_holds():
     from zeroedu.notebook import viz
     from zeroedu.notebook.time_lessons import BubbleRow
-    from zeroedu.train.pipeline import run
+    from zeroedu.reports import measured_bubble
 
-    rep = run(MODEL, 2, 3, "1f1b", steps=1, global_batch=6, compute=(0.01, 0.02))
-    assert rep.compute == (0.01, 0.02) and len(rep.measured_bubble) == 2
-    fig = viz.pipeline_schedule(rep)
+    r = RUNS(RunConfig("ddp", 2, pp=2, micro_batches=3, model=MODEL, global_batch=6, steps=1, recipe="fp32",
+                       emulate=(0.01, 0.02)))
+    assert r.emulate == [0.01, 0.02] and len(measured_bubble([rk.pipeline for rk in r.ranks])) == 2
+    fig = viz.pipeline_schedule(r)
     measured, predicted = fig.axes[:2]
     assert len(measured.collections) == len(predicted.collections) == 2 * 2 * 3  # p stages x 2m actions
     rows = [BubbleRow(2, "1f1b", m, float(P.bubble_fraction(2, m)), [0.5, 0.5], [0.1, 0.2]) for m in (1, 2)]

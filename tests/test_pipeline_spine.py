@@ -11,7 +11,7 @@ from zeroedu.models import get_model, unit_shapes
 from zeroedu.strategies.pipeline import Stage
 from zeroedu.theory import exact_model_states
 from zeroedu.train import RunConfig
-from zeroedu.train.pipeline import parameter_error
+from zeroedu.train.reference import parameter_error
 
 PARAM_TOL = 1e-4  # as the pipeline's own tests (tests/test_pipeline.py)
 

@@ -75,18 +75,20 @@ def config_from_args(args, world_size: int) -> ResolvedConfig:
 
 
 class Progress:
-    """One line on stderr, rewritten as rank 0 finishes each step: step, loss, time."""
+    """One line on stderr, rewritten as `rank` finishes each step: step, loss, time. With a pipeline
+    the loss is the last stage's, so the line follows that stage's first rank (`loss_rank`)."""
 
-    def __init__(self, steps: int, stream=None, dtype: str = "bf16"):
+    def __init__(self, steps: int, stream=None, dtype: str = "bf16", rank: int = 0):
         # sys.stderr as it is now, not as it was when this module was imported (a caller that
         # redirects stderr, a notebook or a test, gets the line where it looks)
         stream = sys.stderr if stream is None else stream
         self.steps, self.stream, self.t0 = steps, stream, time.perf_counter()
         self.tty = stream.isatty()
         self.dtype = dtype  # the recipe's 16-bit compute dtype, named on the line
+        self.rank = rank
 
     def __call__(self, msg: dict) -> None:
-        if msg.get("type") != "progress" or msg.get("rank") != 0:
+        if msg.get("type") != "progress" or msg.get("rank") != self.rank:
             return
         k = msg["step"] + 1
         bar = "#" * (20 * k // self.steps)
@@ -99,6 +101,12 @@ class Progress:
         elif k == self.steps or k == 1 or k % max(1, self.steps // 10) == 0:
             self.stream.write(line + "\n")  # a log file gets about ten lines, not one per step
         self.stream.flush()
+
+
+def loss_rank(cfg) -> int:
+    """The first rank that computes the loss: rank 0, or with a pipeline (pp outermost) the first
+    rank of the last stage."""
+    return cfg.world_size - cfg.world_size // cfg.pp
 
 
 def check_world(world_size: int) -> None:
@@ -145,7 +153,7 @@ def cmd_run(args) -> int:
         raise ValueError("--predict replays the run's schedule on its emulated links: add --link")
     if args.predict and not args.quiet:
         print("calibration run (no emulated link) for --predict ...", file=sys.stderr, flush=True)
-    report = run(cfg, warm=False, timeout=args.timeout, on_event=None if args.quiet else Progress(cfg.steps, dtype=recipes.get_recipe(cfg.recipe).param),
+    report = run(cfg, warm=False, timeout=args.timeout, on_event=None if args.quiet else Progress(cfg.steps, dtype=recipes.get_recipe(cfg.recipe).param, rank=loss_rank(cfg)),
                  predict=args.predict)
     _emit(report, args)
     return 0

@@ -9,7 +9,7 @@ two ways, from the same weights and the same batch:
   divides the gradients by m (`scale_grads=True`), as zeroedu's loss scaling does;
 
 and returns each stage's gradients by parameter name, for the caller to set beside one process's
-(`train.pipeline.reference` style: the whole GPT, the whole batch) and beside each other.
+(the whole GPT on the whole batch, as `train.reference` trains it) and beside each other.
 """
 from __future__ import annotations
 

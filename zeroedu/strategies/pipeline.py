@@ -30,11 +30,11 @@ stages at once at full speed, so a measurement of the bubble runs on an emulated
 a stated model of the device's speed as `runtime.links` is of the network's. The stage marks each
 action's begin (after its input arrived) and end (before its output is sent) on the timeline
 (`EventKind.MICRO_FORWARD_BEGIN`, ...), and the idle fraction is read from those marks
-(`train.pipeline.measured_bubble`).
+(`reports.measured_bubble` over each stage's `reports.PipelineWork`).
 
 Bytes per step, per stage: m activations of b·s·h elements sent forward (not on the last stage)
 and m gradients of the same size backward (not on the first): 2·m·b·s·h·a across each boundary.
-`theory.pipeline` has the closed forms; `train.pipeline.pipeline_job` measures them.
+`theory.pipeline` has the closed forms; a run with `pp` (`splits.PipelineSplit`) measures them.
 """
 from __future__ import annotations
 

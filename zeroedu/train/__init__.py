@@ -11,9 +11,9 @@ single-process reference, and the launcher that assembles the report.
 """
 from .config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict, resolve
 from .launch import assemble, predict_time, predicted, run, theory_comm_options, train_job
-from .reference import reference
+from .reference import parameter_error, reference
 from .runner import RankRun, build_run, dist_state, train_steps
 
 __all__ = ["RunConfig", "ResolvedConfig", "resolve", "config_from_dict", "config_to_dict", "assemble", "predict_time", "predicted", "run",
-           "theory_comm_options", "train_job", "reference", "RankRun", "build_run", "dist_state",
+           "theory_comm_options", "train_job", "reference", "parameter_error", "RankRun", "build_run", "dist_state",
            "train_steps"]

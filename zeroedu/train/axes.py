@@ -1,20 +1,17 @@
 """Every axis beyond data parallelism in one table: what each run measured beside its closed form.
 
-The runs are made elsewhere (`train.run` with `tp`, `cp` or `ep`, `train.pipeline.run`); this
-module only reads their reports, so the table shows exactly the
-figures those runs measured (tensor storages, the ledger's records of every send) and the closed
-forms each report already holds (`theory.tensor_parallel`, `theory.pipeline`, `theory.context`,
-`theory.experts`). A row's figure is one rank's (rank 0, or the first pipeline stage, which holds
-the most activations); `every_rank` says whether every rank of that run matched all of its closed
-forms, and `trains` whether the run's losses (and, where compared, its parameters) equal one
-process's.
+The runs are made elsewhere (`train.run` with `tp`, `pp`, `cp` or `ep`); this module only reads
+their reports, so the table shows exactly the figures those runs measured (tensor storages, the
+ledger's records of every send) and the closed forms each report already holds
+(`theory.tensor_parallel`, `theory.pipeline`, `theory.context`, `theory.experts`). A row's figure
+is one rank's (rank 0, the first pipeline stage, which holds the most activations); `every_rank`
+says whether every rank of that run matched all of its closed forms, and `trains` whether the
+run's losses equal one process's.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
-PARAM_TOL = 1e-4  # per tensor, relative, as the axes' tests hold the parameters (Adam turns round-off into ~lr steps)
 
 
 @dataclass(frozen=True)
@@ -43,13 +40,13 @@ def _tp_rows(rep, axis: str) -> list[AxisCheck]:
 
 
 def _pp_rows(rep) -> list[AxisCheck]:
-    st = rep.per_stage[0]
-    label = f"{rep.schedule}, p {rep.stages}, m {rep.microbatches}, {rep.model}"
-    ok = all(s.match for s in rep.per_stage)
-    trains = rep.losses_match and rep.param_error <= PARAM_TOL
-    return [AxisCheck("pp", label, "peak activation bytes, stage 0", st.predicted_peak_activations,
-                      st.peak_activations, ok, trains),
-            AxisCheck("pp", label, "bytes stage 0 sends on pp per step", st.predicted_sent, st.sent, ok, trains)]
+    r0 = rep.ranks[0]  # stage 0, which holds the most micro-batches at once
+    label = f"{rep.schedule}, p {rep.pp}, m {rep.micro_batches}, {rep.model}"
+    ok, trains = rep.match.all(), rep.match.losses
+    return [AxisCheck("pp", label, "peak activation bytes, stage 0", r0.predicted.activations,
+                      r0.measured.activations, ok, trains),
+            AxisCheck("pp", label, "bytes stage 0 sends on pp per step", sum(r0.predicted.comm_by_axis.get("pp", {}).values()),
+                      sum(r0.measured.comm_by_axis.get("pp", {}).values()), ok, trains)]
 
 
 def _cp_rows(rep) -> list[AxisCheck]:
@@ -81,8 +78,8 @@ def _ep_rows(rep) -> list[AxisCheck]:
 
 
 def summary(*, tp: Any = None, sp: Any = None, pp: Any = None, cp: Any = None, ep: Any = None) -> list[AxisCheck]:
-    """The rows for the runs given: `tp` and `sp` are `RunReport`s (a strategy with `tp`, without and
-    with sequence parallelism), `pp` a `PipelineReport`, `cp` and `ep` `RunReport`s with cp, ep."""
+    """The rows for the runs given, each a `RunReport`: `tp` and `sp` a strategy with `tp`, without
+    and with sequence parallelism; `pp`, `cp` and `ep` runs with those axes."""
     rows: list[AxisCheck] = []
     if tp is not None:
         rows += _tp_rows(tp, "tp")

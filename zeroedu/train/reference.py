@@ -113,3 +113,18 @@ def _train(cfg: ResolvedConfig) -> tuple[list[float], list[torch.Tensor]]:
         opt.step()
         losses.append(loss.item())
     return losses, [p.detach().clone() for p in model.parameters()]
+
+
+def parameter_error(trained: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], d_model: int) -> float:
+    """The largest per-tensor relative difference (norm of the difference over the reference's norm)
+    between trained parameters and one process's, both by name. The key third of each attention
+    bias is left out: its true gradient is 0 (softmax ignores a constant added to every key's
+    score), so Adam steps on round-off there, up to lr per step of either sign, in one process and
+    on ranks alike."""
+    worst = 0.0
+    for n, q in trained.items():
+        want = ref[n]
+        if n.endswith("attn.qkv.bias"):
+            q, want = torch.cat([q[:d_model], q[2 * d_model:]]), torch.cat([want[:d_model], want[2 * d_model:]])
+        worst = max(worst, ((q - want).norm() / want.norm()).item())
+    return worst

@@ -7,6 +7,7 @@ from typing import Sequence
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from ...reports import PipelineWork, measured_bubble
 from ...theory import pipeline as theory
 from .common import new_figure
 
@@ -26,31 +27,34 @@ def _gantt(ax, rows: list[list[tuple[str, int, float, float]]], title: str) -> N
 
 
 def pipeline_schedule(report) -> Figure:
-    """The last step of a `train.pipeline.PipelineReport`: each stage's forwards (blue) and
-    backwards (orange) as its timeline recorded them, in ms from the step's first action; below,
-    the same schedule with every action lasting the emulated device's t_f and t_b
-    (`theory.pipeline.timed_schedule`), or the measured medians when compute was real."""
-    first: dict[int, list] = {}
-    for st in report.per_stage:
-        first.setdefault(st.stage, st.work)
-    work = [first[s] for s in sorted(first)]
-    t0 = min(w.start for ws in work for w in ws)
-    measured = [[(w.what, w.micro, 1e3 * (w.start - t0), 1e3 * (w.end - t0)) for w in ws] for ws in work]
-    if report.compute is not None:
-        t_f, t_b = (1e3 * t for t in report.compute)
+    """The last step of a pipeline run (a `RunReport` with pp >= 2): each stage's forwards (blue)
+    and backwards (orange) as its timeline recorded them (`RankReport.pipeline`, the first rank
+    of each stage), in ms from the step's first action; below, the same schedule with every
+    action lasting the emulated device's t_f and t_b (`theory.pipeline.timed_schedule`), or the
+    measured medians when compute was real."""
+    first: dict[int, PipelineWork] = {}
+    for rk in report.ranks:
+        first.setdefault(rk.pipeline.stage, rk.pipeline)
+    stages = [first[s] for s in sorted(first)]
+    work = [s.work for s in stages]
+    t0 = min(w[2] for ws in work for w in ws)
+    measured = [[(what, i, 1e3 * (start - t0), 1e3 * (end - t0)) for what, i, start, end in sorted(ws, key=lambda a: a[2])]
+                for ws in work]
+    if report.emulate is not None:
+        t_f, t_b = (1e3 * t for t in report.emulate)
     else:
-        def median(what):
-            d = sorted(w.end - w.start for ws in work for w in ws if w.what == what)
+        def median(kind):
+            d = sorted(end - start for ws in work for what, _, start, end in ws if what == kind)
             return 1e3 * d[len(d) // 2]
         t_f, t_b = median(theory.FORWARD), median(theory.BACKWARD)
-    predicted = theory.timed_schedule(report.schedule, report.stages, report.microbatches, t_f, t_b)
-    fig = new_figure(7.5, 1.2 + 0.55 * 2 * report.stages)
+    p, m = report.pp, report.micro_batches
+    predicted = theory.timed_schedule(report.schedule, p, m, t_f, t_b)
+    fig = new_figure(7.5, 1.2 + 0.55 * 2 * p)
     top, bottom = fig.subplots(2, 1, sharex=True)
-    idle = "  ".join(f"{b:.1%}" for b in report.measured_bubble)
-    _gantt(top, measured, f"measured ({report.schedule}, p = {report.stages}, m = {report.microbatches}): "
-                          f"idle per stage {idle}")
+    idle = "  ".join(f"{b:.1%}" for b in measured_bubble(stages))
+    _gantt(top, measured, f"measured ({report.schedule}, p = {p}, m = {m}): idle per stage {idle}")
     _gantt(bottom, predicted, f"closed form: t_f = {t_f:.0f} ms, t_b = {t_b:.0f} ms, "
-                              f"idle (p-1)/(m+p-1) = {report.bubble:.1%}")
+                              f"idle (p-1)/(m+p-1) = {float(theory.bubble_fraction(p, m)):.1%}")
     bottom.set_xlabel("ms from the step's first action")
     top.legend(handles=[Patch(color=_FILL["F"], label="forward"), Patch(color=_FILL["B"], label="backward")],
                fontsize=7, frameon=False, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=2,
