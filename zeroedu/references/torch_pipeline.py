@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from ..kinds import DP_SHARD, PP, Mesh
+from ..kinds import PP, Mesh
 from ..models import get_model
 from ..runtime.comm import Comm
 from ..runtime.ledger import Ledger
@@ -27,7 +27,7 @@ def torch_pipeline_job(ctx, model: dict, schedule: str, microbatches: int, globa
 
     cfg = get_model(model)
     p, m = ctx.world_size, microbatches
-    mesh = Mesh(((PP, p), (DP_SHARD, 1)))
+    mesh = Mesh.build(p, pp=p)  # (pp p, dp_shard 1)
     axis = ctx.axes(mesh)[PP]
     x, y = cfg.batch(0, global_batch)
     micro = [(a.clone(), b.clone()) for a, b in zip(x.chunk(m), y.chunk(m))]

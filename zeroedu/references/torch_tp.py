@@ -186,7 +186,7 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
     from ..models import make_batch, make_model, local_slice
     from ..optim import AdamConfig
     from ..recipes import get_recipe
-    from ..runtime.comm import Comm
+    from ..runtime.comm import Axis, Comm
     from ..runtime.ledger import Ledger
     from ..kinds import DP_SHARD, TP, Mesh
     from ..strategies.base import DistState
@@ -197,11 +197,13 @@ def fsdp2_tp_job(ctx, tp: int = 2, sp: bool = False, model: str = "gpt-tiny", st
 
     if ctx.world_size % tp:
         raise ValueError(f"tp = {tp} must divide the world size {ctx.world_size}")
-    # dp_shard strided, tp contiguous; a tp axis even of one rank (tp = 1 is FSDP2 to the bit)
-    mesh = Mesh(((DP_SHARD, ctx.world_size // tp), (TP, tp)))
+    # dp_shard strided, tp contiguous; at tp = 1 (which must be FSDP2 to the bit) the mesh has no tp
+    # axis, and the model's is a group of this rank alone, which never calls torch.distributed
+    mesh = Mesh.build(ctx.world_size, tp=tp)
     dp = mesh.data_parallel
     axes = ctx.axes(mesh)
-    dp_axis, tp_axis = axes[DP_SHARD], axes[TP]
+    dp_axis = axes[DP_SHARD]
+    tp_axis = axes[TP] if tp > 1 else Axis(TP, None, 1, 0, (ctx.rank,))
     ledger = Ledger(ctx.rank, wire=ctx.wire)
     comm = Comm(ledger, meter=ctx.wire)
     ref = make_model(model)
