@@ -265,5 +265,39 @@ def learner_seed(learner: str | None = None) -> int:
     return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big")
 
 
-__all__ = ["LETTERS", "learner_seed", "UNIT_FAMILIES", "unit_family", "read_quantity", "parse_quantity", "readings",
+_PLAN_NUMBERS = {"one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9,
+                 "ten": 10, "twelve": 12, "sixteen": 16, "thirty-two": 32, "thirty two": 32, "sixty-four": 64,
+                 "sixty four": 64, "first": 1, "second": 2, "third": 3}
+_AXES = {"dp": r"dp|data[- ]parallel(?:ism)?", "tp": r"tp|tensor[- ]parallel(?:ism)?|tensor",
+         "pp": r"pp|pipeline[- ]parallel(?:ism)?|pipeline(?: stages)?", "cp": r"cp|context[- ]parallel(?:ism)?"}
+
+
+def read_plan(text: str) -> dict[str, int] | None:
+    """A parallel plan written as a person would: each axis's size and the ZeRO level, as
+    {"dp", "tp", "pp", "zero"[, "cp"]}; None when one of dp, tp, pp or the ZeRO level is missing
+    or an axis is given two sizes. Read: "dp 8, tp 8, pp 4, ZeRO-1", "tp=8 pp=4 dp=8 zero 1",
+    "DP=8 TP=8 PP=4 stage 1", "8-way data parallel, 8-way tensor parallel, 4 pipeline stages,
+    ZeRO stage one", numbers in words; FSDP alone names ZeRO-3 and DDP ZeRO-0. The design
+    exercise's grader (`theory.planner.grade_design`) reads answers here."""
+    t = unicodedata.normalize("NFKC", str(text)).lower()
+    t = re.sub(r"\b(" + "|".join(sorted(_PLAN_NUMBERS, key=len, reverse=True)) + r")\b",
+               lambda m: str(_PLAN_NUMBERS[m.group(1)]), t)
+    got: dict[str, set[int]] = {}
+    for key, axis in _AXES.items():
+        for pat in (rf"\b(?:{axis})\s*(?:=|:|-|\bof\b|\bsize\b|\bdegree\b)?\s*(\d+)\b",
+                    rf"\b(\d+)\s*-?\s*(?:way\s+)(?:{axis})\b", rf"\b(\d+)\s+(?:{axis})\b(?=\s*(?:stages|ranks|gpus))"):
+            got.setdefault(key, set()).update(int(v) for v in re.findall(pat, t))
+    zero = {int(v) for v in re.findall(r"\bzero\s*(?:-|_)?\s*(?:stage|level)?\s*(?:=|:|-)?\s*(\d)\b", t)}
+    zero |= {int(v) for v in re.findall(r"\bstage\s*(\d)\b", t)}
+    if not zero and re.search(r"\bfsdp\b", t):
+        zero = {3}
+    if not zero and re.search(r"\bddp\b", t):
+        zero = {0}
+    got["zero"] = zero
+    if any(len(v) > 1 for v in got.values()) or not all(got[k] for k in ("dp", "tp", "pp", "zero")):
+        return None
+    return {k: next(iter(v)) for k, v in got.items() if v}
+
+
+__all__ = ["LETTERS", "learner_seed", "read_plan", "UNIT_FAMILIES", "unit_family", "read_quantity", "parse_quantity", "readings",
            "is_number", "read_number", "close", "normalize_term", "term_forms", "match_option", "read_choice"]

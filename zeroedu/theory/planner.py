@@ -1,15 +1,17 @@
-"""Planning a large job over dp × tp × pp × cp with a ZeRO level: memory per GPU and a step-time
-model, every term a closed form with its source. Used by `zeroedu plan`.
+"""Planning a large job over dp × tp × pp × cp with a ZeRO level, a micro-batch size and an
+activation recompute mode: memory per GPU and a step-time model, every term a closed form with its
+source. Used by `zeroedu plan`.
 
-Model: a Llama-style decoder (`ModelShape`): L layers of width h, a heads of which a_kv carry keys
-and values (grouped-query attention), a SwiGLU MLP of width f, vocabulary V, sequence s; untied
-input and output embeddings. Parameters per layer 2h² + 2h·(h·a_kv/a) (q, o; k, v) + 3hf (gate, up,
-down) + 2h (two RMSNorm weights); plus 2Vh and a final norm h (`ModelShape.params`; Llama-2-70B:
-68,976,648,192, the count of its published weights).
+Model (`ModelShape`, presets in `MODELS`, any other from a dict): a decoder of L layers of width h,
+a heads of which a_kv carry keys and values (grouped-query attention), an MLP of width f (SwiGLU's
+three matrices or GELU's two), vocabulary V, sequence s. Parameters per layer 2h² + 2h·(h·a_kv/a)
+(q, o; k, v) + 3hf or 2hf + the norms (and biases where the shape has them); plus the embeddings
+(`ModelShape.params`; Llama-2-70B: 68,976,648,192, the count of its published weights).
 
-Placement (`Plan`): the N GPUs as pp × dp × cp × tp, tp innermost (one node's NVLink), then cp,
-then dp, then pp; the global batch of B sequences split over dp into m = B/(dp·b) micro-batches of
-b = 1 sequence.
+Placement (`Plan`): the N GPUs as pp × dp × cp × tp, tp innermost (one node's NVLink; a tp that
+spans nodes runs on the NIC), then cp, then dp, then pp; the global batch of B sequences split
+over dp into m = B/(dp·b) micro-batches of b sequences. When pp does not divide L the busiest
+stage holds ⌈L/pp⌉ layers (`stage_layers`) and sets the pipeline's pace.
 
 Memory per GPU (mixed precision with Adam: 2 + 2 + 12 bytes per parameter, ZeRO §3):
     parameters per model-parallel rank  Ψ_r = Ψ / (tp·pp)  (layers split evenly; the embeddings
@@ -17,8 +19,10 @@ Memory per GPU (mixed precision with Adam: 2 + 2 + 12 bytes per parameter, ZeRO 
     ZeRO over the g = dp·cp ranks that hold the same Ψ_r (context-parallel ranks replicate it):
         0: 16Ψ_r    1: 4Ψ_r + 12Ψ_r/g    2: 2Ψ_r + 14Ψ_r/g    3: 16Ψ_r/g + 2·(2·Ψ_layer/tp)
         (stage 3 also holds two gathered bf16 layers, the one computing and the one prefetched)
-    activations  34·(s/cp)·b·h/tp bytes per layer and micro-batch (Korthikanti et al. 2022,
-        Table 2: tensor + sequence parallel, selective recompute), held for L/pp layers by
+    activations  per layer and micro-batch on a tp rank with sequence parallelism, at s/cp tokens
+        (Korthikanti et al. 2022, Table 2): selective recompute 34·s·b·h/tp; none
+        s·b·h·(34 + 5as/h)/tp (the scores kept); full 2·s·b·h/tp (the layer's input) plus, once,
+        one layer's whole activations rebuilt during backward; held for ⌈L/pp⌉ layers by
         min(pp, m) micro-batches on the first stage under 1F1B (§4.2.3)
     optimizer offload (`Plan.offload`, ZeRO-1..3; Ren et al. 2021): the fp32 master, the moments and
         the fp32 gradient partition live on the host, 16Ψ_r/g there; the device keeps
@@ -29,12 +33,15 @@ Memory per GPU (mixed precision with Adam: 2 + 2 + 12 bytes per parameter, ZeRO 
         gathered layers are FP8 copies, 1 byte per element
 
 Time per step (each term a lower bound; `Estimate`):
-    compute   F = 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)) FLOPs (`model_flops`; a GPT's count, an
-              approximation for Llama's SwiGLU and GQA) over N GPUs at `efficiency` of peak
+    compute   the step's FLOPs from the shapes (`step_flops`: 2 per weight of each matrix multiplication
+              and 4·s·h for attention per token and layer, 2hV for the logits, backward twice the
+              forward, plus what recompute runs again), over N GPUs at `efficiency` of peak (an
+              assumption), times pp·⌈L/pp⌉/L for the busiest stage
     bubble    the pipeline idles (pp − 1)/(m + pp − 1) of the step (§2.2)
     tp        4 all-reduce-equivalents of b·(s/cp)·h·2 bytes per layer and micro-batch (2 forward,
-              2 backward; with SP as all-gather + reduce-scatter, the same bytes), on NVLink inside a
-              node, on the NIC when tp spans nodes; blocking: exposed whole
+              2 backward, 2 more for full recompute's second forward; with SP as all-gather +
+              reduce-scatter, the same bytes), on NVLink inside a node, on the NIC when tp spans
+              nodes; blocking: exposed whole
     cp        the ring's 2(cp − 1) + 2(cp − 1) + 2cp blocks of b·(s/cp)·(h·a_kv/a)·2 bytes per layer
               and micro-batch (`theory.context.ring_bytes`), hidden behind attention up to the
               attention's own compute (12·b·s²·h/(cp·tp) FLOPs per layer, forward and backward)
@@ -47,12 +54,16 @@ Time per step (each term a lower bound; `Estimate`):
     offload   one optimizer step's PCIe traffic per GPU (`theory.offload_pcie_bytes`, as DeepSpeed
               moves it: the fp32 gradient partition down, 4Ψ_r/g, hidden behind backward up to its
               length; the 16-bit weights up, 2Ψ_r/g, exposed: the next forward needs them) over
-              one PCIe 5.0 x16 link, and between them the CPU's Adam step, memory-bound: 30 bytes
+              the GPU's PCIe link (`Cluster.pcie`), and between them the CPU's Adam step, memory-bound: 30 bytes
               per element of the partition (reads the fp32 master, gradient and two moments, writes
               the master, the moments and the 16-bit copy) at `Cluster.host_memory` per GPU
-    FP8       the linear layers' FLOPs (the 1 in the bracket) at the FP8 peak, attention's and the
-              logits' at the BF16 peak (`Cluster.fp8_flops`: H100 SXM dense FP8 is twice BF16)
+    FP8       the linear layers' FLOPs at the FP8 peak, attention's and the logits' at the BF16 peak
+              (`Cluster.fp8_flops`: H100 SXM dense FP8 is twice BF16; an A100 has none)
 Ranked by the sum: compute·(m + pp − 1)/m + tp + cp exposed + dp exposed + offload exposed.
+Refused as one framework's rule, not physics: optimizer offload with a pipeline beyond ZeRO-1
+(DeepSpeed's `PipelineEngine`, whose offload data flow this models, refuses ZeRO-2 and -3).
+Not modelled yet: the matrix multiplications' efficiency as a function of their shapes (one
+assumed share of peak for every GEMM), interleaved 1F1B, expert parallelism.
 """
 from __future__ import annotations
 
@@ -61,6 +72,8 @@ from fractions import Fraction
 import re
 from itertools import product
 
+from ..answers import read_plan
+from ..kinds import RECOMPUTE_MODES, RecomputeMode
 from . import fp8 as fp8_forms
 from .context import ring_bytes
 
@@ -70,6 +83,9 @@ CPU_ADAM_BYTES = 30  # per element of the host's partition: reads 4 x fp32, writ
 
 @dataclass(frozen=True)
 class ModelShape:
+    """A decoder-only transformer's shape. Defaults are Llama's (SwiGLU, RMSNorm, no biases, rotary
+    positions, untied embeddings); `gated=False, biases=True` with `positions` is GPT-2/3's (a
+    GELU MLP of two matrices, LayerNorms and linears with biases, learned positions)."""
     name: str
     layers: int
     hidden: int
@@ -78,36 +94,122 @@ class ModelShape:
     ffn: int
     vocab: int
     seq: int
+    gated: bool = True  # SwiGLU: gate, up and down (3 matrices); False: up and down (2)
+    biases: bool = False  # every linear and norm has a bias (LayerNorm: weight and bias)
+    tied: bool = False  # one matrix for the input embedding and the output layer
+    positions: int = 0  # rows of learned position embeddings; 0: rotary (no parameters)
 
     @property
     def kv_width(self) -> int:
         return self.hidden // self.heads * self.kv_heads
 
-    def layer_params(self) -> int:
+    def layer_matmul_params(self) -> int:
+        """Weights of one layer's matrix multiplications: q and o (h x h), k and v (h x kv_width),
+        the MLP's 3 (gated) or 2 matrices of h x ffn."""
         h = self.hidden
-        return 2 * h * h + 2 * h * self.kv_width + 3 * h * self.ffn + 2 * h
+        return 2 * h * h + 2 * h * self.kv_width + (3 if self.gated else 2) * h * self.ffn
+
+    def layer_params(self) -> int:
+        h, kv, f = self.hidden, self.kv_width, self.ffn
+        biases = (2 * h + 2 * kv) + ((2 if self.gated else 1) * f + h) if self.biases else 0
+        return self.layer_matmul_params() + biases + 2 * h * (2 if self.biases else 1)  # + two norms
 
     def params(self) -> int:
-        return self.layers * self.layer_params() + 2 * self.vocab * self.hidden + self.hidden
+        h, V = self.hidden, self.vocab
+        out = 0 if self.tied else V * h + (V if self.biases else 0)  # an untied output layer (and its bias)
+        return self.layers * self.layer_params() + V * h + out + self.positions * h + h * (2 if self.biases else 1)
+
+    def plain(self) -> dict:
+        return dict(vars(self))
 
 
-# Meta's Llama 2 paper (Touvron et al. 2023, Table 1 and §2.2) and the published config of
-# Llama-2-70b: 80 layers, hidden 8192, 64 heads with 8 KV heads, FFN 28672, vocab 32000, 4096 tokens.
+# Meta's Llama 2 paper (Touvron et al. 2023, Table 1 and §2.2) and the published configs of
+# Llama-2-70b (80 layers, hidden 8192, 64 heads with 8 KV heads, FFN 28672, vocab 32000, 4096
+# tokens) and Llama-2-7b (32 layers, hidden 4096, 32 heads, all carrying keys and values, FFN 11008).
 LLAMA2_70B = ModelShape("Llama-2-70B", 80, 8192, 64, 8, 28672, 32000, 4096)
+LLAMA2_7B = ModelShape("Llama-2-7B", 32, 4096, 32, 32, 11008, 32000, 4096)
+# GPT-3 175B (Brown et al. 2020, Table 2.1: 96 layers, d_model 12288, 96 heads, context 2048; the
+# GPT-2 byte-pair vocabulary of 50257), the shape of Narayanan et al. 2021's and Korthikanti et
+# al. 2022's 175B runs: tied embeddings, learned positions, biases, a 4h GELU MLP.
+GPT3_175B = ModelShape("GPT-3-175B", 96, 12288, 96, 96, 4 * 12288, 50257, 2048, gated=False, biases=True, tied=True,
+                       positions=2048)
+# zeroedu's own GPTs (`models.gpt.PRESETS`; the same Ψ, tests/test_planner.py): untied, with biases
+GPT_SMALL = ModelShape("gpt-small", 4, 256, 4, 4, 1024, 97, 128, gated=False, biases=True, positions=128)
+GPT_TINY = ModelShape("gpt-tiny", 2, 32, 2, 2, 128, 67, 32, gated=False, biases=True, positions=32)
+MODELS = {m.name.lower(): m for m in (LLAMA2_70B, LLAMA2_7B, GPT3_175B, GPT_SMALL, GPT_TINY)}
+
+
+def model_shape(spec: "str | dict | ModelShape") -> ModelShape:
+    """A preset by name (`MODELS`, any case), or a shape given as a dict (a JSON object) with
+    layers, hidden, heads, ffn, vocab, seq and optionally name, kv_heads (default heads), gated,
+    biases, tied, positions."""
+    if isinstance(spec, ModelShape):
+        return spec
+    if isinstance(spec, str):
+        if spec.lower() not in MODELS:
+            raise ValueError(f"unknown model {spec!r}: one of {', '.join(m.name for m in MODELS.values())}, "
+                             "or a JSON shape")
+        return MODELS[spec.lower()]
+    need = {"layers", "hidden", "heads", "ffn", "vocab", "seq"}
+    known = need | {"name", "kv_heads", "gated", "biases", "tied", "positions"}
+    if not need <= set(spec) or not set(spec) <= known:
+        raise ValueError(f"a model shape needs {', '.join(sorted(need))} (and may give "
+                         f"{', '.join(sorted(known - need))}); got {', '.join(sorted(spec))}")
+    d = {"name": "custom", "kv_heads": spec["heads"], **spec}
+    for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "positions"):
+        if k in d and (isinstance(d[k], bool) or not isinstance(d[k], int) or d[k] < (0 if k == "positions" else 1)):
+            raise ValueError(f"{k} must be a positive integer, got {d[k]!r}")
+    if d["hidden"] % d["heads"] or d["heads"] % d["kv_heads"]:
+        raise ValueError("heads must divide hidden, and kv_heads the heads")
+    return ModelShape(**d)
 
 
 @dataclass(frozen=True)
 class Cluster:
+    """N GPUs, `per_node` to an NVLink domain. Every bandwidth is a line rate per GPU per
+    direction (what the link can carry; a collective reaches less), FLOP/s are dense datasheet
+    peaks, and `efficiency` (the share of peak the matrix multiplications reach) and
+    `host_memory` are assumptions, printed as such. The defaults are an H100 SXM node (`GPUS`)."""
     gpus: int
     per_node: int = 8
     hbm: float = 80e9  # H100 SXM: 80 GB
-    nvlink: float = 450e9  # per GPU per direction (`theory.timing.DEFAULT_BANDWIDTH`)
-    nic: float = 50e9  # one 400 Gb/s NIC per GPU
+    nvlink: float = 450e9  # line rate per GPU per direction (`theory.timing.DEFAULT_BANDWIDTH`)
+    nic: float = 50e9  # line rate: one 400 Gb/s NIC per GPU
     peak_flops: float = 989e12  # H100 SXM dense BF16 (NVIDIA's datasheet)
     efficiency: float = 0.5  # an assumption: the share of peak the matrix multiplications reach
-    fp8_flops: float = 1979e12  # H100 SXM dense FP8 (the same datasheet; 3958 is with sparsity)
-    pcie: float = 63e9  # host link per GPU per direction: PCIe 5.0 x16, 32 GT/s x 16 lanes, 128b/130b
+    fp8_flops: float | None = 1979e12  # H100 SXM dense FP8 (the same datasheet; 3958 is with sparsity); None: none
+    pcie: float = 63e9  # host link line rate per GPU per direction: PCIe 5.0 x16, 32 GT/s x 16 lanes, 128b/130b
     host_memory: float = 50e9  # an assumption: a node's ~400 GB/s of DDR5 shared by its 8 GPUs' CPU steps
+
+    @classmethod
+    def of(cls, gpu: str, gpus: int, **kw) -> "Cluster":
+        """`gpus` of a preset (`GPUS`), any field overridden by `kw`."""
+        if gpu not in GPUS:
+            raise ValueError(f"unknown GPU {gpu!r}: one of {', '.join(GPUS)}")
+        return cls(gpus, **{**GPUS[gpu].fields, **kw})
+
+
+@dataclass(frozen=True)
+class GPU:
+    """A GPU preset: its `Cluster` fields and where the numbers come from."""
+    fields: dict
+    source: str
+
+
+# Datasheet figures (dense, no sparsity) and the links of the vendor's 8-GPU server: NVLink per
+# GPU per direction (A100: 12 NVLink-3 links of 25 GB/s; H100/H200: 18 NVLink-4 links of 25 GB/s),
+# one NIC per GPU (DGX A100: 200 Gb/s HDR; DGX H100/H200: 400 Gb/s NDR), PCIe 4.0 x16 (31.5 GB/s)
+# or 5.0 x16 (63 GB/s). All line rates.
+GPUS = {
+    "a100-80gb": GPU(dict(per_node=8, hbm=80e9, nvlink=300e9, nic=25e9, peak_flops=312e12, fp8_flops=None,
+                          pcie=31.5e9), "NVIDIA A100 datasheet (80 GB SXM: 312 TFLOP/s BF16, no FP8), DGX A100"),
+    "h100-sxm": GPU(dict(per_node=8, hbm=80e9, nvlink=450e9, nic=50e9, peak_flops=989e12, fp8_flops=1979e12,
+                         pcie=63e9), "NVIDIA H100 datasheet (SXM: 989 TFLOP/s BF16, 1979 FP8), DGX H100"),
+    "h200": GPU(dict(per_node=8, hbm=141e9, nvlink=450e9, nic=50e9, peak_flops=989e12, fp8_flops=1979e12,
+                     pcie=63e9), "NVIDIA H200 datasheet (SXM: 141 GB, the H100's compute), DGX H200"),
+}
+
+RECOMPUTE = RECOMPUTE_MODES  # none; selective (attention's core re-run); full (every layer re-run)
 
 
 @dataclass(frozen=True)
@@ -119,10 +221,14 @@ class Plan:
     zero: int
     offload: bool = False  # the optimizer's partition on the host (ZeRO-Offload)
     fp8: bool = False  # the linear layers in FP8
+    micro_batch: int = 1  # sequences per micro-batch, b
+    recompute: str = RecomputeMode.SELECTIVE  # none; selective (attention's core re-run); full (every layer re-run)
 
     def __str__(self) -> str:
         return (f"dp {self.dp} x tp {self.tp} x pp {self.pp} x cp {self.cp}, ZeRO-{self.zero}"
-                + (" + offload" if self.offload else "") + (", FP8" if self.fp8 else ""))
+                + (" + offload" if self.offload else "") + (", FP8" if self.fp8 else "")
+                + (f", b {self.micro_batch}" if self.micro_batch != 1 else "")
+                + {RecomputeMode.NONE: ", no recompute", RecomputeMode.FULL: ", full recompute"}.get(self.recompute, ""))
 
 
 @dataclass(frozen=True)
@@ -139,6 +245,8 @@ class Estimate:
     fits: bool
     offload: float = 0.0  # seconds of PCIe traffic exposed
     host: float = 0.0  # bytes per GPU on the host (optimizer offload)
+    model_flops: float = 0.0  # the step's FLOPs without recompute (what MFU counts)
+    hardware_flops: float = 0.0  # the FLOPs it runs, recompute included (the compute term's)
 
     @property
     def memory(self) -> float:
@@ -147,6 +255,10 @@ class Estimate:
     @property
     def step(self) -> float:
         return self.compute / (1 - self.bubble) + self.tp + self.cp + self.dp + self.offload
+
+    def throughput(self, gpus: int) -> float:
+        """Model FLOP/s per GPU: the step's FLOPs without recompute over the step time."""
+        return self.model_flops / self.step / gpus
 
     def terms(self) -> dict[str, float]:
         """The step's parts in seconds: compute, the bubble's idle time, each axis's exposed comm
@@ -172,11 +284,29 @@ def offloaded_states_bytes(psi, g: int, zero: int) -> tuple[Fraction, Fraction]:
 
 
 def model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> Fraction:
-    """FLOPs of one training step of a GPT, forward and backward, no recompute:
-    72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)) (Korthikanti et al. 2022, §6, the model FLOPs behind MFU;
-    Narayanan et al. 2021, Eq. (3), is the same with 96 for full recompute's second forward)."""
+    """FLOPs of one training step of a GPT (FFN 4h, every head carrying keys and values), forward
+    and backward, no recompute: 72·B·s·L·h²·(1 + s/(6h) + V/(12·L·h)), the model FLOPs behind MFU
+    (Korthikanti et al. 2022, Appendix A). Narayanan et al. 2021's Eq. (3) counts full recompute's
+    second forward of the layers: 96·B·s·L·h²·(1 + s/(6h) + V/(16·L·h)) (`step_flops`, "full")."""
     return 72 * batch * seq * layers * hidden * hidden * (1 + Fraction(seq, 6 * hidden)
                                                           + Fraction(vocab, 12 * layers * hidden))
+
+
+def step_flops(model: ModelShape, batch: int, recompute: str = RecomputeMode.NONE) -> Fraction:
+    """FLOPs of one training step over `batch` sequences of `model.seq` tokens, from the shapes.
+    Per token and layer the forward takes 2 FLOPs per weight of its matrix multiplications
+    (`ModelShape.layer_matmul_params`) and 4·s·h for attention's QKᵀ and A·V (the causal mask not
+    exploited, as the papers count); the output layer 2·h·V per token; backward twice the forward.
+    Recompute re-runs forward work during backward: "full" every layer's forward, "selective"
+    attention's QKᵀ and A·V (Korthikanti et al. 2022, §5). For a GPT shape "none" is `model_flops`
+    and "full" Narayanan et al. 2021's Eq. (3) (tests/test_planner.py)."""
+    if recompute not in RECOMPUTE:
+        raise ValueError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {recompute!r}")
+    s, h, L = model.seq, model.hidden, model.layers
+    layer = 2 * model.layer_matmul_params() + 4 * s * h
+    forward = L * layer + 2 * h * model.vocab
+    again = {RecomputeMode.NONE: 0, RecomputeMode.SELECTIVE: L * 4 * s * h, RecomputeMode.FULL: L * layer}[recompute]
+    return Fraction(batch * s) * (3 * forward + again)
 
 
 def training_days(tokens, params, gpus: int, flops_per_gpu) -> float:
@@ -185,25 +315,46 @@ def training_days(tokens, params, gpus: int, flops_per_gpu) -> float:
     return 8 * float(tokens) * float(params) / (gpus * float(flops_per_gpu)) / 86400
 
 
+def stage_layers(layers: int, pp: int) -> int:
+    """Layers on the busiest pipeline stage: ⌈L/pp⌉. When pp does not divide L the other stages
+    hold fewer, as a run that gives its first or last stage fewer layers does (Megatron-Core's
+    `TransformerConfig.num_layers_in_first_pipeline_stage` and `num_layers_in_last_pipeline_stage`,
+    megatron/core/transformer/transformer_config.py, Megatron-LM main at d2c5e8b); the busiest
+    stage sets the pipeline's pace and holds the most activations."""
+    return -(-layers // pp)
+
+
 def refusal(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int) -> str | None:
-    """Why `plan` cannot exist (one line), or None."""
-    d, t, p, c = plan.dp, plan.tp, plan.pp, plan.cp
+    """Why `plan` cannot exist (one line), or None. tp may span nodes (its all-reduces then run
+    on the NIC, and `estimate` charges them there); pp need not divide the layers (`stage_layers`)."""
+    d, t, p, c, b = plan.dp, plan.tp, plan.pp, plan.cp, plan.micro_batch
     if d * t * p * c != cluster.gpus:
         return f"dp x tp x pp x cp = {d * t * p * c}, not the {cluster.gpus} GPUs"
     if plan.zero not in (0, 1, 2, 3):
         return f"ZeRO levels are 0..3, not {plan.zero}"
+    if plan.recompute not in RECOMPUTE:
+        return f"recompute is one of {', '.join(RECOMPUTE)}, not {plan.recompute!r}"
+    if b < 1:
+        return f"a micro-batch holds at least one sequence, not {b}"
     if plan.offload and plan.zero == 0:
         return "optimizer offload moves a ZeRO optimizer's partition: ZeRO-0 has none"
+    if plan.offload and p > 1 and plan.zero > 1:
+        # DeepSpeed's rule, whose data flow the offload term models, not physics: its
+        # PipelineEngine refuses ZeRO-2 and ZeRO-3 (deepspeed/runtime/pipe/engine.py; card pp_zero)
+        return f"offload with a pipeline is DeepSpeed's, whose PipelineEngine takes ZeRO-1 at most, not ZeRO-{plan.zero}"
+    if plan.fp8 and cluster.fp8_flops is None:
+        return "FP8: this GPU has no FP8 matrix units"
+    if plan.fp8 and plan.recompute != RecomputeMode.SELECTIVE:
+        return "FP8's saved inputs are counted with selective recompute only"
     if model.heads % t or model.kv_heads % t:
         return f"tp = {t} must divide the {model.heads} heads and the {model.kv_heads} KV heads"
-    if t > cluster.per_node:
-        return f"tp = {t} spans nodes: its blocking all-reduces would run on the NIC ({cluster.per_node} GPUs per node)"
-    if model.layers % p:
-        return f"pp = {p} must divide the {model.layers} layers"
+    if p > model.layers:
+        return f"pp = {p} stages exceed the {model.layers} layers"
     if model.seq % (2 * c):
         return f"cp = {c}: the sequence of {model.seq} does not split into 2cp = {2 * c} zig-zag chunks"
-    if global_batch % d:
-        return f"the global batch of {global_batch} sequences does not split over dp = {d}"
+    if global_batch % (d * b):
+        return (f"the global batch of {global_batch} sequences does not split over dp = {d}"
+                + (f" in micro-batches of {b}" if b > 1 else ""))
     return None
 
 
@@ -211,11 +362,14 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     why = refusal(model, cluster, plan, global_batch)
     if why:
         raise ValueError(why)
-    d, t, p, c, z = plan.dp, plan.tp, plan.pp, plan.cp, plan.zero
-    L, h, s, V = model.layers, model.hidden, model.seq, model.vocab
-    m = global_batch // d  # micro-batches of one sequence
+    d, t, p, c, z, b = plan.dp, plan.tp, plan.pp, plan.cp, plan.zero, plan.micro_batch
+    L, h, s, V, a = model.layers, model.hidden, model.seq, model.vocab, model.heads
+    m = global_batch // (d * b)  # micro-batches of b sequences per replica
+    k = stage_layers(L, p)
     psi = model.params()
-    psi_r = Fraction(psi, t * p)
+    # the busiest stage's parameters on one tp rank (the embeddings counted as if spread over the
+    # stages: an approximation of ~1 % for a large model); Ψ/(tp·pp) when pp divides L
+    psi_r = Fraction(k * model.layer_params() + Fraction(psi - L * model.layer_params(), p), t)
     g = d * c
     gathered_byte = 1 if plan.fp8 else 2  # ZeRO-3 gathers FP8 copies of the weights in FP8
     host = Fraction(0)
@@ -223,24 +377,38 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     if plan.offload:
         states, host = offloaded_states_bytes(psi_r, g, z)
     states += 2 * gathered_byte * Fraction(model.layer_params(), t) if z == 3 else 0
-    act_layer = (fp8_forms.layer_activation_bytes(s // c, 1, h, t) if plan.fp8
-                 else Fraction(34 * (s // c) * h, t))
-    activations = act_layer * (L // p) * min(p, m)
-    flops = model_flops(global_batch, s, L, h, V)
-    linear = 72 * global_batch * s * L * h * h  # the bracket's 1: the linear layers' FLOPs
+    # activations per layer and micro-batch on a tp rank with sequence parallelism (Korthikanti
+    # et al. 2022, Table 2, at s/cp tokens; the scores of "none" for this rank's queries x every key)
+    sc = s // c
+    whole = Fraction(34 * sc * b * h + 5 * a * sc * s * b, t)  # a layer's, nothing recomputed
+    if plan.fp8:
+        act_layer = fp8_forms.layer_activation_bytes(sc, b, h, t)
+    else:
+        act_layer = {RecomputeMode.NONE: whole, RecomputeMode.SELECTIVE: Fraction(34 * sc * b * h, t),
+                     RecomputeMode.FULL: Fraction(2 * sc * b * h, t)}[plan.recompute]
+    # the first 1F1B stage holds min(pp, m) micro-batches of its layers (§4.2.3); under full
+    # recompute it also rebuilds one layer's activations at a time during backward
+    activations = act_layer * k * min(p, m) + (whole if plan.recompute == RecomputeMode.FULL else 0)
+    flops = step_flops(model, global_batch, plan.recompute)
+    passes = 4 if plan.recompute == RecomputeMode.FULL else 3  # forward, backward (2x), and full recompute's forward again
+    linear = Fraction(global_batch * s) * passes * 2 * L * model.layer_matmul_params()
     per_gpu = cluster.gpus * cluster.efficiency
-    compute = (float(linear) / (per_gpu * (cluster.fp8_flops if plan.fp8 else cluster.peak_flops))
-               + float(flops - linear) / (per_gpu * cluster.peak_flops))
+    fast = cluster.fp8_flops if plan.fp8 else cluster.peak_flops
+    balance = Fraction(p * k, L)  # the busiest stage sets the pace: 1 when pp divides L
+    compute = float(balance) * (float(linear) / (per_gpu * fast) + float(flops - linear) / (per_gpu * cluster.peak_flops))
     bubble = (p - 1) / (m + p - 1)
-    # tensor parallel: 4 all-reduce-equivalents per layer and micro-batch, this stage's L/p layers
+    # tensor parallel: 4 all-reduce-equivalents per layer and micro-batch (6 under full recompute,
+    # whose second forward repeats forward's 2), the busiest stage's layers; NVLink inside a node,
+    # the NIC when tp spans nodes
     tp_link = cluster.nvlink if t <= cluster.per_node else cluster.nic
-    tp_bytes = 4 * 2 * (t - 1) / t * (s // c) * h * 2
-    tp_time = m * (L // p) * tp_bytes / tp_link
+    tp_bytes = (6 if plan.recompute == RecomputeMode.FULL else 4) * 2 * (t - 1) / t * b * sc * h * 2
+    tp_time = m * k * tp_bytes / tp_link
     # context parallel: the ring, hidden behind the attention's own compute where it is shorter
     cp_link = cluster.nvlink if t * c <= cluster.per_node else cluster.nic
-    rb = ring_bytes(1, model.kv_heads // t if model.kv_heads >= t else 1, s, h // model.heads, c, 2)
-    cp_comm = m * (L // p) * (rb["forward"] + rb["backward"]) / cp_link
-    attn = m * (L // p) * 12 * s * s * h / (c * t) / (cluster.peak_flops * cluster.efficiency)
+    rb = ring_bytes(b, model.kv_heads // t if model.kv_heads >= t else 1, s, h // model.heads, c, 2)
+    ring = rb["forward"] * (2 if plan.recompute == RecomputeMode.FULL else 1) + rb["backward"]
+    cp_comm = m * k * ring / cp_link
+    attn = m * k * 12 * b * s * s * h / (c * t) / (cluster.peak_flops * cluster.efficiency)
     cp_time = max(0.0, cp_comm - attn)
     # data parallel: the gradients (and ZeRO-3's gathers), hidden behind backward up to its length
     dp_link = cluster.nvlink if t * c * d <= cluster.per_node else cluster.nic
@@ -257,7 +425,8 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
         off_time = (max(0.0, 4 * part / cluster.pcie - 2 / 3 * compute) + CPU_ADAM_BYTES * part / cluster.host_memory
                     + 2 * part / cluster.pcie)
     return Estimate(plan, m, float(states), float(activations), compute, bubble, tp_time, cp_time, dp_time,
-                    float(states + activations) <= cluster.hbm, off_time, float(host))
+                    float(states + activations) <= cluster.hbm, off_time, float(host),
+                    float(step_flops(model, global_batch, RecomputeMode.NONE)), float(flops))
 
 
 @dataclass(frozen=True)
@@ -271,18 +440,23 @@ class PlanReport:
 
 
 def plan(model: ModelShape = LLAMA2_70B, cluster: Cluster = Cluster(256), global_batch: int = 1024,
-         zero_levels=(0, 1, 2, 3), cp_sizes=(1, 2, 4, 8), offload=(False,), fp8=(False,)) -> PlanReport:
-    """Every dp × tp × pp × cp × ZeRO level on `cluster` (× with and without optimizer offload, in
-    bf16 or FP8, as `offload` and `fp8` list); the ones that fit, ranked by step time."""
+         zero_levels=(0, 1, 2, 3), cp_sizes=(1, 2, 4, 8), offload=(False,), fp8=(False,),
+         micro_batches=(1, 2, 4), recompute=RECOMPUTE) -> PlanReport:
+    """Every dp × tp × pp × cp × ZeRO level × micro-batch size × recompute mode on `cluster` (× with
+    and without optimizer offload, in bf16 or FP8, as `offload` and `fp8` list); the ones that
+    fit, ranked by step time (then memory)."""
     n = cluster.gpus
     divisors = [k for k in range(1, n + 1) if n % k == 0]
     ranked, too_big, refused = [], 0, {}
-    for t, p, c, z, off, f8 in product(divisors, divisors, cp_sizes, zero_levels, offload, fp8):
+    for t, p, c, z, off, f8, b, rc in product(divisors, divisors, cp_sizes, zero_levels, offload, fp8, micro_batches,
+                                              recompute):
         if n % (t * p * c):
             continue
         if off and z == 0:
             continue  # offload has no partition to move without ZeRO: not a plan, not a refusal
-        pl = Plan(n // (t * p * c), t, p, c, z, off, f8)
+        if f8 and rc != RecomputeMode.SELECTIVE:
+            continue  # FP8's saved inputs are counted for selective recompute only
+        pl = Plan(n // (t * p * c), t, p, c, z, off, f8, b, rc)
         why = refusal(model, cluster, pl, global_batch)
         if why:
             key = re.sub(r"\d+", "N", why)  # one count per kind of reason
@@ -308,8 +482,9 @@ def why_better(a: Estimate, b: Estimate) -> str:
     return f"{1e3 * (b.step - a.step):.0f} ms faster than {b.plan}: " + "; ".join(gains + costs)
 
 
-__all__ = ["Cluster", "Estimate", "LLAMA2_70B", "ModelShape", "Plan", "PlanReport", "estimate", "model_flops",
-           "offloaded_states_bytes", "plan", "refusal", "states_bytes", "training_days", "why_better"]
+__all__ = ["Cluster", "Estimate", "GPT3_175B", "GPUS", "LLAMA2_70B", "LLAMA2_7B", "MODELS", "ModelShape", "Plan",
+           "PlanReport", "RECOMPUTE", "estimate", "model_flops", "model_shape", "offloaded_states_bytes", "plan",
+           "refusal", "stage_layers", "states_bytes", "step_flops", "training_days", "why_better"]
 
 
 # ------------------------------------------------------------------ the design exercise
@@ -339,19 +514,12 @@ class DesignGrade:
         return [c for c in self.conditions if not c.held]
 
 
-_FIELDS = {"dp": r"dp", "tp": r"tp", "pp": r"pp", "cp": r"cp", "zero": r"zero(?:[\s-]*stage)?|stage"}
-
-
 def parse_plan(text: str) -> Plan | None:
-    """'dp 8, tp 8, pp 4, ZeRO-1' / 'tp=8 pp=4 dp=8 zero 1' / 'DP=8 TP=8 PP=4 stage 1' -> a Plan;
-    None when dp, tp, pp or the ZeRO level is missing. cp is 1 unless named."""
-    t = text.lower()
-    got = {}
-    for key, pat in _FIELDS.items():
-        m = re.search(rf"\b(?:{pat})\s*(?:=|:|-)?\s*(\d+)", t)
-        if m:
-            got[key] = int(m.group(1))
-    if not {"dp", "tp", "pp", "zero"} <= set(got):
+    """The plan an answer names, read by the answer engine (`answers.read_plan`: 'dp 8, tp 8, pp 4,
+    ZeRO-1', '8-way data parallel, ...', numbers in words); None when dp, tp, pp or the ZeRO level
+    is missing or named twice. cp is 1 unless named."""
+    got = read_plan(text)
+    if got is None:
         return None
     return Plan(got["dp"], got["tp"], got["pp"], got.get("cp", 1), got["zero"])
 
