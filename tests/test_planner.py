@@ -122,6 +122,24 @@ def test_recompute_and_the_micro_batch_size_move_memory_and_time_as_their_forms_
     assert b2.bubble == pytest.approx((p - 1) / (64 + p - 1))
 
 
+def test_interleaving_divides_the_bubble_by_v_and_pays_in_memory_and_sends():
+    """Interleaved 1F1B with v chunks per rank (Narayanan et al. 2021, §2.2.2): (pp - 1)/v idle slots
+    beside m; the first stage holds pp micro-batches times 1 + (pp - 1)/(pp·v) (Megatron-LM's
+    theoretical_memory_usage.py); v times the sends on the critical path."""
+    model, c = P.LLAMA2_70B, P.Cluster(256)
+    plain = P.estimate(model, c, P.Plan(8, 8, 4, 1, 1), 1024)
+    inter = P.estimate(model, c, P.Plan(8, 8, 4, 1, 1, v=2), 1024)
+    m, p = 128, 4
+    assert plain.bubble == pytest.approx((p - 1) / (m + p - 1)) and inter.bubble == pytest.approx((p - 1) / (2 * m + p - 1))
+    assert inter.activations == pytest.approx(plain.activations * (1 + (p - 1) / (p * 2)))
+    # one micro-batch's b·s·h·2 bytes over tp, 2·v·(pp - 1) times, across nodes (dp·tp = 64 ranks apart)
+    one = 1 * model.seq * model.hidden * 2 / 8
+    assert plain.pp == pytest.approx(2 * (p - 1) * one / c.nic) and inter.pp == pytest.approx(2 * plain.pp)
+    assert inter.step == pytest.approx(sum(inter.terms().values()))
+    assert "must divide the 80 layers" in P.refusal(model, c, P.Plan(8, 8, 4, 1, 1, v=3), 1024)  # 12 chunks
+    assert "with pp > 1" in P.refusal(model, c, P.Plan(32, 8, 1, 1, 1, v=2), 1024)
+
+
 def test_uneven_stages_put_the_busiest_stages_layers_in_memory_and_time():
     model, c = P.LLAMA2_70B, P.Cluster(96)
     assert P.stage_layers(80, 3) == 27 and P.stage_layers(80, 16) == 5
@@ -163,8 +181,10 @@ def test_the_command_line_prints_the_ranking_and_refuses_a_plan():
     assert "line rates per GPU per direction: NVLink 450 GB/s, NIC 50 GB/s" in r.stdout
     bad = zeroedu("plan", "--check", "16,16,1,1,1")
     assert bad.returncode == 2 and "must divide the 64 heads" in bad.stderr
-    ok = zeroedu("plan", "--check", "8,8,4,1,1,2", "--recompute", "full")
-    assert ok.returncode == 0 and "fits" in ok.stdout and "  full  " in ok.stdout, ok.stdout
+    ok = zeroedu("plan", "--check", "8,8,4,1,1,2,2", "--recompute", "full")
+    assert ok.returncode == 0 and "fits" in ok.stdout and "  2  2       full  64  " in ok.stdout, ok.stdout
+    bad = zeroedu("plan", "--check", "8,8,4,1,1,2,2,2")
+    assert bad.returncode == 2 and "--check takes dp,tp,pp,cp,zero[,b[,v]]" in bad.stderr
 
 
 def test_the_command_line_plans_any_model_on_any_gpu_preset(tmp_path):

@@ -136,6 +136,9 @@ def compare_job(ctx, arms: list[dict], rounds: int = 5, steps: int = 3, warmup: 
             if prof is not None:
                 prof.disable()
                 prof.dump_stats(f"{profile}.{arm.label}.prof")
+            # a heartbeat: a job that streams is alive (`cluster.Pool.run`), so a comparison that
+            # takes longer than the pool's limit on a busy machine is not taken for a hung one
+            ctx.emit({"type": "heartbeat", "rank": ctx.rank, "round": k, "arm": arm.label})
     out = {"rank": ctx.rank, "times": times, "first": first, "wire": {}, "ring_model": {}, "messages": {},
            "peak": {}}
     meter = ctx.wire if getattr(ctx.wire, "available", False) else None

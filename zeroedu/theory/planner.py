@@ -37,7 +37,9 @@ Time per step (each term a lower bound; `Estimate`):
               and 4·s·h for attention per token and layer, 2hV for the logits, backward twice the
               forward, plus what recompute runs again), over N GPUs at `efficiency` of peak (an
               assumption), times pp·⌈L/pp⌉/L for the busiest stage
-    bubble    the pipeline idles (pp − 1)/(m + pp − 1) of the step (§2.2)
+    bubble    the pipeline idles (pp − 1)/(v·m + pp − 1) of the step (§2.2; v = 1 without interleaving)
+    pp        the sends on the pipeline's critical path: 2·v·(pp − 1) of one micro-batch's
+              b·(s/cp)·h·2/tp bytes (scatter/gather, §4.1), on NVLink or the NIC
     tp        4 all-reduce-equivalents of b·(s/cp)·h·2 bytes per layer and micro-batch (2 forward,
               2 backward, 2 more for full recompute's second forward; with SP as all-gather +
               reduce-scatter, the same bytes), on NVLink inside a node, on the NIC when tp spans
@@ -59,11 +61,11 @@ Time per step (each term a lower bound; `Estimate`):
               the master, the moments and the 16-bit copy) at `Cluster.host_memory` per GPU
     FP8       the linear layers' FLOPs at the FP8 peak, attention's and the logits' at the BF16 peak
               (`Cluster.fp8_flops`: H100 SXM dense FP8 is twice BF16; an A100 has none)
-Ranked by the sum: compute·(m + pp − 1)/m + tp + cp exposed + dp exposed + offload exposed.
+Ranked by the sum: compute/(1 − bubble) + tp + cp exposed + dp exposed + pp sends + offload exposed.
 Refused as one framework's rule, not physics: optimizer offload with a pipeline beyond ZeRO-1
 (DeepSpeed's `PipelineEngine`, whose offload data flow this models, refuses ZeRO-2 and -3).
 Not modelled yet: the matrix multiplications' efficiency as a function of their shapes (one
-assumed share of peak for every GEMM), interleaved 1F1B, expert parallelism.
+assumed share of peak for every GEMM), expert parallelism.
 """
 from __future__ import annotations
 
@@ -223,11 +225,13 @@ class Plan:
     fp8: bool = False  # the linear layers in FP8
     micro_batch: int = 1  # sequences per micro-batch, b
     recompute: str = RecomputeMode.SELECTIVE  # none; selective (attention's core re-run); full (every layer re-run)
+    v: int = 1  # interleaved 1F1B: model chunks per pipeline rank (1: plain 1F1B)
 
     def __str__(self) -> str:
         return (f"dp {self.dp} x tp {self.tp} x pp {self.pp} x cp {self.cp}, ZeRO-{self.zero}"
                 + (" + offload" if self.offload else "") + (", FP8" if self.fp8 else "")
                 + (f", b {self.micro_batch}" if self.micro_batch != 1 else "")
+                + (f", interleaved v {self.v}" if self.v != 1 else "")
                 + {RecomputeMode.NONE: ", no recompute", RecomputeMode.FULL: ", full recompute"}.get(self.recompute, ""))
 
 
@@ -244,6 +248,7 @@ class Estimate:
     dp: float
     fits: bool
     offload: float = 0.0  # seconds of PCIe traffic exposed
+    pp: float = 0.0  # seconds of the pipeline's point-to-point sends on its critical path
     host: float = 0.0  # bytes per GPU on the host (optimizer offload)
     model_flops: float = 0.0  # the step's FLOPs without recompute (what MFU counts)
     hardware_flops: float = 0.0  # the FLOPs it runs, recompute included (the compute term's)
@@ -254,7 +259,7 @@ class Estimate:
 
     @property
     def step(self) -> float:
-        return self.compute / (1 - self.bubble) + self.tp + self.cp + self.dp + self.offload
+        return self.compute / (1 - self.bubble) + self.tp + self.cp + self.dp + self.offload + self.pp
 
     def throughput(self, gpus: int) -> float:
         """Model FLOP/s per GPU: the step's FLOPs without recompute over the step time."""
@@ -264,7 +269,7 @@ class Estimate:
         """The step's parts in seconds: compute, the bubble's idle time, each axis's exposed comm
         and the host link's."""
         return {"compute": self.compute, "bubble": self.compute / (1 - self.bubble) - self.compute,
-                "tp": self.tp, "cp": self.cp, "dp": self.dp, "offload": self.offload}
+                "tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "offload": self.offload}
 
 
 def states_bytes(psi, g: int, zero: int) -> Fraction:
@@ -336,6 +341,10 @@ def refusal(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int) 
         return f"recompute is one of {', '.join(RECOMPUTE)}, not {plan.recompute!r}"
     if b < 1:
         return f"a micro-batch holds at least one sequence, not {b}"
+    if plan.v < 1 or (plan.v > 1 and p == 1):
+        return f"interleaving cuts each pipeline rank's layers into v >= 1 chunks, with pp > 1 (v = {plan.v}, pp = {p})"
+    if plan.v > 1 and model.layers % (p * plan.v):
+        return f"interleaved: pp x v = {p * plan.v} chunks must divide the {model.layers} layers"
     if plan.offload and plan.zero == 0:
         return "optimizer offload moves a ZeRO optimizer's partition: ZeRO-0 has none"
     if plan.offload and p > 1 and plan.zero > 1:
@@ -386,9 +395,11 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     else:
         act_layer = {RecomputeMode.NONE: whole, RecomputeMode.SELECTIVE: Fraction(34 * sc * b * h, t),
                      RecomputeMode.FULL: Fraction(2 * sc * b * h, t)}[plan.recompute]
-    # the first 1F1B stage holds min(pp, m) micro-batches of its layers (§4.2.3); under full
-    # recompute it also rebuilds one layer's activations at a time during backward
-    activations = act_layer * k * min(p, m) + (whole if plan.recompute == RecomputeMode.FULL else 0)
+    # the first 1F1B stage holds min(pp, m) micro-batches of its layers (§4.2.3); interleaved, pp of
+    # them times 1 + (pp - 1)/(pp·v) (Megatron-LM's theoretical_memory_usage.py, "interleaved
+    # schedule memory penalty"); under full recompute it also rebuilds one layer at a time in backward
+    held = min(p, m) if plan.v == 1 else p * (1 + Fraction(p - 1, p * plan.v))
+    activations = act_layer * k * held + (whole if plan.recompute == RecomputeMode.FULL else 0)
     flops = step_flops(model, global_batch, plan.recompute)
     passes = 4 if plan.recompute == RecomputeMode.FULL else 3  # forward, backward (2x), and full recompute's forward again
     linear = Fraction(global_batch * s) * passes * 2 * L * model.layer_matmul_params()
@@ -396,7 +407,15 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     fast = cluster.fp8_flops if plan.fp8 else cluster.peak_flops
     balance = Fraction(p * k, L)  # the busiest stage sets the pace: 1 when pp divides L
     compute = float(balance) * (float(linear) / (per_gpu * fast) + float(flops - linear) / (per_gpu * cluster.peak_flops))
-    bubble = (p - 1) / (m + p - 1)
+    # the bubble: (pp - 1)/v micro-batch slots of idle beside m of work (Narayanan et al. 2021, §2.2.2:
+    # interleaving divides the bubble's time by v), as a share of the step
+    bubble = (p - 1) / (plan.v * m + p - 1)
+    # pipeline sends: the critical path crosses the pp - 1 boundaries forward and backward once per
+    # chunk pass, 2·v·(pp - 1) sends of one micro-batch's b·(s/cp)·h·2 bytes, each tp rank its 1/tp
+    # (Narayanan et al. 2021, §4.1, scatter/gather); the other sends overlap the stages' compute.
+    # Neighbouring stages are d·c·t ranks apart: another node once that reaches a node's GPUs
+    pp_link = cluster.nvlink if d * c * t < cluster.per_node else cluster.nic
+    pp_time = 2 * plan.v * (p - 1) * b * sc * h * 2 / t / pp_link if p > 1 else 0.0
     # tensor parallel: 4 all-reduce-equivalents per layer and micro-batch (6 under full recompute,
     # whose second forward repeats forward's 2), the busiest stage's layers; NVLink inside a node,
     # the NIC when tp spans nodes
@@ -425,7 +444,7 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
         off_time = (max(0.0, 4 * part / cluster.pcie - 2 / 3 * compute) + CPU_ADAM_BYTES * part / cluster.host_memory
                     + 2 * part / cluster.pcie)
     return Estimate(plan, m, float(states), float(activations), compute, bubble, tp_time, cp_time, dp_time,
-                    float(states + activations) <= cluster.hbm, off_time, float(host),
+                    float(states + activations) <= cluster.hbm, off_time, pp_time, float(host),
                     float(step_flops(model, global_batch, RecomputeMode.NONE)), float(flops))
 
 
@@ -441,22 +460,25 @@ class PlanReport:
 
 def plan(model: ModelShape = LLAMA2_70B, cluster: Cluster = Cluster(256), global_batch: int = 1024,
          zero_levels=(0, 1, 2, 3), cp_sizes=(1, 2, 4, 8), offload=(False,), fp8=(False,),
-         micro_batches=(1, 2, 4), recompute=RECOMPUTE) -> PlanReport:
-    """Every dp × tp × pp × cp × ZeRO level × micro-batch size × recompute mode on `cluster` (× with
+         micro_batches=(1, 2, 4), recompute=RECOMPUTE, interleave=(1, 2, 4)) -> PlanReport:
+    """Every dp × tp × pp × cp × ZeRO level × micro-batch size × recompute mode × interleaving (v
+    chunks per pipeline rank, where pp > 1) on `cluster` (× with
     and without optimizer offload, in bf16 or FP8, as `offload` and `fp8` list); the ones that
     fit, ranked by step time (then memory)."""
     n = cluster.gpus
     divisors = [k for k in range(1, n + 1) if n % k == 0]
     ranked, too_big, refused = [], 0, {}
-    for t, p, c, z, off, f8, b, rc in product(divisors, divisors, cp_sizes, zero_levels, offload, fp8, micro_batches,
-                                              recompute):
+    for t, p, c, z, off, f8, b, rc, v in product(divisors, divisors, cp_sizes, zero_levels, offload, fp8,
+                                                 micro_batches, recompute, interleave):
         if n % (t * p * c):
             continue
         if off and z == 0:
             continue  # offload has no partition to move without ZeRO: not a plan, not a refusal
         if f8 and rc != RecomputeMode.SELECTIVE:
             continue  # FP8's saved inputs are counted for selective recompute only
-        pl = Plan(n // (t * p * c), t, p, c, z, off, f8, b, rc)
+        if v > 1 and p == 1:
+            continue  # no pipeline to interleave: the same plan as v = 1
+        pl = Plan(n // (t * p * c), t, p, c, z, off, f8, b, rc, v)
         why = refusal(model, cluster, pl, global_batch)
         if why:
             key = re.sub(r"\d+", "N", why)  # one count per kind of reason
@@ -478,7 +500,9 @@ def why_better(a: Estimate, b: Estimate) -> str:
     gains = [f"{k} {1e3 * ta[k]:.0f} vs {1e3 * tb[k]:.0f} ms" for dlt, k in diffs if dlt >= 5e-4][:2]
     costs = [f"though its {k} is {1e3 * -dlt:.0f} ms longer" for dlt, k in diffs[::-1] if dlt <= -5e-4][:1]
     if not gains:
-        return f"as fast as {b.plan}, with less memory ({a.memory / GB:.1f} vs {b.memory / GB:.1f} GB)"
+        if round(a.memory / GB, 1) < round(b.memory / GB, 1):
+            return f"as fast as {b.plan}, with less memory ({a.memory / GB:.1f} vs {b.memory / GB:.1f} GB)"
+        return f"as fast as {b.plan}, in as much memory ({a.memory / GB:.1f} GB): a tie"
     return f"{1e3 * (b.step - a.step):.0f} ms faster than {b.plan}: " + "; ".join(gains + costs)
 
 

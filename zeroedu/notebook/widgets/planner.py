@@ -64,16 +64,16 @@ class PlannerWidget:
         rep = self.report
         message(self.message, f"{len(rep.ranked)} plans fit, {rep.too_big} exist but do not fit, "
                               f"{sum(rep.refused.values())} cannot exist", ok=bool(rep.ranked))
-        head = ["#", "dp", "tp", "pp", "cp", "ZeRO", "b", "recompute", "memory GB", "step s", "bubble ms", "tp ms",
-                "cp ms", "dp ms", "offload ms"]
+        head = ["#", "dp", "tp", "pp", "cp", "ZeRO", "b", "v", "recompute", "memory GB", "step s", "bubble ms", "tp ms",
+                "cp ms", "dp ms", "pp ms", "offload ms"]
         rows = []
         for i, e in enumerate(rep.ranked[:self.top]):
             t = e.terms()
             zero = f"{e.plan.zero} + offload" if e.plan.offload else e.plan.zero
-            rows.append([i + 1, e.plan.dp, e.plan.tp, e.plan.pp, e.plan.cp, zero, e.plan.micro_batch, e.plan.recompute,
-                         f"{e.memory / 1e9:.1f}",
+            rows.append([i + 1, e.plan.dp, e.plan.tp, e.plan.pp, e.plan.cp, zero, e.plan.micro_batch, e.plan.v,
+                         e.plan.recompute, f"{e.memory / 1e9:.1f}",
                          f"{e.step:.2f}", f"{1e3 * t['bubble']:.0f}", f"{1e3 * t['tp']:.0f}", f"{1e3 * t['cp']:.0f}",
-                         f"{1e3 * t['dp']:.0f}", f"{1e3 * t['offload']:.0f}"])
+                         f"{1e3 * t['dp']:.0f}", f"{1e3 * t['pp']:.0f}", f"{1e3 * t['offload']:.0f}"])
         self.table.value = ("<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
                             + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
                             + "</tbody></table>")
