@@ -140,6 +140,36 @@ def test_interleaving_divides_the_bubble_by_v_and_pays_in_memory_and_sends():
     assert "with pp > 1" in P.refusal(model, c, P.Plan(32, 8, 1, 1, 1, v=2), 1024)
 
 
+def test_a_mixture_of_experts_splits_its_experts_over_ep_and_pays_the_all_to_alls():
+    """Mixtral 8x7B: 46.7B parameters (Jiang et al. 2024: "47B"), a token's forward multiplies by
+    its 2 experts and the router; ep 8 holds one expert per layer per rank, ZeRO over the dp·cp/ep
+    ranks holding it; four all-to-alls per layer and micro-batch of k·b·s/tp rows, 7/8 of them off."""
+    from fractions import Fraction as F
+
+    mx = P.MIXTRAL_8X7B
+    h, f, L = mx.hidden, mx.ffn, mx.layers
+    expert = 3 * h * f
+    assert mx.params() == L * (2 * h * h + 2 * h * 1024 + 8 * expert + 8 * h + 2 * h) + 2 * 32000 * h + h
+    assert round(mx.params() / 1e9) == 47 and mx.expert_layer_params() == 8 * expert
+    assert mx.layer_matmul_params() == 2 * h * h + 2 * h * 1024 + 2 * expert + 8 * h  # what a token multiplies by
+    c = P.Cluster(64)
+    one, eight = (P.estimate(mx, c, P.Plan(8, 1, 1, 8, 1, ep=e), 512) for e in (1, 8))
+    psi = mx.params()
+    dense, experts = psi - L * mx.expert_layer_params(), L * mx.expert_layer_params()
+    assert one.states == pytest.approx(float(P.states_bytes(psi, 64, 1)))
+    assert eight.states == pytest.approx(float(P.states_bytes(dense, 64, 1) + P.states_bytes(F(experts, 8), 8, 1)))
+    assert one.ep == 0 and eight.ep == pytest.approx(64 * L * 4 * 2 * (4096 // 8) * h * 2 * 7 / 8 / c.nvlink)
+    # the MLP's 19 of Korthikanti's 34 per token saved for each of its 2 experts
+    assert one.activations == (15 + 19 * 2) * (4096 // 8) * h * L * 1
+    for plan, why in ((P.Plan(8, 1, 1, 8, 1, ep=3), "must divide the 8 experts"),
+                      (P.Plan(1, 8, 8, 1, 1, ep=2), "dp x cp = 1"),
+                      (P.Plan(8, 1, 1, 8, 1, fp8=True), "dense models only")):
+        got = P.refusal(mx, c, plan, 512)
+        assert got is not None and why in got, (plan, got)
+    assert "has none" in P.refusal(P.LLAMA2_70B, P.Cluster(256), P.Plan(32, 8, 1, 1, 1, ep=2), 1024)
+    assert any(e.plan.ep > 1 for e in P.plan(mx, c, 512).ranked)
+
+
 def test_uneven_stages_put_the_busiest_stages_layers_in_memory_and_time():
     model, c = P.LLAMA2_70B, P.Cluster(96)
     assert P.stage_layers(80, 3) == 27 and P.stage_layers(80, 16) == 5
@@ -182,9 +212,13 @@ def test_the_command_line_prints_the_ranking_and_refuses_a_plan():
     bad = zeroedu("plan", "--check", "16,16,1,1,1")
     assert bad.returncode == 2 and "must divide the 64 heads" in bad.stderr
     ok = zeroedu("plan", "--check", "8,8,4,1,1,2,2", "--recompute", "full")
-    assert ok.returncode == 0 and "fits" in ok.stdout and "  2  2       full  64  " in ok.stdout, ok.stdout
+    assert ok.returncode == 0 and "fits" in ok.stdout and "  2  2   1       full  64  " in ok.stdout, ok.stdout
+    bad = zeroedu("plan", "--check", "8,8,4,1,1,2,2,2,2")
+    assert bad.returncode == 2 and "--check takes dp,tp,pp,cp,zero[,b[,v[,ep]]]" in bad.stderr
     bad = zeroedu("plan", "--check", "8,8,4,1,1,2,2,2")
-    assert bad.returncode == 2 and "--check takes dp,tp,pp,cp,zero[,b[,v]]" in bad.stderr
+    assert bad.returncode == 2 and "Llama-2-70B has none" in bad.stderr
+    moe = zeroedu("plan", "--model", "mixtral-8x7b", "--gpus", "64", "--global-batch", "512", "--check", "8,1,1,8,1,1,1,8")
+    assert moe.returncode == 0 and "8 experts, top-2" in moe.stdout and "fits" in moe.stdout, moe.stdout
 
 
 def test_the_command_line_plans_any_model_on_any_gpu_preset(tmp_path):

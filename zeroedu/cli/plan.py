@@ -3,6 +3,7 @@ recompute mode (`theory.planner`).
 
     zeroedu plan                         # Llama-2-70B on 256 H100s, global batch 1024 x 4096 tokens
     zeroedu plan --model gpt-3-175b --gpu a100-80gb --gpus 1024 --global-batch 1536
+    zeroedu plan --model mixtral-8x7b --gpus 64 --global-batch 512 --check 8,1,1,8,1,1,1,8   # ep 8
     zeroedu plan --model '{"layers": 48, "hidden": 6144, "heads": 48, "ffn": 24576, "vocab": 51200, "seq": 2048}'
     zeroedu plan --check 8,8,4,1,1       # one plan (dp,tp,pp,cp,zero[,b]): its memory and time, or why not
     zeroedu plan --check 8,8,4,1,1,2,2 --recompute full   # b = 2, interleaved v = 2, every layer recomputed
@@ -29,14 +30,14 @@ def _row(i, e: planner.Estimate, gpus: int, offload: bool = False) -> list[str]:
     t = e.terms()
     zero = f"{e.plan.zero}{' + off' if e.plan.offload else ''}"
     row = [str(i), str(e.plan.dp), str(e.plan.tp), str(e.plan.pp), str(e.plan.cp), zero, str(e.plan.micro_batch),
-           str(e.plan.v), e.plan.recompute, str(e.microbatches), f"{e.states / 1e9:.1f}", f"{e.activations / 1e9:.1f}",
+           str(e.plan.v), str(e.plan.ep), e.plan.recompute, str(e.microbatches), f"{e.states / 1e9:.1f}", f"{e.activations / 1e9:.1f}",
            f"{e.step:.2f}", f"{e.throughput(gpus) / 1e12:.0f}", f"{1e3 * t['bubble']:.0f}", f"{1e3 * t['tp']:.0f}",
-           f"{1e3 * t['cp']:.0f}", f"{1e3 * t['dp']:.0f}", f"{1e3 * t['pp']:.0f}"]
+           f"{1e3 * t['cp']:.0f}", f"{1e3 * t['dp']:.0f}", f"{1e3 * t['pp']:.0f}", f"{1e3 * t['ep']:.0f}"]
     return row + [f"{e.host / 1e9:.1f}", f"{1e3 * t['offload']:.0f}"] if offload else row
 
 
-HEAD = ["#", "dp", "tp", "pp", "cp", "ZeRO", "b", "v", "recompute", "m", "states GB", "activ. GB", "step s",
-        "TFLOP/s", "bubble ms", "tp ms", "cp ms", "dp ms", "pp ms"]
+HEAD = ["#", "dp", "tp", "pp", "cp", "ZeRO", "b", "v", "ep", "recompute", "m", "states GB", "activ. GB", "step s",
+        "TFLOP/s", "bubble ms", "tp ms", "cp ms", "dp ms", "pp ms", "ep ms"]
 OFFLOAD_HEAD = ["host GB", "offload ms"]
 
 
@@ -77,7 +78,8 @@ def cmd_plan(args) -> int:
     model, cluster = _model(args.model), _cluster(args)
     head = HEAD + (OFFLOAD_HEAD if args.offload else [])
     print(f"{model.name}: {model.params():,} parameters, {model.layers} layers, hidden {model.hidden}, "
-          f"{model.heads} heads ({model.kv_heads} KV), FFN {model.ffn} ({'SwiGLU' if model.gated else 'GELU'}), "
+          f"{model.heads} heads ({model.kv_heads} KV), FFN {model.ffn} ({'SwiGLU' if model.gated else 'GELU'}"
+          + (f"; {model.experts} experts, top-{model.top_k}" if model.experts else "") + "), "
           f"vocab {model.vocab}, sequence {model.seq}; global batch {args.global_batch} sequences")
     print(f"{cluster.gpus} x {args.gpu}, {cluster.per_node} per node, {cluster.hbm / 1e9:.0f} GB HBM; line rates per "
           f"GPU per direction: NVLink {cluster.nvlink / 1e9:.0f} GB/s, NIC {cluster.nic / 1e9:.0f} GB/s"
@@ -89,14 +91,14 @@ def cmd_plan(args) -> int:
     print("TFLOP/s = model FLOPs per GPU per second (no recompute counted: what MFU divides by the peak)")
     if args.check:
         try:
-            d, t, p, c, z, *bv = (int(x) for x in args.check.split(","))
-            if len(bv) > 2:
+            d, t, p, c, z, *bve = (int(x) for x in args.check.split(","))
+            if len(bve) > 3:
                 raise ValueError
         except ValueError:
-            raise ValueError(f"--check takes dp,tp,pp,cp,zero[,b[,v]] (e.g. 8,8,4,1,1), got {args.check!r}") from None
-        b, v = (*bv, 1, 1)[:2]
+            raise ValueError(f"--check takes dp,tp,pp,cp,zero[,b[,v[,ep]]] (e.g. 8,8,4,1,1), got {args.check!r}") from None
+        b, v, ep = (*bve, 1, 1, 1)[:3]
         pl = planner.Plan(d, t, p, c, z, args.offload, args.fp8, b,
-                          args.recompute[0] if args.recompute else RecomputeMode.SELECTIVE, v)
+                          args.recompute[0] if args.recompute else RecomputeMode.SELECTIVE, v, ep)
         why = planner.refusal(model, cluster, pl, args.global_batch)
         if why:
             raise ValueError(f"{pl}: {why}")
@@ -107,7 +109,8 @@ def cmd_plan(args) -> int:
         return 0 if e.fits else 1
     rep = planner.plan(model, cluster, args.global_batch, offload=(False, True) if args.offload else (False,),
                        fp8=(args.fp8,), micro_batches=tuple(args.micro_batch),
-                       recompute=tuple(args.recompute or planner.RECOMPUTE), interleave=tuple(args.interleave))
+                       recompute=tuple(args.recompute or planner.RECOMPUTE), interleave=tuple(args.interleave),
+                       ep_sizes=tuple(args.ep))
     print(f"{len(rep.ranked)} plans fit, {rep.too_big} exist but do not fit; refused: "
           + (", ".join(f"{k} ({v})" for k, v in sorted(rep.refused.items())) or "none"))
     if not rep.ranked:
@@ -141,6 +144,8 @@ def add_parser(subparsers) -> None:
                    help="micro-batch sizes to rank (default 1 2 4)")
     p.add_argument("--interleave", type=positive_int, nargs="+", default=[1, 2, 4], metavar="V",
                    help="interleaved 1F1B: model chunks per pipeline rank to rank (default 1 2 4; 1 is plain 1F1B)")
+    p.add_argument("--ep", type=positive_int, nargs="+", default=[1, 2, 4, 8], metavar="EP",
+                   help="a mixture of experts: expert-parallel sizes to rank (default 1 2 4 8)")
     p.add_argument("--recompute", choices=list(planner.RECOMPUTE), nargs="+", default=None,
                    help="recompute modes to rank (default all; --check takes the first, default selective)")
     p.add_argument("--offload", action="store_true",
@@ -153,8 +158,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--host-memory", type=positive_float, default=50,
                    help="GB/s of host memory per GPU for the CPU's Adam step (default 50, an assumption)")
     p.add_argument("--top", type=positive_int, default=10, help="plans to print (default 10)")
-    p.add_argument("--check", default=None, metavar="DP,TP,PP,CP,ZERO[,B[,V]]",
-                   help="one plan (b: micro-batch size, v: interleaved chunks): its figures, or why not")
+    p.add_argument("--check", default=None, metavar="DP,TP,PP,CP,ZERO[,B[,V[,EP]]]",
+                   help="one plan (b: micro-batch size, v: interleaved chunks, ep: expert parallel): its figures, or why not")
     p.add_argument("--design", default=None, metavar="ANSWER",
                    help="grade an answer to the design exercise (70B on 256 GPUs, global batch 256), e.g. 'dp 8, tp 8, pp 4, ZeRO-1'")
     p.set_defaults(func=cmd_plan)

@@ -59,13 +59,18 @@ Time per step (each term a lower bound; `Estimate`):
               the GPU's PCIe link (`Cluster.pcie`), and between them the CPU's Adam step, memory-bound: 30 bytes
               per element of the partition (reads the fp32 master, gradient and two moments, writes
               the master, the moments and the 16-bit copy) at `Cluster.host_memory` per GPU
+    ep        a mixture of experts: four all-to-alls per MoE layer and micro-batch of each rank's
+              k·b·(s/cp)/tp token rows, (ep − 1)/ep of them off the rank, exposed
     FP8       the linear layers' FLOPs at the FP8 peak, attention's and the logits' at the BF16 peak
               (`Cluster.fp8_flops`: H100 SXM dense FP8 is twice BF16; an A100 has none)
-Ranked by the sum: compute/(1 − bubble) + tp + cp exposed + dp exposed + pp sends + offload exposed.
+Ranked by the sum: compute/(1 − bubble) + tp + cp exposed + dp exposed + pp sends + ep + offload exposed.
+Experts (`ModelShape.experts`, `Plan.ep`): each layer's E experts split over ep of the dp × cp
+ranks, ZeRO over the dp·cp/ep ranks that hold the same ones; a token's forward multiplies by its
+top-k experts and the router; its activations save the MLP's for each of its k experts.
 Refused as one framework's rule, not physics: optimizer offload with a pipeline beyond ZeRO-1
 (DeepSpeed's `PipelineEngine`, whose offload data flow this models, refuses ZeRO-2 and -3).
 Not modelled yet: the matrix multiplications' efficiency as a function of their shapes (one
-assumed share of peak for every GEMM), expert parallelism.
+assumed share of peak for every GEMM), a router's imbalance (every expert gets its share).
 """
 from __future__ import annotations
 
@@ -78,6 +83,7 @@ from ..answers import read_plan
 from ..kinds import RECOMPUTE_MODES, RecomputeMode
 from . import fp8 as fp8_forms
 from .context import ring_bytes
+from .experts import balanced_bytes
 
 GB = 1e9
 CPU_ADAM_BYTES = 30  # per element of the host's partition: reads 4 x fp32, writes 3 x fp32 and a 16-bit copy
@@ -100,21 +106,35 @@ class ModelShape:
     biases: bool = False  # every linear and norm has a bias (LayerNorm: weight and bias)
     tied: bool = False  # one matrix for the input embedding and the output layer
     positions: int = 0  # rows of learned position embeddings; 0: rotary (no parameters)
+    experts: int = 0  # a mixture of experts: E MLPs of width ffn per layer and a router (0: dense)
+    top_k: int = 2  # with experts: the experts each token is routed to
 
     @property
     def kv_width(self) -> int:
         return self.hidden // self.heads * self.kv_heads
 
+    def mlp_params(self) -> int:
+        """One MLP (one expert): 3 (gated) or 2 matrices of h x ffn, and their biases if any."""
+        h, f = self.hidden, self.ffn
+        return (3 if self.gated else 2) * h * f + (((2 if self.gated else 1) * f + h) if self.biases else 0)
+
     def layer_matmul_params(self) -> int:
-        """Weights of one layer's matrix multiplications: q and o (h x h), k and v (h x kv_width),
-        the MLP's 3 (gated) or 2 matrices of h x ffn."""
+        """Weights one token's forward multiplies by in a layer: q and o (h x h), k and v
+        (h x kv_width), the MLP's 3 (gated) or 2 matrices of h x ffn, with experts top-k of them
+        and the router (h x E)."""
         h = self.hidden
-        return 2 * h * h + 2 * h * self.kv_width + (3 if self.gated else 2) * h * self.ffn
+        mlp = (3 if self.gated else 2) * h * self.ffn
+        return 2 * h * h + 2 * h * self.kv_width + (self.top_k * mlp + h * self.experts if self.experts else mlp)
+
+    def expert_layer_params(self) -> int:
+        """A layer's expert parameters (what expert parallelism splits); 0 for a dense model."""
+        return self.experts * self.mlp_params()
 
     def layer_params(self) -> int:
-        h, kv, f = self.hidden, self.kv_width, self.ffn
-        biases = (2 * h + 2 * kv) + ((2 if self.gated else 1) * f + h) if self.biases else 0
-        return self.layer_matmul_params() + biases + 2 * h * (2 if self.biases else 1)  # + two norms
+        h, kv = self.hidden, self.kv_width
+        attention = 2 * h * h + 2 * h * kv + ((2 * h + 2 * kv) if self.biases else 0)
+        mlps = self.expert_layer_params() + h * self.experts if self.experts else self.mlp_params()
+        return attention + mlps + 2 * h * (2 if self.biases else 1)  # + two norms
 
     def params(self) -> int:
         h, V = self.hidden, self.vocab
@@ -138,13 +158,16 @@ GPT3_175B = ModelShape("GPT-3-175B", 96, 12288, 96, 96, 4 * 12288, 50257, 2048, 
 # zeroedu's own GPTs (`models.gpt.PRESETS`; the same Ψ, tests/test_planner.py): untied, with biases
 GPT_SMALL = ModelShape("gpt-small", 4, 256, 4, 4, 1024, 97, 128, gated=False, biases=True, positions=128)
 GPT_TINY = ModelShape("gpt-tiny", 2, 32, 2, 2, 128, 67, 32, gated=False, biases=True, positions=32)
-MODELS = {m.name.lower(): m for m in (LLAMA2_70B, LLAMA2_7B, GPT3_175B, GPT_SMALL, GPT_TINY)}
+# A mixture of experts: Mixtral 8x7B (Jiang et al. 2024, Table 1: dim 4096, 32 layers, 32 heads with 8
+# KV heads, hidden_dim 14336, vocab 32000, 8 experts, top-2), planned at 4096 of its 32768 tokens
+MIXTRAL_8X7B = ModelShape("Mixtral-8x7B", 32, 4096, 32, 8, 14336, 32000, 4096, experts=8, top_k=2)
+MODELS = {m.name.lower(): m for m in (LLAMA2_70B, LLAMA2_7B, GPT3_175B, MIXTRAL_8X7B, GPT_SMALL, GPT_TINY)}
 
 
 def model_shape(spec: "str | dict | ModelShape") -> ModelShape:
     """A preset by name (`MODELS`, any case), or a shape given as a dict (a JSON object) with
     layers, hidden, heads, ffn, vocab, seq and optionally name, kv_heads (default heads), gated,
-    biases, tied, positions."""
+    biases, tied, positions, experts and top_k (a mixture of experts)."""
     if isinstance(spec, ModelShape):
         return spec
     if isinstance(spec, str):
@@ -153,16 +176,19 @@ def model_shape(spec: "str | dict | ModelShape") -> ModelShape:
                              "or a JSON shape")
         return MODELS[spec.lower()]
     need = {"layers", "hidden", "heads", "ffn", "vocab", "seq"}
-    known = need | {"name", "kv_heads", "gated", "biases", "tied", "positions"}
+    known = need | {"name", "kv_heads", "gated", "biases", "tied", "positions", "experts", "top_k"}
     if not need <= set(spec) or not set(spec) <= known:
         raise ValueError(f"a model shape needs {', '.join(sorted(need))} (and may give "
                          f"{', '.join(sorted(known - need))}); got {', '.join(sorted(spec))}")
     d = {"name": "custom", "kv_heads": spec["heads"], **spec}
-    for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "positions"):
-        if k in d and (isinstance(d[k], bool) or not isinstance(d[k], int) or d[k] < (0 if k == "positions" else 1)):
+    for k in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "positions", "experts", "top_k"):
+        if k in d and (isinstance(d[k], bool) or not isinstance(d[k], int)
+                       or d[k] < (0 if k in ("positions", "experts") else 1)):
             raise ValueError(f"{k} must be a positive integer, got {d[k]!r}")
     if d["hidden"] % d["heads"] or d["heads"] % d["kv_heads"]:
         raise ValueError("heads must divide hidden, and kv_heads the heads")
+    if d.get("experts") and d.get("top_k", 2) > d["experts"]:
+        raise ValueError(f"top_k = {d.get('top_k', 2)} exceeds the {d['experts']} experts")
     return ModelShape(**d)
 
 
@@ -226,12 +252,14 @@ class Plan:
     micro_batch: int = 1  # sequences per micro-batch, b
     recompute: str = RecomputeMode.SELECTIVE  # none; selective (attention's core re-run); full (every layer re-run)
     v: int = 1  # interleaved 1F1B: model chunks per pipeline rank (1: plain 1F1B)
+    ep: int = 1  # expert parallelism: each layer's experts split over ep of the dp x cp ranks
 
     def __str__(self) -> str:
         return (f"dp {self.dp} x tp {self.tp} x pp {self.pp} x cp {self.cp}, ZeRO-{self.zero}"
                 + (" + offload" if self.offload else "") + (", FP8" if self.fp8 else "")
                 + (f", b {self.micro_batch}" if self.micro_batch != 1 else "")
                 + (f", interleaved v {self.v}" if self.v != 1 else "")
+                + (f", ep {self.ep}" if self.ep != 1 else "")
                 + {RecomputeMode.NONE: ", no recompute", RecomputeMode.FULL: ", full recompute"}.get(self.recompute, ""))
 
 
@@ -249,6 +277,7 @@ class Estimate:
     fits: bool
     offload: float = 0.0  # seconds of PCIe traffic exposed
     pp: float = 0.0  # seconds of the pipeline's point-to-point sends on its critical path
+    ep: float = 0.0  # seconds of the experts' all-to-alls (exposed: each MoE layer waits for them)
     host: float = 0.0  # bytes per GPU on the host (optimizer offload)
     model_flops: float = 0.0  # the step's FLOPs without recompute (what MFU counts)
     hardware_flops: float = 0.0  # the FLOPs it runs, recompute included (the compute term's)
@@ -259,7 +288,7 @@ class Estimate:
 
     @property
     def step(self) -> float:
-        return self.compute / (1 - self.bubble) + self.tp + self.cp + self.dp + self.offload + self.pp
+        return self.compute / (1 - self.bubble) + self.tp + self.cp + self.dp + self.offload + self.pp + self.ep
 
     def throughput(self, gpus: int) -> float:
         """Model FLOP/s per GPU: the step's FLOPs without recompute over the step time."""
@@ -269,7 +298,7 @@ class Estimate:
         """The step's parts in seconds: compute, the bubble's idle time, each axis's exposed comm
         and the host link's."""
         return {"compute": self.compute, "bubble": self.compute / (1 - self.bubble) - self.compute,
-                "tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "offload": self.offload}
+                "tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "ep": self.ep, "offload": self.offload}
 
 
 def states_bytes(psi, g: int, zero: int) -> Fraction:
@@ -353,6 +382,13 @@ def refusal(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int) 
         return f"offload with a pipeline is DeepSpeed's, whose PipelineEngine takes ZeRO-1 at most, not ZeRO-{plan.zero}"
     if plan.fp8 and cluster.fp8_flops is None:
         return "FP8: this GPU has no FP8 matrix units"
+    if plan.ep != 1 and not model.experts:
+        return f"ep = {plan.ep} splits a mixture of experts: {model.name} has none"
+    if model.experts and (plan.ep < 1 or model.experts % plan.ep or (d * c) % plan.ep):
+        return (f"ep = {plan.ep} must divide the {model.experts} experts and dp x cp = {d * c} (the ranks that "
+                "hold the same dense layers hold the experts between them)")
+    if plan.fp8 and model.experts:
+        return "FP8's saved inputs are counted for dense models only"
     if plan.fp8 and plan.recompute != RecomputeMode.SELECTIVE:
         return "FP8's saved inputs are counted with selective recompute only"
     if model.heads % t or model.kv_heads % t:
@@ -380,20 +416,30 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     # stages: an approximation of ~1 % for a large model); Ψ/(tp·pp) when pp divides L
     psi_r = Fraction(k * model.layer_params() + Fraction(psi - L * model.layer_params(), p), t)
     g = d * c
+    # with experts: a layer's experts split over ep of the g ranks, their ZeRO group the g/ep ranks
+    # holding the same experts (Megatron's expert data-parallel group); the dense rest over all g
+    e, ge = plan.ep, Fraction(g, plan.ep)
+    expert_r = Fraction(k * model.expert_layer_params(), t * e)
+    dense_r = psi_r - Fraction(k * model.expert_layer_params(), t)
     gathered_byte = 1 if plan.fp8 else 2  # ZeRO-3 gathers FP8 copies of the weights in FP8
     host = Fraction(0)
-    states = states_bytes(psi_r, g, z)
+    states = states_bytes(dense_r, g, z) + states_bytes(expert_r, ge, z)
     if plan.offload:
-        states, host = offloaded_states_bytes(psi_r, g, z)
-    states += 2 * gathered_byte * Fraction(model.layer_params(), t) if z == 3 else 0
+        (dev_d, host_d), (dev_e, host_e) = offloaded_states_bytes(dense_r, g, z), offloaded_states_bytes(expert_r, ge, z)
+        states, host = dev_d + dev_e, host_d + host_e
+    layer_held = model.layer_params() - model.expert_layer_params() + Fraction(model.expert_layer_params(), e)
+    states += 2 * gathered_byte * layer_held / t if z == 3 else 0
     # activations per layer and micro-batch on a tp rank with sequence parallelism (Korthikanti
     # et al. 2022, Table 2, at s/cp tokens; the scores of "none" for this rank's queries x every key)
     sc = s // c
-    whole = Fraction(34 * sc * b * h + 5 * a * sc * s * b, t)  # a layer's, nothing recomputed
+    # (its 34 = attention 11 + MLP 19 + LayerNorms 4, §4.1; a token routed to k experts saves the
+    # MLP's 19 for each of them: 15 + 19k, every expert's capacity taken as exactly its share)
+    per_token = 34 if not model.experts else 15 + 19 * model.top_k
+    whole = Fraction(per_token * sc * b * h + 5 * a * sc * s * b, t)  # a layer's, nothing recomputed
     if plan.fp8:
         act_layer = fp8_forms.layer_activation_bytes(sc, b, h, t)
     else:
-        act_layer = {RecomputeMode.NONE: whole, RecomputeMode.SELECTIVE: Fraction(34 * sc * b * h, t),
+        act_layer = {RecomputeMode.NONE: whole, RecomputeMode.SELECTIVE: Fraction(per_token * sc * b * h, t),
                      RecomputeMode.FULL: Fraction(2 * sc * b * h, t)}[plan.recompute]
     # the first 1F1B stage holds min(pp, m) micro-batches of its layers (§4.2.3); interleaved, pp of
     # them times 1 + (pp - 1)/(pp·v) (Megatron-LM's theoretical_memory_usage.py, "interleaved
@@ -431,7 +477,8 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     cp_time = max(0.0, cp_comm - attn)
     # data parallel: the gradients (and ZeRO-3's gathers), hidden behind backward up to its length
     dp_link = cluster.nvlink if t * c * d <= cluster.per_node else cluster.nic
-    one = float(2 * psi_r) * (g - 1) / g  # one bf16 reduce-scatter or all-gather of this rank's Ψ_r
+    # one bf16 reduce-scatter or all-gather of this rank's Ψ_r: the dense part over g, experts over g/ep
+    one = float(2 * dense_r) * (g - 1) / g + (float(2 * expert_r * (ge - 1) / ge) if model.experts else 0.0)
     # ZeRO-0/1 keep whole gradients: one reduce per step; ZeRO-2 reduce-scatters every micro-batch
     # (card pp_zero); ZeRO-3 also gathers the parameters for every micro-batch's forward and backward
     dp_bytes = {0: 2 * one, 1: 2 * one, 2: (m + 1) * one, 3: m * one * (1 + 2 * gathered_byte / 2)}[z]
@@ -440,11 +487,20 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     if plan.offload:
         # one optimizer step of DeepSpeed's traffic (theory.offload_pcie_bytes): fp32 gradients down
         # behind backward, then the CPU's Adam step, then the 16-bit weights up before the next forward
-        part = float(psi_r) / g
+        part = float(dense_r / g + expert_r / ge)
         off_time = (max(0.0, 4 * part / cluster.pcie - 2 / 3 * compute) + CPU_ADAM_BYTES * part / cluster.host_memory
                     + 2 * part / cluster.pcie)
+    # experts: per MoE layer and micro-batch four all-to-alls (dispatch and combine, their gradients;
+    # six under full recompute), each moving this rank's b·(s/cp)/tp tokens' k rows of h bf16 values,
+    # (ep - 1)/ep of them to other ranks with a balanced router (`theory.experts.balanced_bytes`);
+    # the ep group's ranks are tp apart, so on NVLink while ep·tp fits in a node
+    ep_time = 0.0
+    if model.experts and e > 1:
+        ep_link = cluster.nvlink if e * t <= cluster.per_node else cluster.nic
+        a2a = balanced_bytes(Fraction(b * sc, t), model.top_k, h, e, 2)
+        ep_time = float(m * k * (6 if plan.recompute == RecomputeMode.FULL else 4) * a2a) / ep_link
     return Estimate(plan, m, float(states), float(activations), compute, bubble, tp_time, cp_time, dp_time,
-                    float(states + activations) <= cluster.hbm, off_time, pp_time, float(host),
+                    float(states + activations) <= cluster.hbm, off_time, pp_time, ep_time, float(host),
                     float(step_flops(model, global_batch, RecomputeMode.NONE)), float(flops))
 
 
@@ -460,16 +516,17 @@ class PlanReport:
 
 def plan(model: ModelShape = LLAMA2_70B, cluster: Cluster = Cluster(256), global_batch: int = 1024,
          zero_levels=(0, 1, 2, 3), cp_sizes=(1, 2, 4, 8), offload=(False,), fp8=(False,),
-         micro_batches=(1, 2, 4), recompute=RECOMPUTE, interleave=(1, 2, 4)) -> PlanReport:
+         micro_batches=(1, 2, 4), recompute=RECOMPUTE, interleave=(1, 2, 4), ep_sizes=(1, 2, 4, 8)) -> PlanReport:
     """Every dp × tp × pp × cp × ZeRO level × micro-batch size × recompute mode × interleaving (v
-    chunks per pipeline rank, where pp > 1) on `cluster` (× with
-    and without optimizer offload, in bf16 or FP8, as `offload` and `fp8` list); the ones that
-    fit, ranked by step time (then memory)."""
+    chunks per pipeline rank, where pp > 1) × expert parallelism (a mixture of experts only) on
+    `cluster` (× with and without optimizer offload, in bf16 or FP8, as `offload` and `fp8` list);
+    the ones that fit, ranked by step time (then memory)."""
     n = cluster.gpus
     divisors = [k for k in range(1, n + 1) if n % k == 0]
     ranked, too_big, refused = [], 0, {}
-    for t, p, c, z, off, f8, b, rc, v in product(divisors, divisors, cp_sizes, zero_levels, offload, fp8,
-                                                 micro_batches, recompute, interleave):
+    for t, p, c, z, off, f8, b, rc, v, e in product(divisors, divisors, cp_sizes, zero_levels, offload, fp8,
+                                                    micro_batches, recompute, interleave,
+                                                    ep_sizes if model.experts else (1,)):
         if n % (t * p * c):
             continue
         if off and z == 0:
@@ -478,18 +535,18 @@ def plan(model: ModelShape = LLAMA2_70B, cluster: Cluster = Cluster(256), global
             continue  # FP8's saved inputs are counted for selective recompute only
         if v > 1 and p == 1:
             continue  # no pipeline to interleave: the same plan as v = 1
-        pl = Plan(n // (t * p * c), t, p, c, z, off, f8, b, rc, v)
+        pl = Plan(n // (t * p * c), t, p, c, z, off, f8, b, rc, v, e)
         why = refusal(model, cluster, pl, global_batch)
         if why:
             key = re.sub(r"\d+", "N", why)  # one count per kind of reason
             refused[key] = refused.get(key, 0) + 1
             continue
-        e = estimate(model, cluster, pl, global_batch)
-        if e.fits:
-            ranked.append(e)
+        est = estimate(model, cluster, pl, global_batch)
+        if est.fits:
+            ranked.append(est)
         else:
             too_big += 1
-    ranked.sort(key=lambda e: (e.step, e.memory))
+    ranked.sort(key=lambda x: (x.step, x.memory))
     return PlanReport(model, cluster, global_batch, ranked, too_big, refused)
 
 
@@ -506,7 +563,7 @@ def why_better(a: Estimate, b: Estimate) -> str:
     return f"{1e3 * (b.step - a.step):.0f} ms faster than {b.plan}: " + "; ".join(gains + costs)
 
 
-__all__ = ["Cluster", "Estimate", "GPT3_175B", "GPUS", "LLAMA2_70B", "LLAMA2_7B", "MODELS", "ModelShape", "Plan",
+__all__ = ["Cluster", "Estimate", "GPT3_175B", "GPUS", "LLAMA2_70B", "LLAMA2_7B", "MIXTRAL_8X7B", "MODELS", "ModelShape", "Plan",
            "PlanReport", "RECOMPUTE", "estimate", "model_flops", "model_shape", "offloaded_states_bytes", "plan",
            "refusal", "stage_layers", "states_bytes", "step_flops", "training_days", "why_better"]
 
