@@ -173,6 +173,16 @@ def test_pipeline(bench):
     assert all(len(r.measured) == 2 and r.predicted == pytest.approx(1 / 3) for r in rows)
 
 
+def test_planner(bench):
+    """The planner against published runs: every row's configuration exists and fits, its rank
+    and the planner's #1 are written beside the predicted and published throughput."""
+    load, out = bench
+    rows = load("bench_planner").main([])
+    data = json.load(open(out / "planner.json"))
+    assert [r["name"] for r in data["rows"]] == [r["name"] for r in rows] and data["efficiency"] == 0.5
+    assert all(r["fits"] and 1 <= r["rank"] <= r["of"] and r["best"] for r in rows)
+
+
 def test_matmul16(bench):
     load, out = bench
     rows = load("bench_matmul16").main(["--model", "gpt-tiny", "--quick", "--steps", "1", "--batch", "4"])

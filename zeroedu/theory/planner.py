@@ -70,7 +70,9 @@ top-k experts and the router; its activations save the MLP's for each of its k e
 Refused as one framework's rule, not physics: optimizer offload with a pipeline beyond ZeRO-1
 (DeepSpeed's `PipelineEngine`, whose offload data flow this models, refuses ZeRO-2 and -3).
 Not modelled yet: the matrix multiplications' efficiency as a function of their shapes (one
-assumed share of peak for every GEMM), a router's imbalance (every expert gets its share).
+assumed share of peak for every GEMM), a router's imbalance (every expert gets its share), tp's
+communication overlapped with compute. Checked against published runs: `theory.published`,
+benchmarks/bench_planner.py.
 """
 from __future__ import annotations
 
