@@ -34,8 +34,8 @@ def check(run: published.PublishedRun, efficiency: float) -> dict:
                  interleave=tuple(sorted({1, 2, 4, run.vp})))
     faster = [e for e in rep.ranked if e.step < est.step and e.plan != mine]
     best = rep.ranked[0]
-    return {"name": run.name, "gpus": run.gpus, "plan": str(mine), "published": run.model_tflops,
-            "predicted": est.throughput(run.gpus) / 1e12, "ratio": est.throughput(run.gpus) / 1e12 / run.model_tflops,
+    return {"name": run.name, "gpus": run.gpus, "plan": str(mine), "tflops_published": run.model_tflops,
+            "tflops_predicted": est.throughput(run.gpus) / 1e12, "ratio": est.throughput(run.gpus) / 1e12 / run.model_tflops,
             "fits": est.fits, "memory_gb": est.memory / 1e9, "rank": len(faster) + 1, "of": len(rep.ranked),
             "best": str(best.plan), "best_predicted": best.throughput(run.gpus) / 1e12,
             "terms": {k: round(v, 4) for k, v in est.terms().items()}, "source": run.source}
@@ -55,7 +55,7 @@ def main(argv=None) -> list[dict]:
         if "refused" in r:
             print(f"{r['name']:11s} {r['gpus']:>5}  {r['plan']:52s} REFUSED: {r['refused']}")
             continue
-        print(f"{r['name']:11s} {r['gpus']:>5}  {r['plan']:52s} {r['published']:>9.0f} {r['predicted']:>9.0f} "
+        print(f"{r['name']:11s} {r['gpus']:>5}  {r['plan']:52s} {r['tflops_published']:>9.0f} {r['tflops_predicted']:>9.0f} "
               f"{r['ratio']:>6.2f} {str(r['rank']) + ' of ' + str(r['of']):>11}  {r['best']} ({r['best_predicted']:.0f})")
     ok = [r for r in rows if "refused" not in r]
     worst = max(abs(r["ratio"] - 1) for r in ok)

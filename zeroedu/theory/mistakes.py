@@ -490,9 +490,13 @@ def one_latency_per_collective(n: int, bandwidth, alpha, efficiency) -> Mistake:
 # ----------------------------------------------------------------- pipelines
 def bubble_over_busy(p: int, m: int) -> Mistake:
     """The pipeline's idle slots divided by its busy ones, (p-1)/m, where their share of the step,
-    (p-1)/(m+p-1), was asked."""
+    (p-1)/(m+p-1), was asked. (p-1)/m is a convention of its own, not an error: Narayanan et al.
+    2021, §2.2.1, call it the bubble time fraction, the idle time over the ideal time; the
+    feedback names both."""
     return Mistake("bubble_over_busy", float(Fraction(p - 1, m)),
-                   f"that divides the {p - 1} idle slots by the {m} busy ones; a step is m + p - 1 = {m + p - 1} slots long")
+                   f"that is (p - 1)/m, the {p - 1} idle slots over the {m} busy ones: the bubble against the ideal "
+                   f"time (Narayanan et al. 2021's \"bubble time fraction\"); the question asks its share of the "
+                   f"whole step, m + p - 1 = {m + p - 1} slots long")
 
 
 # ----------------------------------------------------------------- context and expert parallelism
