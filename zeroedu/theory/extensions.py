@@ -30,8 +30,11 @@ offload and CPU 16Ψ per node over the node's GPUs (= (12 + 4)Ψ/N).
 
 *Stage 1.* DeepSpeed has one code path for stages 1 and 2 and one estimator (named for stage 2).
 But stage 1 does not partition gradients: without ``overlap_comm`` (off by default for stages
-1-2) it creates no per-gradient hooks and reduces the full 16-bit gradients after backward, at
-the accumulation boundary (``reduce_gradients``), so they live on the GPU through backward. Here
+1-2) its per-gradient hooks reduce nothing (since v0.16.5, PR #7018, they are created whenever
+``contiguous_gradients`` is on, its default; ``process_gradients`` reduces only when gradients
+are partitioned or ``overlap_comm`` is set), and it reduces the full 16-bit gradients after
+backward, at the accumulation boundary (``reduce_gradients``), so they live on the GPU through
+backward (deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeed v0.16.4, v0.16.5 and v0.19.5 read). Here
 ZeRO-1 with offload therefore keeps PΨ + GΨ = 4Ψ, not the estimator's 2Ψ.
 
 *DDP.* ZeRO-Offload moves a ZeRO optimizer's partition; plain DDP has none. DeepSpeed's config

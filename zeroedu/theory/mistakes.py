@@ -549,10 +549,13 @@ def one_head_scores(b: int, s: int, dtype_bytes: int) -> Mistake:
 
 def masked_scores_only(cp: int) -> Mistake:
     """The last rank's causal score work over the first's counted in the scores the mask keeps,
-    (cp - 1/2)/(1/2) = 2cp - 1, where each diagonal block is computed whole: cp blocks over 1."""
+    (cp - 1/2)/(1/2) = 2cp - 1, where each diagonal block is computed whole: cp blocks over 1.
+    2cp - 1 is right where a causal kernel runs the diagonal block (ring-flash-attention's ring
+    and zig-zag attention do, causal=True on the diagonal step): the feedback says so."""
     return Mistake("masked_scores_only", 2 * cp - 1,
-                   f"that counts only the scores the mask keeps; a diagonal block is computed whole and then "
-                   f"masked, so rank r computes r + 1 blocks: {cp} over 1")
+                   f"that counts only the scores the mask keeps, r + 1/2 blocks for rank r: right with a causal "
+                   f"kernel on the diagonal block (ring-flash-attention runs it so); here a diagonal block is "
+                   f"computed whole and then masked, so rank r computes r + 1 blocks: {cp} over 1")
 
 
 def scale_inverted(amax, fmt: str = "e4m3") -> Mistake:
