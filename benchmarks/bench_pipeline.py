@@ -22,7 +22,7 @@ Three tables, each from real runs of `zeroedu run --pp` (`zeroedu.train.run` wit
    (the ledger's records) beside `theory.exact_comm` for the stage with m micro-batches.
 
 Written to benchmarks/results/pipeline.json (`zeroedu.notebook.time_lessons.pipeline_results`
-reads it for notebook 11).
+reads it for notebook 14).
 
     .venv/bin/python benchmarks/bench_pipeline.py [--quick] [--forward-ms 250] [--backward-ms 500]
 """

@@ -15,6 +15,36 @@ ROOT = Path(__file__).resolve().parents[1]
 COURSE = [p for p in sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")) if not p.name.startswith("13_")]
 
 
+def _next(path: Path) -> str | None:
+    """The notebook a takeaway's "**Next**" line links to (its file name), or None."""
+    for c in json.loads(path.read_text())["cells"]:
+        text = "".join(c["source"])
+        if text.startswith("## Takeaway"):
+            m = re.search(r"^\*\*Next\*\*: \[[^\]]+\]\((\d\d_\w+\.ipynb)\)", text, re.M)
+            return m.group(1) if m else None
+    return None
+
+
+def test_each_takeaway_ends_with_next_and_the_chain_walks_the_whole_course():
+    """Every notebook of the course ends its takeaway with a "Next" line naming the notebook to open
+    next; followed from 01, the links visit every notebook once (13, the fact-check, last), and
+    each link names a notebook that exists, in the learner editions too."""
+    seen, here = [], "01_collectives.ipynb"
+    while here is not None:
+        assert here not in seen, seen
+        seen.append(here)
+        assert (ROOT / "notebooks" / here).exists(), here
+        here = _next(ROOT / "notebooks" / "solutions" / here) if here != "13_fact_check.ipynb" else None
+        if seen[-1] != "13_fact_check.ipynb":
+            assert here is not None, f"{seen[-1]}: its takeaway has no Next line"
+    everything = sorted(p.name for p in (ROOT / "notebooks" / "solutions").glob("*.ipynb"))
+    # 04 is an optional side trip, linked beside the next step from 03: all but 04 are on the chain
+    assert sorted(seen) == [n for n in everything if not n.startswith("04_")], seen
+    assert _next(ROOT / "notebooks" / "solutions" / "04_megatron_distopt.ipynb") == "05_zero2.ipynb"
+    for p in COURSE:
+        assert _next(ROOT / "notebooks" / p.name) == _next(p), p.name  # the learner edition keeps it
+
+
 @pytest.mark.parametrize("path", COURSE, ids=[p.stem for p in COURSE])
 def test_goals_assumptions_and_a_takeaway(path):
     cells = json.loads(path.read_text())["cells"]
@@ -33,8 +63,9 @@ def test_the_learner_editions_keep_them():
         assert any("".join(c["source"]).startswith("## Takeaway") for c in learner), p.name
 
 
-WORD_BUDGET = 18_150  # words of markdown a learner reads on the main path, all notebooks together
-# (18,000 until notebook 14 gained the composed dp x tp x pp run, 153 words, with issue 87)
+WORD_BUDGET = 18_315  # words of markdown a learner reads on the main path, all notebooks together
+# (18,000 until notebook 14 gained the composed dp x tp x pp run, 153 words, with issue 87; 18,150 until
+# each takeaway gained the "Next" line that walks the course's order, 163 words, with issue 89)
 
 
 def main_path_words(text: str) -> int:
@@ -139,3 +170,31 @@ def test_notebook_04_is_optional_no_later_notebook_builds_on_it():
         if p.name[:2] > "04":
             text = "".join("".join(c["source"]) for c in json.loads(p.read_text())["cells"] if c["cell_type"] == "markdown")
             assert not re.search(r"[Nn]otebook 04|04_megatron", text), p.name
+
+
+# What only notebook 14 teaches: a paragraph that names one of these and sends the reader to a notebook
+# must send them to 14 (notebook 12 and the README once credited notebook 11 with 14's pipeline,
+# ring and expert runs).
+TAUGHT_IN_14 = re.compile(r"\b(?:1F1B|GPipe|pipeline bubble|zig-zag|ring attention|all-to-alls?|router)\b", re.I)
+
+
+def _paragraphs():
+    for p in sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")):
+        for i, c in enumerate(json.loads(p.read_text())["cells"]):
+            if c["cell_type"] == "markdown":
+                yield from ((f"{p.name} cell {i}", para) for para in re.split(r"\n\s*\n", "".join(c["source"])))
+    for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        yield from ((p.name, para) for para in re.split(r"\n\s*\n", p.read_text()))
+
+
+def test_cross_references_name_notebooks_that_exist_and_hold_what_they_claim():
+    numbers = {p.name[:2] for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+    wrong = []
+    for where, para in _paragraphs():
+        refs = set(re.findall(r"\b[Nn]otebooks? (\d\d)\b", para))
+        wrong += [f"{where}: notebook {n} does not exist" for n in refs - numbers]
+        if refs and TAUGHT_IN_14.search(para) and "14" not in refs:
+            wrong.append(f"{where}: {' '.join(para.split())[:120]} (names {sorted(refs)}, taught in 14)")
+    assert not wrong, "\n".join(wrong)
+    # the check itself catches the old reference
+    assert TAUGHT_IN_14.search("1F1B holds p micro-batches. Notebook 11 measures all three on real ranks.")
