@@ -1,5 +1,7 @@
 """The planner's closed forms (`theory.planner`) against numbers their sources publish, its
 refusals, and `zeroedu plan` itself."""
+from fractions import Fraction
+
 import pytest
 
 from zeroedu.theory import pipeline as pipeline_theory
@@ -67,7 +69,7 @@ def test_the_bubble_is_narayanans_p_minus_1_over_m_of_the_ideal_step():
 
 
 @pytest.mark.parametrize("gpus,plan,why", [
-    (256, P.Plan(16, 16, 1, 1, 1), "tp = 16 must divide the 64 heads and the 8 KV heads"),
+    (256, P.Plan(2, 128, 1, 1, 1), "tp = 128 must divide the 64 heads"),
     (128, P.Plan(64, 4, 1, 1, 1), "dp x tp x pp x cp = 256, not the 128 GPUs"),
     (256, P.Plan(32, 1, 8, 1, 4), "ZeRO levels are 0..3"),
     (256, P.Plan(2, 1, 128, 1, 1), "pp = 128 stages exceed the 80 layers"),
@@ -87,6 +89,20 @@ def test_plans_that_cannot_exist_are_refused_with_the_condition(gpus, plan, why)
     for ok in (P.Plan(2, 8, 16, 1, 1), P.Plan(8, 1, 32, 1, 1), P.Plan(8, 8, 4, 1, 1, offload=True),
                P.Plan(32, 8, 1, 1, 2, offload=True)):
         assert P.refusal(P.LLAMA2_70B, P.Cluster(256), ok, 1024) is None, ok
+
+
+def test_tp_beyond_the_kv_heads_keeps_one_kv_head_per_rank_as_megatron_core_does():
+    """Llama-2-70B's 8 KV heads over tp = 16: each rank keeps one KV head's k and v (2·h·128 per
+    layer) where tp = 8 splits them; a count that neither divides nor is divided by tp is refused."""
+    m, c = P.LLAMA2_70B, P.Cluster(256)
+    e16 = P.estimate(m, c, P.Plan(16, 16, 1, 1, 1), 1024)
+    h, L = m.hidden, m.layers
+    psi_r = Fraction(m.params(), 16) + L * (2 * h * 128 - Fraction(2 * h * 1024, 16))
+    assert e16.states == pytest.approx(float(P.states_bytes(psi_r, 16, 1)))
+    odd = P.model_shape({"layers": 4, "hidden": 768, "heads": 24, "kv_heads": 6, "ffn": 2048, "vocab": 1000,
+                         "seq": 512})
+    assert "one must divide the other" in P.refusal(odd, P.Cluster(4), P.Plan(1, 4, 1, 1, 1), 8)
+    assert P.refusal(odd, P.Cluster(12), P.Plan(1, 12, 1, 1, 1), 8) is None  # 12 is a multiple of 6
 
 
 def test_tp_across_nodes_is_charged_the_nic():
@@ -233,7 +249,7 @@ def test_the_command_line_prints_the_ranking_and_refuses_a_plan():
     r = zeroedu("plan", "--top", "3")
     assert r.returncode == 0 and "68,976,648,192 parameters" in r.stdout and "#1 dp" in r.stdout
     assert "line rates per GPU per direction: NVLink 450 GB/s, NIC 50 GB/s" in r.stdout
-    bad = zeroedu("plan", "--check", "16,16,1,1,1")
+    bad = zeroedu("plan", "--check", "2,128,1,1,1")
     assert bad.returncode == 2 and "must divide the 64 heads" in bad.stderr
     ok = zeroedu("plan", "--check", "8,8,4,1,1,2,2", "--recompute", "full")
     assert ok.returncode == 0 and "fits" in ok.stdout and "  2  2   1       full  64  " in ok.stdout, ok.stdout
@@ -340,8 +356,9 @@ def test_offload_pays_where_memory_is_short_and_its_term_is_the_pcie_bytes_and_t
     plain = P.plan(P.LLAMA2_70B, cluster, batch)
     both = P.plan(P.LLAMA2_70B, cluster, batch, offload=(False, True))
     # 70B on 16 GPUs: without offload only ZeRO-3 plans (gathers every micro-batch) fit, unless every
-    # layer is recomputed; with it, a plan that keeps the optimizer on the host steps fastest
-    assert all(e.plan.zero == 3 for e in plain.ranked if e.plan.recompute != "full")
+    # layer is recomputed or tp spans both nodes; with it, a plan that keeps the optimizer on the host
+    # steps fastest
+    assert all(e.plan.zero == 3 for e in plain.ranked if e.plan.recompute != "full" and e.plan.tp <= 8)
     best = both.ranked[0]
     assert best.plan.offload and best.step < plain.ranked[0].step
     # its term: the fp32 gradient partition down (behind backward), the CPU's Adam, the bf16 weights up

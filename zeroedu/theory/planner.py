@@ -362,7 +362,8 @@ def stage_layers(layers: int, pp: int) -> int:
 
 def refusal(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int) -> str | None:
     """Why `plan` cannot exist (one line), or None. tp may span nodes (its all-reduces then run
-    on the NIC, and `estimate` charges them there); pp need not divide the layers (`stage_layers`)."""
+    on the NIC, and `estimate` charges them there); pp need not divide the layers (`stage_layers`);
+    tp may exceed the KV heads when it is a multiple of them (each rank then keeps one KV head)."""
     d, t, p, c, b = plan.dp, plan.tp, plan.pp, plan.cp, plan.micro_batch
     if d * t * p * c != cluster.gpus:
         return f"dp x tp x pp x cp = {d * t * p * c}, not the {cluster.gpus} GPUs"
@@ -393,8 +394,14 @@ def refusal(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int) 
         return "FP8's saved inputs are counted for dense models only"
     if plan.fp8 and plan.recompute != RecomputeMode.SELECTIVE:
         return "FP8's saved inputs are counted with selective recompute only"
-    if model.heads % t or model.kv_heads % t:
-        return f"tp = {t} must divide the {model.heads} heads and the {model.kv_heads} KV heads"
+    if model.heads % t:
+        return f"tp = {t} must divide the {model.heads} heads"
+    if model.kv_heads % t and t % model.kv_heads:
+        # Megatron-Core's rule (TransformerConfig.__post_init__: num_query_groups "must be a multiple
+        # or divisor of tensor_model_parallel_size"); with fewer KV heads than tp ranks each rank
+        # keeps one KV head, the same one on tp/kv_heads ranks (attention.py, Megatron-LM main at
+        # d98e8a6, Megatron-Core 0.20.0)
+        return f"tp = {t} and the {model.kv_heads} KV heads: one must divide the other"
     if p > model.layers:
         return f"pp = {p} stages exceed the {model.layers} layers"
     if model.seq % (2 * c):
@@ -417,6 +424,8 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     # the busiest stage's parameters on one tp rank (the embeddings counted as if spread over the
     # stages: an approximation of ~1 % for a large model); Ψ/(tp·pp) when pp divides L
     psi_r = Fraction(k * model.layer_params() + Fraction(psi - L * model.layer_params(), p), t)
+    if t > model.kv_heads:  # each tp rank keeps one whole KV head's k and v weights, not kv_width/tp of them
+        psi_r += k * (2 * h * (h // model.heads) - Fraction(2 * h * model.kv_width, t))
     g = d * c
     # with experts: a layer's experts split over ep of the g ranks, their ZeRO group the g/ep ranks
     # holding the same experts (Megatron's expert data-parallel group); the dense rest over all g
