@@ -234,8 +234,10 @@ def _loopback_listener() -> int:
 def _mp_context():
     ctx = mp.get_context("forkserver")
     # Ranks fork from a server that has torch imported already: ~0.1 s per rank instead of ~1.5 s.
+    # torch._dynamo too: a rank's first backward imports it (torch/_compile.py's `_disable_dynamo`
+    # wraps autograd's `_make_grads`, torch 2.13), 2.3 s of CPU in every rank of every new pool.
     ctx.set_forkserver_preload(["torch", "torch.distributed", "zeroedu.runtime.rank", "zeroedu.runtime.ledger",
-                                "zeroedu.runtime.comm", "zeroedu.train.runner"])
+                                "zeroedu.runtime.comm", "zeroedu.train.runner", "torch._dynamo"])
     return ctx
 
 
