@@ -79,10 +79,11 @@ tour: setup
 # emulated links (bucketed vs one-bucket DDP, FSDP prefetch on/off), step time measured vs predicted
 # (every strategy, N = 2 and 4, two links), the notebooks' time lessons (benchmarks/results/lessons.json):
 # the pipeline: equality, the bubble on an emulated device, ZeRO per stage (benchmarks/results/pipeline.json),
-# the planner against published runs (benchmarks/results/planner.json):
+# the planner against published runs (benchmarks/results/planner.json), the suite's planner against its
+# own runs (benchmarks/results/plans.json):
 # over 25 minutes on 2 cores. Quick pass: make bench BENCH_ARGS=--quick
 BENCH_ARGS ?=
-BENCHES ?= compare collectives instrumentation scaling launch links predict lessons loss_curves pipeline matmul16 planner
+BENCHES ?= compare collectives instrumentation scaling launch links predict lessons loss_curves pipeline matmul16 planner plans
 
 bench: setup
 	@for b in $(BENCHES); do echo "== benchmarks/bench_$$b.py"; \

@@ -192,3 +192,13 @@ def test_matmul16(bench):
     assert rows[1]["matmul16"]["onednn_bf16"] is False  # the recipe takes oneDNN's bf16 away
     data = json.load(open(out / "matmul16.json"))
     assert [r["label"] for r in data["rows"]] == [r["label"] for r in rows]
+
+
+def test_plans(bench):
+    """The suite's planner against its own runs: each timed plan's figures exact, its results file
+    the rows it printed."""
+    load, out = bench
+    rows = load("bench_plans").main(["--model", "gpt-tiny", "--n", "2", "--top", "2", "--steps", "2"])
+    assert len(rows) == 2 and all(r["figures_exact"] and r["trains"] and r["measured_s"] > 0 for r in rows)
+    data = json.load(open(out / "plans.json"))
+    assert [r["plan"] for r in data["rows"]] == [r["plan"] for r in rows] and data["link"] == "domain"

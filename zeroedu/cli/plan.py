@@ -10,10 +10,15 @@ recompute mode (`theory.planner`).
     zeroedu plan --design "dp 8, tp 8, pp 4, ZeRO-1"   # the design exercise: which conditions hold
     zeroedu plan --gpus 16 --global-batch 64 --offload  # also the plans with the optimizer on the host
     zeroedu plan --fp8                   # the linear layers in FP8: their FLOPs, saved inputs, ZeRO-3 gathers
+    zeroedu plan --model gpt-small --gpus 8 [--link domain]   # the suite's model on 8 local ranks
 
 Every plan that exists and fits in HBM, ranked by the stated time model (compute, the pipeline
 bubble, each axis's exposed communication), with why each of the top three beats the next.
 Bandwidths are line rates; the share of peak the matrix multiplications reach is an assumption.
+
+A model the suite runs (gpt-small, gpt-tiny) without --gpu is planned on this machine's local
+ranks (`train.plans`): every shape `zeroedu run` builds, each rank's model states, activations
+and bytes per axis exactly as its run will report them, ranked by a stated step-time model.
 """
 from __future__ import annotations
 
@@ -22,7 +27,10 @@ import os
 
 from ..fmt import table
 from ..kinds import RecomputeMode
+from ..models import GPT_PRESETS
+from ..runtime.cluster import MAX_LOCAL_RANKS
 from ..theory import planner
+from ..train import plans as suite
 from .args import positive_float, positive_int
 
 
@@ -62,7 +70,7 @@ def _cluster(args) -> planner.Cluster:
                                ("peak_flops", args.tflops and args.tflops * 1e12),
                                ("fp8_flops", args.fp8_tflops and args.fp8_tflops * 1e12),
                                ("pcie", args.pcie and args.pcie * 1e9)) if v is not None}
-    return planner.Cluster.of(args.gpu, args.gpus, efficiency=args.efficiency, host_memory=args.host_memory * 1e9,
+    return planner.Cluster.of(args.gpu or "h100-sxm", args.gpus, efficiency=args.efficiency, host_memory=args.host_memory * 1e9,
                               **given)
 
 
@@ -75,6 +83,12 @@ def cmd_plan(args) -> int:
             print(f"  {'ok ' if c.held else 'NO '} {c.name}: {c.detail}")
         print("a good plan" if g.ok else "not yet: " + ", ".join(c.name for c in g.broken()))
         return 0 if g.ok else 1
+    if args.model.lower() in GPT_PRESETS and args.gpu is None:
+        return _suite(args)
+    if args.link is not None:
+        raise ValueError("--link paces the suite's local ranks: plan gpt-small or gpt-tiny without --gpu")
+    args.gpu = args.gpu or "h100-sxm"
+    args.global_batch = args.global_batch or 1024
     model, cluster = _model(args.model), _cluster(args)
     head = HEAD + (OFFLOAD_HEAD if args.offload else [])
     print(f"{model.name}: {model.params():,} parameters, {model.layers} layers, hidden {model.hidden}, "
@@ -122,13 +136,61 @@ def cmd_plan(args) -> int:
     return 0
 
 
+SUITE_HEAD = ["#", "dp", "tp", "sp", "pp", "cp", "ZeRO", "strategy", "k", "states MB", "activ. MB", "dp MB", "tp MB",
+              "cp MB", "pp MB", "compute s", "comm s", "step s"]
+
+
+def _suite_row(i: int, p: suite.SuitePlan) -> list[str]:
+    c = p.config
+
+    def sent(axes) -> str:  # the most any rank sends per step on these axes
+        return f"{max(sum(sum(r.comm_by_axis.get(a, {}).values()) for a in axes) for r in p.ranks) / 1e6:.2f}"
+
+    big = max(p.ranks, key=lambda r: r.memory)
+    return [str(i), str(p.dp), str(c.tp), "yes" if c.sequence_parallel else "", str(c.pp), str(c.cp), str(p.zero),
+            c.strategy, str(c.micro_batches), f"{big.model_states / 1e6:.2f}", f"{big.activations / 1e6:.2f}",
+            sent(("dp_shard", "dp_outer", "world")), sent(("tp",)), sent(("cp",)), sent(("pp",)),
+            f"{p.compute:.3f}", f"{sum(p.comm.values()):.3f}", f"{p.step:.3f}"]
+
+
+def _suite(args) -> int:
+    """The suite's model on local ranks (`train.plans`)."""
+    given = [flag for flag, v in (("--check", args.check), ("--offload", args.offload), ("--fp8", args.fp8)) if v]
+    if given:
+        raise ValueError(f"{given[0]} is the cluster planner's: add --gpu h100-sxm (or another preset)")
+    if args.gpus > MAX_LOCAL_RANKS:
+        raise ValueError(f"{args.model} is planned on this machine's local ranks, at most {MAX_LOCAL_RANKS}: "
+                         f"--gpus 8, say (or --gpu h100-sxm for its shape on a cluster)")
+    rep = suite.plan(args.model.lower(), args.gpus, args.global_batch, args.recipe, tuple(args.micro_batch), args.link)
+    print(f"{rep.model} on {rep.world_size} local ranks ({rep.cores} cores), global batch {rep.global_batch} "
+          f"sequences, {rep.recipe}; links: {rep.links or 'none (communication not timed)'}")
+    print(f"step time, a model: compute = {rep.seconds_per_sequence * 1e3:.1f} ms per sequence (this machine, one "
+          "thread, measured) x each rank's share x ranks per core, with 1F1B's bubble; comm = the bytes on each "
+          "paced axis over its link's bandwidth, exposed whole")
+    print(f"{len(rep.ranked)} shapes zeroedu run builds; not built: "
+          + (", ".join(f"{k} ({v})" for k, v in sorted(rep.refused.items())) or "none"))
+    print("states, activ.: the rank holding the most; dp/tp/cp/pp MB: the most a rank sends per step on that axis")
+    print(table(SUITE_HEAD, [_suite_row(i + 1, p) for i, p in enumerate(rep.ranked[:args.top])]))
+    if rep.ranked:
+        best = rep.ranked[0]
+        print(f"run #1: zeroedu run --strategy {best.config.strategy} --world-size {best.config.world_size} "
+              f"--model {rep.model} --global-batch {rep.global_batch} --recipe {rep.recipe}"
+              + "".join(f" --{flag} {v}" for flag, v in (("micro-batches", best.config.micro_batches),
+                                                         ("tp", best.config.tp), ("pp", best.config.pp),
+                                                         ("cp", best.config.cp)) if v != 1)
+              + (" --sequence-parallel" if best.config.sequence_parallel else "")
+              + (f" --link {args.link}" if args.link else ""))
+    return 0
+
+
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("plan", help="size a model over dp x tp x pp x cp, a ZeRO level, b and recompute")
     p.add_argument("--model", default="llama-2-70b",
                    help=f"a preset ({', '.join(planner.MODELS)}; default llama-2-70b), a JSON shape or a file holding "
                         "one: layers, hidden, heads, ffn, vocab, seq [, kv_heads, gated, biases, tied, positions]")
-    p.add_argument("--gpu", choices=list(planner.GPUS), default="h100-sxm",
-                   help="GPU preset: its HBM, line rates and peaks (default h100-sxm)")
+    p.add_argument("--gpu", choices=list(planner.GPUS), default=None,
+                   help="GPU preset: its HBM, line rates and peaks (default h100-sxm; gpt-small and gpt-tiny "
+                        "without it are planned on this machine's local ranks)")
     p.add_argument("--gpus", type=positive_int, default=256, help="GPUs in the job (default 256)")
     p.add_argument("--per-node", type=positive_int, default=None, help="GPUs per NVLink node (default: the preset's 8)")
     p.add_argument("--hbm", type=positive_float, default=None, help="GB of HBM per GPU (default: the preset's)")
@@ -139,7 +201,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--tflops", type=positive_float, default=None, help="dense BF16 peak (default: the preset's)")
     p.add_argument("--efficiency", type=positive_float, default=0.5,
                    help="share of peak the matrix multiplications reach (default 0.5, an assumption)")
-    p.add_argument("--global-batch", type=positive_int, default=1024, help="sequences per step (default 1024)")
+    p.add_argument("--global-batch", type=positive_int, default=None,
+                   help="sequences per step (default 1024; on local ranks 2 per rank)")
+    p.add_argument("--recipe", default="mixed-bf16", help="local ranks: the run's precision recipe (default mixed-bf16)")
+    p.add_argument("--link", default=None,
+                   help="local ranks: emulated links (a preset, e.g. domain): only shapes whose axes they pace")
     p.add_argument("--micro-batch", type=positive_int, nargs="+", default=[1, 2, 4], metavar="B",
                    help="micro-batch sizes to rank (default 1 2 4)")
     p.add_argument("--interleave", type=positive_int, nargs="+", default=[1, 2, 4], metavar="V",

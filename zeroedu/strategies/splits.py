@@ -26,11 +26,12 @@ Adding an axis: a module with the algorithm and a `Split` here, the axis's name 
 """
 from __future__ import annotations
 
+import functools
 from contextlib import nullcontext
 from typing import NamedTuple
 
 from ..kinds import CP, DP_SHARD, EP, PP, TP, Mesh, RecomputeMode
-from ..models import GPTConfig
+from ..models import GPTConfig, MLPConfig
 from ..models import unit_shapes as model_unit_shapes
 from ..models import units as model_units
 from ..theory import tensor_parallel as tp_theory
@@ -43,6 +44,34 @@ class UnitGroup(NamedTuple):
     trainable: list | None
     n: int
     rank: int
+
+
+def _built_shapes(spec, pp: int = 1, stage: int = 0) -> tuple[list, list | None]:
+    """The unit shapes of the model `spec` builds, whole (pp = 1) or pipeline stage `stage`'s, and
+    its trainable mask (None when every parameter trains). A preset's or a configuration's are
+    the same every time and are built once per process (a plan reads thousands of ranks'); a
+    custom model's functions can change, so it is built every time."""
+    if isinstance(spec, (GPTConfig, MLPConfig)):
+        shapes, mask = _built_shapes_kept(spec, pp, stage)
+        return [list(u) for u in shapes], None if mask is None else [list(u) for u in mask]
+    return _build_shapes(spec, pp, stage)
+
+
+def _build_shapes(spec, pp: int, stage: int) -> tuple[list, list | None]:
+    model = spec.build()
+    if pp > 1:
+        from .pipeline import Stage
+
+        model = Stage(model, pp, stage)
+        return model_unit_shapes(model), None
+    # Frozen parameters: stored, never reduced or updated (the mask only when there are any).
+    mask = [[p.requires_grad for p in u.parameters()] for u in model_units(model)]
+    return model_unit_shapes(model), None if all(all(f) for f in mask) else mask
+
+
+@functools.lru_cache(maxsize=32)
+def _built_shapes_kept(spec, pp: int, stage: int):
+    return _build_shapes(spec, pp, stage)
 
 
 class Split:
@@ -65,10 +94,7 @@ class Split:
         return model
 
     def unit_shapes(self, cfg, rank: int = 0) -> tuple[list, list | None]:
-        model = cfg.model.build()
-        # Frozen parameters: stored, never reduced or updated (the mask only when there are any).
-        mask = [[p.requires_grad for p in u.parameters()] for u in model_units(model)]
-        return model_unit_shapes(model), None if all(all(f) for f in mask) else mask
+        return _built_shapes(cfg.model)
 
     def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
         return []
@@ -357,18 +383,13 @@ class PipelineSplit(Split):
             raise ValueError(f"pp = {pp}: {refused[0]}")
         return pp
 
-    def _stage(self, cfg, rank: int):
-        from .pipeline import Stage
-
-        return Stage(cfg.model.build(), cfg.pp, cfg.mesh.coord(rank, PP))
-
     def apply(self, model, dist, cfg):
         from .pipeline import Stage
 
         return Stage(model, cfg.pp, dist.axes[PP].rank)
 
     def unit_shapes(self, cfg, rank: int = 0):
-        return model_unit_shapes(self._stage(cfg, rank)), None
+        return _built_shapes(cfg.model, cfg.pp, cfg.mesh.coord(rank, PP))
 
     def ops(self, cfg, elem: int, rank: int = 0, observed=None) -> list:
         from ..theory.comm import CommOp

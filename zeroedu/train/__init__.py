@@ -8,6 +8,8 @@ single-process reference, and the launcher that assembles the report.
 * `launch`: `train_job` (what `zeroedu run` runs on every rank), `run`, `assemble`, `predicted`,
   `predict_time`.
 * `jobs`: the other rank jobs the notebooks and tests use, built on the runner.
+* `plans`: the shapes `zeroedu run` builds for a suite model on N local ranks, each with its
+  runs' closed forms, ranked (`zeroedu plan --model gpt-small`).
 """
 from .config import ResolvedConfig, RunConfig, config_from_dict, config_to_dict, resolve
 from .launch import assemble, predict_time, predicted, run, theory_comm_options, train_job

@@ -1,5 +1,7 @@
 """Rank jobs the notebooks and tests use beyond `zeroedu run`, each built on `runner`.
 
+* `ring_step_job`: the seconds one ring step of a one-element all-reduce takes on this
+  machine's ranks, through the comm the strategies use (`train.plans`' per-message latency).
 * `fsdp2_state_dict_job`: train FSDP2 for a few steps, then take its *local* state dict
   (`FSDP2.local_state_dict`), recording how many bytes that sends (none), next to the gathered
   full parameters for comparison. `stitch_local_state_dicts` puts the N shards back together
@@ -9,12 +11,33 @@ Jobs live in the package, not in tests or notebooks, because ranks import them b
 """
 from __future__ import annotations
 
+import time
 from fractions import Fraction
 
 import torch
 
+from ..runtime.comm import tag
+from ..runtime.ledger import Ledger
+from ..theory.timing import ring_steps
 from .config import config_from_dict
-from .runner import build_run, train_steps
+from .runner import build_run, dist_state, train_steps
+
+
+def ring_step_job(ctx, cfg: dict, reps: int = 10) -> float:
+    """Seconds per ring step of a one-element all-reduce over `cfg`'s data-parallel ranks, the
+    median of `reps` after a warm-up: what each message costs this machine beyond its bytes
+    (waking the next rank, gloo's round trip), at this many ranks on these cores."""
+    cfg = config_from_dict(cfg)
+    dist = dist_state(ctx, cfg, Ledger(ctx.rank, timeline_mode="minimal"))
+    t = torch.zeros(1)
+    times = []
+    for i in range(reps + 1):
+        start = time.perf_counter()
+        dist.comm.all_reduce(t, dist.inner, tag("plan", f"latency{i}", "data"))
+        times.append(time.perf_counter() - start)
+    dist.comm.close()
+    times = sorted(times[1:])
+    return times[len(times) // 2] / ring_steps("all_reduce", cfg.n)
 
 
 def fsdp2_state_dict_job(ctx, cfg: dict) -> dict:

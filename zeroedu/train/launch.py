@@ -39,8 +39,30 @@ def predicted(cfg: RunConfig | ResolvedConfig, rank: int, backend: str = "gloo",
 def _predicted(cfg: ResolvedConfig, rank: int, backend: str, device: str, observed=None) -> Predicted:
     # A rank's configuration is the parent's, resolved already: `train_job` comes here directly.
     # `observed`: what the split read of the run on this rank (`Split.observe`).
-    elem = get_recipe(cfg.recipe).param_bytes
     ln_stats = 4 if device.startswith("cuda") else None  # LayerNorm statistics are fp32 on CUDA
+    ms, comm = _states_and_comm(cfg, rank, observed)
+    activations = split_of(cfg.mesh).activation_bytes(cfg, get_recipe(cfg.recipe).param_bytes, ln_stats, rank,
+                                                      observed)
+    # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
+    # when the backend's collectives run (`theory.comm.on_the_wire`).
+    implementation = resolve_implementation(cfg.collectives, backend)
+    return Predicted(
+        **ms.as_dict(),  # param, grad, optim, total, optim_detail
+        wire=float(theory_comm.on_the_wire(comm, implementation, backend)),
+        activations=activations,
+        comm={k: float(v) for k, v in sorted(comm.by_collective().items()) if v},
+        comm_by_axis={a: {k: float(v) for k, v in sorted(c.items()) if v}
+                      for a, c in sorted(comm.items()) if any(c.values())})
+
+
+def predicted_comm(cfg: RunConfig | ResolvedConfig, rank: int) -> theory_comm.CommBytes:
+    """This rank's collectives per step as the closed forms list them (`CommBytes.ops`: each call's
+    axis, collective, size and group), whose bytes `predicted` sums."""
+    return _states_and_comm(resolve(cfg), rank, None)[1]
+
+
+def _states_and_comm(cfg: ResolvedConfig, rank: int, observed):
+    elem = get_recipe(cfg.recipe).param_bytes
     split = split_of(cfg.mesh)  # how a replica is split over the model axes (none: WHOLE)
     # Each group of units with the group it is reduced over (one, but for ep's experts); the
     # closed forms index a rank by its place in that group.
@@ -53,18 +75,7 @@ def _predicted(cfg: ResolvedConfig, rank: int, backend: str, device: str, observ
         ops += c.ops
         axes += tuple(a for a in c if a not in axes)
     # a model axis's collectives beside the data-parallel ones, on the axis they run on
-    comm = theory_comm.CommBytes(ops + split.ops(cfg, elem, rank, observed), axes)
-    activations = split.activation_bytes(cfg, elem, ln_stats, rank, observed)
-    # On the wire: the ring model's bytes, with gloo's own reduce-scatter at all-reduce cost
-    # when the backend's collectives run (`theory.comm.on_the_wire`).
-    implementation = resolve_implementation(cfg.collectives, backend)
-    return Predicted(
-        **ms.as_dict(),  # param, grad, optim, total, optim_detail
-        wire=float(theory_comm.on_the_wire(comm, implementation, backend)),
-        activations=activations,
-        comm={k: float(v) for k, v in sorted(comm.by_collective().items()) if v},
-        comm_by_axis={a: {k: float(v) for k, v in sorted(c.items()) if v}
-                      for a, c in sorted(comm.items()) if any(c.values())})
+    return ms, theory_comm.CommBytes(ops + split.ops(cfg, elem, rank, observed), axes)
 
 
 def theory_comm_options(cfg: ResolvedConfig) -> dict:
