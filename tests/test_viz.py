@@ -341,3 +341,47 @@ def test_the_ring_picture_follows_the_ring(n):
     _png(fig)
     with pytest.raises(ValueError):
         viz.ring_steps(1)
+
+
+@pytest.mark.parametrize("cp", [2, 4])
+@pytest.mark.parametrize("zigzag", [False, True])
+def test_the_zigzag_grid_draws_the_score_elements_each_rank_computes(cp, zigzag):
+    """Each rank's colored cells in the causal grid, times a chunk pair's S/(2cp) x S/(2cp)
+    scores, are the score elements `theory.context.work_elements` counts for it (the ring's work,
+    which the runs measure); plain: the last rank cp times the first; zig-zag: 2cp + 1 each."""
+    from zeroedu.theory.context import work_elements
+
+    seq = 16 * cp
+    fig = viz.zigzag_grid(cp)
+    drawn = [p.get_gid() for ax in fig.axes for p in ax.patches if p.get_gid()]
+    for r in range(cp):
+        cells = [g for g in drawn if g.startswith(f"{'zigzag' if zigzag else 'plain'}/r{r}/")]
+        assert len(cells) * (seq // (2 * cp)) ** 2 == work_elements(1, 1, seq, cp, r, zigzag)
+    counts = [len(viz.causal_blocks(cp, zigzag)[r]) for r in range(cp)]
+    assert counts == ([2 * cp + 1] * cp if zigzag else [4 * (r + 1) for r in range(cp)])
+
+
+@pytest.mark.parametrize("t", [2, 4])
+@pytest.mark.parametrize("sp", [False, True])
+def test_the_tensor_parallel_figure_splits_a_by_columns_and_b_by_rows(t, sp):
+    """A's t blocks tile its width (columns), B's tile its height (rows); X and Z are whole on
+    every rank, or with sequence parallelism split by sequence into t bands, and the collectives
+    named are the ones whose bytes are the all-reduce's halves."""
+    from zeroedu.theory.comm import sent_bytes
+
+    fig = viz.tensor_parallel_mlp(t, sp)
+    ax = fig.axes[0]
+    by = {p.get_gid(): p for p in ax.patches if p.get_gid()}
+    a = [by[f"A/r{i}"] for i in range(t)]
+    b = [by[f"B/r{i}"] for i in range(t)]
+    assert len({round(p.get_height(), 9) for p in a}) == 1 and len({round(p.get_y(), 9) for p in a}) == 1
+    assert len({round(p.get_width(), 9) for p in b}) == 1 and len({round(p.get_x(), 9) for p in b}) == 1
+    assert round(sum(p.get_width() for p in a), 9) == round(t * a[0].get_width(), 9)
+    texts = {x.get_text() for x in ax.texts}
+    if sp:
+        assert {f"X/r{i}" for i in range(t)} <= set(by) and {f"Z/r{i}" for i in range(t)} <= set(by)
+        assert {"all-gather", "reduce-scatter"} <= texts and "all-reduce" not in texts
+    else:
+        assert "X/whole" in by and "Z/whole" in by and "all-reduce" in texts
+    S = 1 << 20
+    assert sent_bytes("all_reduce", S, t) == sent_bytes("all_gather", S, t) + sent_bytes("reduce_scatter", S, t)
