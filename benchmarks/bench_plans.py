@@ -45,7 +45,7 @@ def main(argv=None) -> list[dict]:
         exact = all(r.measured.total == f.model_states and r.measured.activations == f.activations
                     and r.measured.comm_by_axis == f.comm_by_axis for r, f in zip(out.ranks, p.ranks))
         row = {"plan": str(p), "compute_s": p.compute, "comm_s": sum(p.comm.values()), "step_s": p.step,
-               "measured_s": measured, "ratio": measured / p.step, "figures_exact": exact,
+               "measured_s": measured, "ratio": round(measured / p.step, 2), "figures_exact": exact,
                "trains": bool(out.match.losses)}
         rows.append(row)
         print(f"{row['plan']:58s} {p.step:11.3f} {measured:10.3f} {row['ratio']:6.2f}  "

@@ -385,3 +385,22 @@ def test_the_tensor_parallel_figure_splits_a_by_columns_and_b_by_rows(t, sp):
         assert "X/whole" in by and "Z/whole" in by and "all-reduce" in texts
     S = 1 << 20
     assert sent_bytes("all_reduce", S, t) == sent_bytes("all_gather", S, t) + sent_bytes("reduce_scatter", S, t)
+
+
+def test_the_expert_routing_figure_draws_the_routers_counts_and_the_rows_that_cross():
+    """Each cell is the rows the rank's router sent to that expert over the step's micro-batches,
+    outlined where the rank holds the expert; the rows that cross are the rest."""
+    from zeroedu.notebook.exercises import example_report
+    from zeroedu.reports import ExpertRouting
+
+    rep = example_report({"routing": ExpertRouting([0, 1], [[[3, 1, 4, 1], [5, 9, 2, 6]]], [[[0, 0], [0, 0]]], [0])},
+                         {"routing": ExpertRouting([2, 3], [[[2, 7, 1, 8], [2, 8, 1, 8]]], [[[0, 0], [0, 0]]], [0])})
+    fig = viz.expert_routing(rep)
+    ax = fig.axes[0]
+    cells = {p.get_gid(): p for p in ax.patches if p.get_gid()}
+    assert {g for g in cells} == {"r0/e0/8", "r0/e1/10", "r0/e2/6", "r0/e3/7", "r1/e0/4", "r1/e1/15", "r1/e2/2",
+                                 "r1/e3/16"}
+    held = {g for g, p in cells.items() if p.get_linewidth() > 1}
+    assert held == {"r0/e0/8", "r0/e1/10", "r1/e2/2", "r1/e3/16"}
+    texts = {t.get_text() for t in ax.texts}
+    assert "13 rows cross" in texts and "19 rows cross" in texts

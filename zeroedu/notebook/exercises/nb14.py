@@ -1,12 +1,13 @@
 """Notebook 14 (beyond data parallelism): which context-parallel rank works hardest, the causal
-imbalance read off a run, the 70B design exercise, and a ring attention whose work is off."""
+imbalance read off a run, the 70B design exercise, a ring attention whose work is off, and the
+rows an expert-parallel dispatch sends across, read off the router's counts."""
 from __future__ import annotations
 
 
 from ...theory import context as cp_theory
 from ...theory import planner
 from ...theory import mistakes
-from . import Exercise, Wrong, mistaken, register
+from . import Exercise, Wrong, example_report, mistaken, register
 
 # The notebook's context-parallel runs: gpt-tiny (2 heads, S = 32), global batch 4, cp = 4.
 CP, HEADS, SEQ, BATCH = 4, 2, 32, 4
@@ -40,6 +41,21 @@ def _example_plain() -> dict:
         ranks = [Rank(r) for r in range(CP)]
 
     return {"plain": Plain()}
+
+
+def _rows(moe, held: bool | None) -> int:
+    """Rank 0's rows in layer 0's dispatch, last step, all micro-batches: to experts it holds
+    (True), to the others (False), or all of them (None); from the router's counts."""
+    r = moe.ranks[0].routing
+    return sum(n for mb in r.sent[0] for e, n in enumerate(mb) if held is None or (e in r.held) == held)
+
+
+def _example_moe() -> dict:
+    # rank 0 holds experts 0 and 1 of 4; one micro-batch routed 30, 25, 20 and 21 rows to them
+    from ...reports import ExpertRouting
+
+    routing = ExpertRouting(held=[0, 1], sent=[[[30, 25, 20, 21]]], received=[[[55, 41]]], dropped=[0])
+    return {"moe": example_report({"routing": routing})}
 
 
 def _grade(answer) -> tuple[bool, str]:
@@ -113,5 +129,18 @@ register(
         wrong=(Wrong("b", "the ring bytes equal the closed form, 2(cp - 1) blocks forward, on every rank"),
                Wrong("c", "the activation bytes equal fused attention's at S/cp tokens: nothing S x S was saved"),
                Wrong("d", "the losses equal one process's: every query saw exactly the keys at or before it")),
+    ),
+    Exercise(
+        id="14.5", kind="number", style="measure",
+        prompt="From `moe` (top-2 routing, 4 experts over ep = 2, one rank per ep position): how many of rank 0's "
+               "token rows crossed to the other rank's experts in layer 0's dispatch, last step?",
+        expected=lambda moe: _rows(moe, held=False),
+        example=_example_moe,
+        hint="moe.ranks[0].routing: `sent[0]` is layer 0's rows per micro-batch and expert, `held` the experts "
+             "rank 0 keeps; only rows bound elsewhere cross.",
+        wrong=(Wrong(lambda moe: _rows(moe, held=None), "that counts every row rank 0 routed, with the ones for its "
+                                                        "own experts, which never leave the rank"),
+               Wrong(lambda moe: _rows(moe, held=True), "those are the rows that stay: they go to the experts rank "
+                                                        "0 holds itself")),
     ),
 )

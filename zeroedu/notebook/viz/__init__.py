@@ -39,13 +39,14 @@ Figures
     tensor_parallel_mlp   a block's MLP over tp ranks: A by columns, B by rows, one all-reduce
                           (with sequence parallelism: an all-gather and a reduce-scatter)
     zigzag_grid           causal attention's blocks per cp rank, plain and zig-zag (`causal_blocks`)
+    expert_routing        a run's rows per rank and expert in one MoE layer's dispatch, held ones outlined
 """
 from .common import (COLORS, RANK_COLORS, STATE_CATS, TIMELINE_CATS, byte_scale, human_bytes, mesh, new_figure,
                      rank_color)
 from .layouts import dim0_ownership, flat_ownership, ownership_figure
 from .runs import (accumulation_figure, activation_bars, comm_bars, learning_curves, loss_curves, memory_bars,
                    update_decomposition)
-from .model_axes import causal_blocks, tensor_parallel_mlp, zigzag_grid
+from .model_axes import causal_blocks, expert_routing, tensor_parallel_mlp, zigzag_grid
 from .pipeline import bubble_figure, pipeline_schedule
 from .timelines import (lifecycle_kind, memory_timeline, overlap_timeline, timeline_axes, trace_figure)
 from .theory import (axis_bytes_bars, cross_domain_figure, fsdp_lifecycle, ring_scaling, ring_schedule, ring_steps,
@@ -53,7 +54,7 @@ from .theory import (axis_bytes_bars, cross_domain_figure, fsdp_lifecycle, ring_
                      scaling_results, sharding_diagram, step_times, theory_comm,
                      theory_comm_bars, theory_memory, theory_memory_bars)
 
-__all__ = ["causal_blocks", "tensor_parallel_mlp", "zigzag_grid", "bubble_figure", "pipeline_schedule", "accumulation_figure", "activation_bars", "lifecycle_kind", "axis_bytes_bars", "scaling_figure", "scaling_results", "step_times", "COLORS", "RANK_COLORS", "STATE_CATS", "TIMELINE_CATS", "byte_scale", "human_bytes", "mesh", "new_figure", "rank_color",
+__all__ = ["causal_blocks", "expert_routing", "tensor_parallel_mlp", "zigzag_grid", "bubble_figure", "pipeline_schedule", "accumulation_figure", "activation_bars", "lifecycle_kind", "axis_bytes_bars", "scaling_figure", "scaling_results", "step_times", "COLORS", "RANK_COLORS", "STATE_CATS", "TIMELINE_CATS", "byte_scale", "human_bytes", "mesh", "new_figure", "rank_color",
            "dim0_ownership", "flat_ownership", "ownership_figure", "comm_bars", "learning_curves", "loss_curves",
            "memory_bars", "memory_timeline", "overlap_timeline", "timeline_axes", "trace_figure", "cross_domain_figure",
            "fsdp_lifecycle", "ring_scaling", "ring_schedule", "ring_steps", "sharding_diagram", "theory_comm", "theory_comm_bars",

@@ -1,6 +1,7 @@
 """Figures of the model axes' splits (notebook 14): tensor parallelism's two matrices of a block's
-MLP, and context parallelism's causal block grid, plain and zig-zag. Both are drawn from the
-algorithms' own rules (`theory.tensor_parallel`, `theory.context`), not from a run."""
+MLP and context parallelism's causal block grid, plain and zig-zag, both drawn from the
+algorithms' own rules (`theory.tensor_parallel`, `theory.context`); and a run's expert routing,
+drawn from the router's counts its ranks reported."""
 from __future__ import annotations
 
 from matplotlib.figure import Figure
@@ -135,4 +136,44 @@ def zigzag_grid(cp: int = 4) -> Figure:
     return fig
 
 
-__all__ = ["causal_blocks", "tensor_parallel_mlp", "zigzag_grid"]
+
+
+def expert_routing(report, layer: int = 0) -> Figure:
+    """Where each rank's token rows went in one MoE layer's dispatch, the last step, summed over
+    its micro-batches (`reports.ExpertRouting.sent`, the router's own counts): a row per rank, a
+    column per expert; outlined, the experts that rank holds (its rows stay home); the rest cross
+    the wire in the all-to-all. The bytes follow the data: a rank's dispatch sends its off-rank
+    rows times the row's bytes."""
+    ranks = [r for r in report.ranks if r.routing is not None]
+    if not ranks:
+        raise ValueError("this run has no expert routing (train with --experts E --ep P)")
+    experts = len(ranks[0].routing.sent[layer][0])
+    fig = new_figure(1.0 + 0.55 * experts, 0.7 + 0.45 * len(ranks))
+    ax = fig.subplots()
+    top = max(1, max(sum(mb[e] for mb in r.routing.sent[layer]) for r in ranks for e in range(experts)))
+    for i, r in enumerate(ranks):
+        row = len(ranks) - 1 - i
+        away = 0
+        for e in range(experts):
+            n = sum(mb[e] for mb in r.routing.sent[layer])
+            home = e in r.routing.held
+            away += 0 if home else n
+            shade = 1 - 0.75 * n / top
+            ax.add_patch(Rectangle((e, row), 1, 1, facecolor=(shade, shade, 1.0), gid=f"r{r.rank}/e{e}/{n}",
+                                   edgecolor="#C44E52" if home else "#BBBBBB", linewidth=2.0 if home else 0.5))
+            ax.text(e + 0.5, row + 0.5, str(n), ha="center", va="center", fontsize=7)
+        ax.text(experts + 0.15, row + 0.5, f"{away} rows cross", va="center", fontsize=7)
+    ax.set_xlim(0, experts + 2.2)
+    ax.set_ylim(0, len(ranks))
+    ax.set_xticks([e + 0.5 for e in range(experts)], [str(e) for e in range(experts)], fontsize=7)
+    ax.set_yticks([len(ranks) - 0.5 - i for i in range(len(ranks))], [f"rank {r.rank}" for r in ranks], fontsize=7)
+    ax.tick_params(length=0)
+    for s in ax.spines.values():
+        s.set_visible(False)
+    ax.set_xlabel("expert", fontsize=7)
+    ax.set_title(f"layer {layer}'s dispatch, last step: rows each rank routed to each expert (red: held there)",
+                 fontsize=8)
+    return fig
+
+
+__all__ = ["causal_blocks", "expert_routing", "tensor_parallel_mlp", "zigzag_grid"]
