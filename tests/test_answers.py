@@ -48,6 +48,21 @@ def test_exercises_take_the_natural_forms():
     check("02.6", get("02.6").options[want])  # the option's own text
 
 
+@pytest.mark.parametrize("ex,answer", [("14.1", "all equal"), ("14.1", "they are all equal"),
+                                       ("14.1", "all 4 the same"), ("02.6", "unchanged"),
+                                       ("02.6", "they remain identical")])
+def test_a_right_option_in_other_words_is_right(ex, answer):
+    """'The same' said as equal, identical, unchanged or constant, and a small number in digits or
+    in words, picks the option that says it."""
+    check(ex, answer)
+
+
+@pytest.mark.parametrize("ex,answer", [("14.1", "rank 3 is not equal to the others"), ("02.6", "unchanged or shrink")])
+def test_sameness_words_do_not_pick_an_option_the_answer_contradicts(ex, answer):
+    with pytest.raises(AssertionError):
+        check(ex, answer)
+
+
 def test_no_grader_reads_answers_its_own_way():
     """The deck, the exercises and the drills import `zeroedu.answers`; none of them defines
     its own number, term or choice reader."""

@@ -113,6 +113,9 @@ CASES = [
     (M.masked_scores_only(4), 3.5 / 0.5, "computed whole"),
     # a top-2 figure halved
     (M.top_k_forgotten(2560, 2), 1280, "k = 2"),
+    # expert parallelism: rank 0 routed 96 rows, 55 to its own experts: 41 cross
+    (M.home_rows_counted(96), 96, "never leave"),
+    (M.home_rows_only(55), 55, "stay"),
     # tensor parallelism: 2 of 4 all-reduces; 34sbh/t where sbh(10 + 24/t) was asked
     (M.tp_forward_only(469762048), 234881024, "4 per layer"),
     (M.tp_splits_everything(4096, 1, 8192, 8), 34 * 4096 * 8192 / 8, "10sbh"),

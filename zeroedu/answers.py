@@ -188,8 +188,15 @@ _STOP = {"a", "an", "the", "of", "in", "on", "at", "to", "as", "is", "are", "its
          "each", "every", "be", "by", "with", "while", "when", "then", "that", "this", "their", "so"}
 
 
+# Words that say "the same" (an option "they stay the same" is meant by "unchanged", "all four the
+# same" by "all equal"), and small numbers in words: one content word each, on both sides.
+_SAME = {"equal", "equally", "identical", "unchanged", "constant", "same"}
+_WORD_NUMBERS = {"two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7", "eight": "8"}
+
+
 def _content_words(text: str) -> set[str]:
     words = re.findall(r"[a-z0-9]+", unicodedata.normalize("NFKC", str(text)).lower())
+    words = ["same" if w in _SAME else _WORD_NUMBERS.get(w, w) for w in words]
     return {w[:-1] if w.endswith("s") and len(w) > 3 else w for w in words if w not in _STOP}
 
 

@@ -588,7 +588,21 @@ def large_rounding_everywhere(nbytes) -> Mistake:
                    "20 MiB segment")
 
 
-MISTAKES = (scale_inverted, other_fp8_format, block_as_reserved, large_rounding_everywhere,
+def home_rows_counted(every_row) -> Mistake:
+    """An expert-parallel dispatch's bytes counted from every row a rank routed, its own experts'
+    rows too, which never leave the rank."""
+    return Mistake("home_rows_counted", float(every_row),
+                   "that counts every row the rank routed, with the ones for experts it holds itself, which "
+                   "never leave the rank")
+
+
+def home_rows_only(home_rows) -> Mistake:
+    """The rows that stay on the rank (to the experts it holds) given for the ones that cross."""
+    return Mistake("home_rows_only", float(home_rows),
+                   "those are the rows that stay: they go to the experts the rank holds itself")
+
+
+MISTAKES = (home_rows_counted, home_rows_only, scale_inverted, other_fp8_format, block_as_reserved, large_rounding_everywhere,
             masked_scores_only, bubble_over_busy, ring_hops_all, tp_forward_only, tp_splits_everything,
             recompute_in_mfu, one_head_scores, imbalance_vs_mean, top_k_forgotten, whole_buffer_sent, one_pass_of_allreduce, allreduce_for, elements_for_bytes, other_stage_states,
             optimizer_forgotten, parameters_only, other_recompute, one_layer_only, even_split,

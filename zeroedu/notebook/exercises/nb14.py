@@ -138,9 +138,9 @@ register(
         example=_example_moe,
         hint="moe.ranks[0].routing: `sent[0]` is layer 0's rows per micro-batch and expert, `held` the experts "
              "rank 0 keeps; only rows bound elsewhere cross.",
-        wrong=(Wrong(lambda moe: _rows(moe, held=None), "that counts every row rank 0 routed, with the ones for its "
-                                                        "own experts, which never leave the rank"),
-               Wrong(lambda moe: _rows(moe, held=True), "those are the rows that stay: they go to the experts rank "
-                                                        "0 holds itself")),
+        wrong=(mistaken(mistakes.home_rows_counted, "that counts every row rank 0 routed, with the ones for its "
+                        "own experts, which never leave the rank", given=lambda moe: (_rows(moe, None),)),
+               mistaken(mistakes.home_rows_only, "those are the rows that stay: they go to the experts rank 0 "
+                        "holds itself", given=lambda moe: (_rows(moe, True),))),
     ),
 )
