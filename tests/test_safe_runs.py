@@ -250,10 +250,10 @@ def test_a_backend_this_machine_cannot_run_is_refused_before_any_rank_starts(mon
 
 
 def test_a_run_past_its_timeout_is_one_line_naming_the_logs():
-    # --quiet: a streaming run's deadline runs from its latest step (cluster.Pool.run), so only a
-    # silent run of 2,000 steps (seconds) is sure to pass 0.5 s on any machine
-    out = _cli("--strategy", "ddp", "--world-size", "2", "--model", "mlp", "--steps", "2000", "--quiet",
-               "--timeout", "0.5")
+    # A rank's deadline runs from its latest message (every step sends one: `cluster.Pool.run`), so
+    # the job's first step must outlast it: gpt-small on 128 sequences per rank takes seconds
+    out = _cli("--strategy", "ddp", "--world-size", "2", "--model", "gpt-small", "--steps", "1",
+               "--global-batch", "256", "--quiet", "--timeout", "0.5")
     err = out.stderr.strip().splitlines()
     assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
     assert err[-1].startswith("zeroedu: error: ranks did not finish within 0.5 s") and "(logs: " in err[-1], err
