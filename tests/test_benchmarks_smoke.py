@@ -181,6 +181,10 @@ def test_planner(bench):
     data = json.load(open(out / "planner.json"))
     assert [r["name"] for r in data["rows"]] == [r["name"] for r in rows] and data["efficiency"] == 0.5
     assert all(r["fits"] and 1 <= r["rank"] <= r["of"] and r["best"] for r in rows)
+    # the two Megatron papers' tables: every row there, none refused, each fitting, ranked
+    papers = data["narayanan_2021"] + data["korthikanti_2022"]
+    assert [len(data["narayanan_2021"]), len(data["korthikanti_2022"])] == [10, 4]
+    assert all("refused" not in r and r["fits"] and 1 <= r["rank"] <= r["of"] for r in papers)
 
 
 def test_matmul16(bench):

@@ -61,6 +61,50 @@ def test_every_published_configuration_exists_fits_and_is_predicted_within_15_pe
         assert e.fits and abs(e.throughput(r.gpus) / 1e12 / r.model_tflops - 1) <= 0.15, (r.name, r.gpus)
 
 
+def test_the_papers_models_have_the_parameter_counts_their_tables_print():
+    """Narayanan et al. 2021, Table 1 prints each model's size to a tenth of a billion: the
+    planner's count of the same shape (Megatron's GPT, vocabulary 51,200, 2,048 positions, tied
+    embeddings) gives every one of them."""
+    from zeroedu.theory import published
+
+    got = [round(r.model.params() / 1e9, 1) for r in published.NARAYANAN_RUNS]
+    assert got == [1.7, 3.6, 7.5, 18.4, 39.1, 76.1, 145.6, 310.1, 529.6, 1008.0]
+    assert [round(r.model.params() / 1e9) for r in published.KORTHIKANTI_RUNS] == [22, 175, 530, 1008]
+
+
+def test_every_configuration_of_the_two_papers_exists_and_fits_with_its_recompute():
+    """No row of either table is refused; each fits in 80 GB with the recompute mode its run used
+    (the micro-batch of one sequence); the three largest fit only because they recompute
+    (Narayanan et al. 2021 recompute every layer, §3.5; Korthikanti et al. 2022 the attention)."""
+    from zeroedu.theory import published
+
+    too_big_without = []
+    for r in published.PAPER_RUNS:
+        c = P.Cluster.of(r.gpu, r.gpus)
+        for mode in ("none", r.recompute):
+            pl = P.Plan(r.dp, r.tp, r.pp, 1, r.zero, recompute=mode)
+            assert P.refusal(r.model, c, pl, r.global_batch) is None, (r.name, r.gpus)
+            fits = P.estimate(r.model, c, pl, r.global_batch).fits
+            assert fits or mode == "none", (r.name, r.gpus, mode)
+            if not fits:
+                too_big_without.append(r.name)
+    assert too_big_without == ["GPT 310.1B", "GPT 529.6B", "GPT 1008.0B", "GPT 530B", "GPT 1T"]
+
+
+def test_narayanans_tflops_count_the_recomputed_forward_and_are_converted_by_the_flop_counts():
+    """Table 1's TFLOP/s are Eq. (3)'s FLOPs (the recomputed forward counted); the planner's
+    convention drops it: the 1T row's 163 TFLOP/s is 163 x 72(1 + s/6h + V/12Lh) / 96(1 + s/6h +
+    V/16Lh) in model FLOPs."""
+    from fractions import Fraction as F
+
+    from zeroedu.theory import published
+
+    r = published.NARAYANAN_RUNS[-1]
+    L, h, s, V = r.model.layers, r.model.hidden, r.model.seq, r.model.vocab
+    ratio = 72 * (1 + F(s, 6 * h) + F(V, 12 * L * h)) / (96 * (1 + F(s, 6 * h) + F(V, 16 * L * h)))
+    assert r.published_tflops == 163 and r.model_tflops == pytest.approx(163 * float(ratio), rel=1e-12)
+
+
 def test_the_bubble_is_narayanans_p_minus_1_over_m_of_the_ideal_step():
     # Narayanan et al. 2021 §2.2.1: bubble time / ideal time = (p-1)/m; as a share of the step
     for p, m in ((4, 8), (8, 32), (2, 1)):

@@ -1,5 +1,7 @@
 """Published training runs the planner (`theory.planner`) is checked against: each run's model
-shape, its configuration and the throughput it reported, with the source.
+shape, its configuration and the throughput it reported, with the source. Three tables: NeMo
+24.12's H100 runs (`RUNS`), Narayanan et al. 2021's Table 1 and Korthikanti et al. 2022's
+configurations on A100s (`PAPER_RUNS`).
 
 NVIDIA NeMo Framework 24.12, "Performance Benchmarks", pretraining at FP8 precision on H100 GPUs
 (docs.nvidia.com/nemo-framework/user-guide/24.12/nemotoolkit/performance/performance_summary.html):
@@ -64,4 +66,92 @@ RUNS = [
     _nemo("LLAMA3-70B", LLAMA3_70B, 64, 128, 1, 4, 4, 2, 5, 1524, 734),
 ]
 
-__all__ = ["LLAMA2_13B", "LLAMA3_70B", "LLAMA3_8B", "NEMO_24_12", "PublishedRun", "RUNS"]
+
+# ------------------------------------------------------------------ the two Megatron papers' tables
+# GPT shapes as both papers build them (Megatron-LM's GPT: a 4h GELU MLP, biases, LayerNorms,
+# learned positions, the output layer tied to the input embedding), vocabulary 51,200 and 2,048
+# tokens ("All models use a vocabulary size of 51,200 and a sequence length of 2048", the
+# Megatron-LM README of that time, which gives the same weak-scaling study).
+def megatron_gpt(name: str, heads: int, hidden: int, layers: int) -> ModelShape:
+    return ModelShape(name, layers, hidden, heads, heads, 4 * hidden, 51200, 2048, gated=False, biases=True,
+                      tied=True, positions=2048)
+
+
+NARAYANAN_2021 = ("Narayanan et al. 2021, Table 1 (weak scaling, A100 80 GB, mixed precision, "
+                  "activation recompute; TFLOP/s by Eq. (3), the recomputed forward counted)")
+KORTHIKANTI_2022 = ("Korthikanti et al. 2022, Table 3 configurations and the model FLOPs utilization of "
+                    "selective recompute with sequence parallelism (A100 80 GB; MFU from the Megatron-LM README)")
+A100_PEAK_TFLOPS = 312  # dense BF16/FP16, what both papers' "% of peak" divides by
+
+
+@dataclass(frozen=True)
+class PaperRun:
+    """One row of a paper's table: the shape, the GPUs, the global batch, tp and pp (dp the rest;
+    no cp), and the throughput as the paper counts it. The micro-batch size and the pipeline's
+    interleaving are not in these tables (None): the benchmark tries the ones the planner knows."""
+    name: str
+    model: ModelShape
+    gpus: int
+    global_batch: int
+    tp: int
+    pp: int
+    published_tflops: float  # per GPU, as the paper counts it (`counts_recompute`)
+    counts_recompute: bool  # True: the recomputed forward is counted (Narayanan's Eq. (3))
+    recompute: str  # what the run did: "full" (Narayanan) or "selective" (Korthikanti)
+    source: str
+    gpu: str = "a100-80gb"
+    zero: int = 0  # neither paper's runs shard the optimizer (Korthikanti's have dp = 1)
+
+    @property
+    def dp(self) -> int:
+        return self.gpus // (self.tp * self.pp)
+
+    @property
+    def model_tflops(self) -> float:
+        """The published figure in the planner's convention, model FLOPs (no recompute):
+        Eq. (3)'s figure times the ratio of the two step FLOPs of this shape."""
+        if not self.counts_recompute:
+            return self.published_tflops
+        from .planner import step_flops
+
+        return self.published_tflops * float(step_flops(self.model, 1, "none") / step_flops(self.model, 1, "full"))
+
+
+def _narayanan(billions, heads, hidden, layers, tp, pp, gpus, batch, tflops) -> PaperRun:
+    return PaperRun(f"GPT {billions}B", megatron_gpt(f"GPT-{billions}B", heads, hidden, layers), gpus, batch, tp, pp,
+                    tflops, True, "full", NARAYANAN_2021)
+
+
+def _korthikanti(name, heads, hidden, layers, tp, pp, gpus, batch, mfu) -> PaperRun:
+    return PaperRun(f"GPT {name}", megatron_gpt(f"GPT-{name}", heads, hidden, layers), gpus, batch, tp, pp,
+                    mfu * A100_PEAK_TFLOPS, False, "selective", KORTHIKANTI_2022)
+
+
+# Narayanan et al. 2021, Table 1: parameters (billions), heads, hidden, layers, tp, pp, GPUs,
+# batch, achieved TFLOP/s per GPU
+NARAYANAN_RUNS = [
+    _narayanan(1.7, 24, 2304, 24, 1, 1, 32, 512, 137),
+    _narayanan(3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    _narayanan(7.5, 32, 4096, 36, 4, 1, 128, 512, 142),
+    _narayanan(18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    _narayanan(39.1, 64, 8192, 48, 8, 2, 512, 1536, 138),
+    _narayanan(76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    _narayanan(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    _narayanan(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    _narayanan(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    _narayanan(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+]
+# Korthikanti et al. 2022, Table 3 (heads, hidden, layers, tp, pp, GPUs, global batch; dp = 1) and
+# the model FLOPs utilization the Megatron-LM README gives for them (22B 41.5 %, 175B 51.4 %,
+# 530B 56.0 %, 1T 56.3 %; hardware FLOPs 43.7, 52.8, 57.0, 57.0 %)
+KORTHIKANTI_RUNS = [
+    _korthikanti("22B", 64, 6144, 48, 8, 1, 8, 4, 0.415),
+    _korthikanti("175B", 96, 12288, 96, 8, 8, 64, 64, 0.514),
+    _korthikanti("530B", 128, 20480, 105, 8, 35, 280, 280, 0.560),
+    _korthikanti("1T", 160, 25600, 128, 8, 64, 512, 512, 0.563),
+]
+PAPER_RUNS = NARAYANAN_RUNS + KORTHIKANTI_RUNS
+
+__all__ = ["A100_PEAK_TFLOPS", "KORTHIKANTI_2022", "KORTHIKANTI_RUNS", "LLAMA2_13B", "LLAMA3_70B", "LLAMA3_8B",
+           "NARAYANAN_2021", "NARAYANAN_RUNS", "NEMO_24_12", "PAPER_RUNS", "PaperRun", "PublishedRun", "RUNS",
+           "megatron_gpt"]
