@@ -338,6 +338,19 @@ def test_the_ring_picture_follows_the_ring(n):
         for r in range(n):
             for c in range(n):
                 assert any(p.get_gid() == f"step{k}/r{r}/c{c}/{len(st['holds'][r][c])}" for p in cells)
+    # every send drawn: one arrow per rank and step, from the chunk it sent to the same chunk of
+    # its right neighbour, which is outlined there; the legend names each shade, the sum and the arrow
+    arrows = {a.get_gid(): a for ax in fig.axes for a in ax.texts if (a.get_gid() or "").startswith("step")}
+    assert set(arrows) == {f"step{k}/send/r{r}/c{c}" for k, st in enumerate(sched) for r, c in st["sent"].items()}
+    for k, st in enumerate(sched):
+        for r, c in st["sent"].items():
+            tip, tail = arrows[f"step{k}/send/r{r}/c{c}"].xy, arrows[f"step{k}/send/r{r}/c{c}"].xyann
+            assert (tail, tip) == ((c + 0.5, n - 0.5 - r), (c + 0.5, n - 0.5 - (r + 1) % n))
+            assert any(p.get_gid() == f"step{k}/r{(r + 1) % n}/c{c}/{len(st['holds'][(r + 1) % n][c])}"
+                       and p.get_linewidth() > 1 for p in cells)
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert labels[0] == "its own part only" and labels[n - 1] == f"all {n}: the full sum"
+    assert len(labels) == n + 1 and "right neighbour" in labels[-1]
     _png(fig)
     with pytest.raises(ValueError):
         viz.ring_steps(1)

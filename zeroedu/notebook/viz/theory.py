@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import MaxNLocator
 
@@ -71,52 +72,67 @@ def sharding_diagram(strategy: str, n: int = 4, m: int = 1, recipe: str | None =
 
 
 def ring_schedule(n: int) -> list[dict]:
-    """zeroedu's ring all-reduce (`runtime.ring`: each rank sends left, receives from the right),
-    step by step: the reduce-scatter's N-1 steps, then the all-gather's N-1. Each entry holds
-    `phase`, `step` (1-based), `holds` (rank -> chunk -> the ranks whose contributions it holds)
-    after the step, and `sent` (rank -> the chunk it sent in the step). Entry 0 is the start."""
+    """The ring all-reduce the course writes by hand (lab 1's reduce-scatter, then
+    `runtime.collectives.ring_all_gather_by_hand`: each rank sends to its right neighbour r+1 and
+    receives from its left, r-1), step by step: the reduce-scatter's N-1 steps, then the
+    all-gather's N-1. zeroedu's runtime ring (`runtime.ring`) runs the mirror image, sending left
+    in gloo's order, with the same bytes. Each entry holds `phase`, `step` (1-based), `holds`
+    (rank -> chunk -> the ranks whose contributions it holds) after the step, and `sent` (rank ->
+    the chunk it sent in the step). Entry 0 is the start."""
     holds = [[{r} for _ in range(n)] for r in range(n)]
     out = [{"phase": "start", "step": 0, "holds": [[set(c) for c in row] for row in holds], "sent": {}}]
     for phase in ("reduce-scatter", "all-gather"):
         for s in range(n - 1):
-            # reduce-scatter: rank r passes on its partial sum of chunk r+1+s, which its left
-            # neighbour adds its own part to; all-gather: rank r passes on the full chunk r+s
-            sent = {r: (r + 1 + s) % n if phase == "reduce-scatter" else (r + s) % n for r in range(n)}
+            # reduce-scatter: rank r passes on its partial sum of chunk r-1-s, to which its right
+            # neighbour adds its own part (chunk c starts at rank c+1 and ends, whole, at rank c);
+            # all-gather: rank r passes on the full chunk r-s
+            sent = {r: (r - 1 - s) % n if phase == "reduce-scatter" else (r - s) % n for r in range(n)}
             new = [[set(c) for c in row] for row in holds]
             for r, c in sent.items():
-                left = (r - 1) % n
-                new[left][c] = new[left][c] | holds[r][c] if phase == "reduce-scatter" else set(holds[r][c])
+                right = (r + 1) % n
+                new[right][c] = new[right][c] | holds[r][c] if phase == "reduce-scatter" else set(holds[r][c])
             holds = new
             out.append({"phase": phase, "step": s + 1, "holds": [[set(c) for c in row] for row in holds],
                         "sent": sent})
     return out
 
 
+RING_SEND = "#C44E52"  # what moves in a step: the arrow and the outline of the cell it lands in
+
+
 def ring_steps(n: int = 4) -> Figure:
     """The ring all-reduce drawn step by step (`ring_schedule`): one panel per step, a grid of
     ranks (rows) by chunks (columns), each cell shaded by how many ranks' contributions it holds
-    (dark: the full sum); a cell outlined in red is the chunk its rank received in that step.
-    After the reduce-scatter's N-1 steps each rank holds one chunk's full sum; after the
-    all-gather's N-1 steps every rank holds all of them. Every rank sends one chunk, S/N, a step:
-    2(N-1)/N · S in all."""
+    (the legend names each shade; dark: the full sum). An arrow (gid ``step{k}/send/r{r}/c{c}``)
+    goes from each sender's chunk to the same chunk one row down, its right neighbour r+1 (the
+    last rank's wraps round to rank 0), and the cell it lands in is outlined. After the
+    reduce-scatter's N-1 steps each rank holds one chunk's full sum; after the all-gather's N-1
+    steps every rank holds all of them. Every rank sends one chunk, S/N, a step: 2(N-1)/N · S in all."""
     if not isinstance(n, int) or not 2 <= n <= 8:
         raise ValueError(f"n must be an integer in [2, 8], got {n!r}")
     sched = ring_schedule(n)
-    fig = new_figure(1.25 * len(sched) + 0.4, 2.2)
+    fig = new_figure(1.25 * len(sched) + 0.4, 2.35)
     axes = fig.subplots(1, len(sched))
     # 1 .. N-1 contributions: light to mid blue; the full sum (N): dark
     shade = [(k - 1) / max(n - 2, 1) for k in range(1, n)]
     cmap = [f"#{int(238 - 110 * t):02X}{int(242 - 82 * t):02X}FF" for t in shade]
-    for ax, st in zip(axes, sched):
-        got = {(r - 1) % n: c for r, c in st["sent"].items()}  # the receiver's new chunk
+    full_color = "#1F3F8F"
+    for k, (ax, st) in enumerate(zip(axes, sched)):
+        got = {(r + 1) % n: c for r, c in st["sent"].items()}  # the receiver's new chunk
         for r in range(n):
             for c in range(n):
-                k = len(st["holds"][r][c])
-                full = k == n
-                ax.add_patch(Rectangle((c, n - 1 - r), 1, 1, facecolor="#1F3F8F" if full else cmap[k - 1],
-                                       edgecolor="#C44E52" if got.get(r) == c else "#BBBBBB",
+                held = len(st["holds"][r][c])
+                ax.add_patch(Rectangle((c, n - 1 - r), 1, 1, facecolor=full_color if held == n else cmap[held - 1],
+                                       edgecolor=RING_SEND if got.get(r) == c else "#BBBBBB",
                                        linewidth=1.8 if got.get(r) == c else 0.5,
-                                       gid=f"step{sched.index(st)}/r{r}/c{c}/{k}"))
+                                       gid=f"step{k}/r{r}/c{c}/{held}"))
+        for r, c in st["sent"].items():
+            to = (r + 1) % n
+            wrap = to < r  # the last rank's send goes round to rank 0: drawn bowed beside the column
+            ax.annotate("", xy=(c + 0.5, n - 1 - to + 0.5), xytext=(c + 0.5, n - 1 - r + 0.5),
+                        arrowprops=dict(arrowstyle="-|>", color=RING_SEND, lw=0.9, shrinkA=2, shrinkB=2,
+                                        connectionstyle=f"arc3,rad={-0.5 if wrap else 0.0}"),
+                        gid=f"step{k}/send/r{r}/c{c}")
         ax.set_xlim(0, n)
         ax.set_ylim(0, n)
         ax.set_aspect("equal")
@@ -126,7 +142,13 @@ def ring_steps(n: int = 4) -> Figure:
         title = "start" if st["phase"] == "start" else f"{st['phase']}\nstep {st['step']}"
         ax.set_title(title, fontsize=7)
     axes[0].set_ylabel("rank", fontsize=7)
-    fig.supxlabel("chunk (each S/N); dark: the full sum; red outline: received this step", fontsize=7)
+    axes[0].set_xlabel("chunk (each S/N)", fontsize=6)
+    handles = [Patch(facecolor=cmap[h - 1], edgecolor="#BBBBBB",
+                     label="its own part only" if h == 1 else f"{h} ranks' parts summed") for h in range(1, n)]
+    handles.append(Patch(facecolor=full_color, label=f"all {n}: the full sum"))
+    handles.append(Line2D([], [], color=RING_SEND, marker=">", lw=0.9,
+                          label="sent this step, to the right neighbour (outlined where it lands)"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 3), fontsize=6, frameon=False)
     return fig
 
 
