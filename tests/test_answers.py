@@ -95,6 +95,12 @@ NATURAL = [
     ("zero_stages", 3, "38,500,000,000"), ("zero_stages", 3, "35.86 GiB"),
     ("ddp_overlap", 2, "as soon as its gradients are ready"),
     ("zero_stages", 1, "optimizer state and gradients"),
+    # numbers in words, a ratio as a percentage of its base, units spelled out: each on three cards
+    ("nvlink_levels", 0, "nine times"), ("zero3_comm", 1, "one and a half times"), ("zero_pp", 2, "four"),
+    ("ring_allreduce", 0, "twenty-four and a half GB"),
+    ("zero3_comm", 1, "150 %"), ("nccl_busbw", 0, "175% of the algorithm bandwidth"), ("cp_zigzag", 0, "400 percent"),
+    ("zero_stages", 3, "38.5 gigabytes"), ("fsdp_comm_bound", 1, "787.5 milliseconds"),
+    ("alpha_beta", 0, "2 megabytes"), ("pp_bubble", 0, "27.27 percent"),
 ]
 
 
@@ -115,6 +121,10 @@ WRONG = [
     ("ddp_overlap", 2, "after the whole backward pass", ""),
     ("zero_stages", 1, "optimizer state", ""),          # pick-all: one of the two
     ("zero_stages", 1, "optimizer state, gradients and weights", ""),
+    ("zero3_comm", 1, "200 %", "double"),              # the myth, as a percentage of DDP's bytes
+    ("zero3_comm", 1, "two times", "double"),          # and in words
+    ("zero_stages", 2, "twelve bytes", "fp32 master"),
+    ("zero_stages", 3, "38 gigabytes", "off by"),
 ]
 
 

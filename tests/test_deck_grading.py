@@ -166,7 +166,7 @@ def test_parse_ticks(text, n, want):
     ("787.5", "ms", 1e-3, 0.7875), ("0.7875 s", "ms", 1e-3, 0.7875), ("7.5k", "tokens", 1, 7500),
     ("7,500 tokens", "tokens", 1, 7500), ("16", "bytes", 1, 16),
     ("26.25 ms", "GB", 1e9, None), ("14 26.25", "GB", 1e9, None), ("GB", "GB", 1e9, None),
-    ("twenty", "GB", 1e9, None), ("", "GB", 1e9, None), ("1.5 GB", "×", 1, None),
+    ("twenty", "GB", 1e9, 20e9), ("plenty", "GB", 1e9, None), ("", "GB", 1e9, None), ("1.5 GB", "×", 1, None),
 ])
 def test_parse_quantity(text, unit, scale, want):
     got = parse_quantity(text, unit, scale)

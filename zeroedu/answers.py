@@ -8,9 +8,11 @@ Numbers (`read_number`, `parse_quantity`). An answer is one quantity, written as
     14e9 B         3/2             1.5×                  1.5x DDP's bytes
     787.5 ms       7,500 tokens    25 MiB                50 %
     1.5 times      50 % more       35.86 GiB             38,500,000,000 (bytes, for a size in GB)
+    150 % (of DDP's, for a ratio)  24.5 gigabytes        0.85 milliseconds     nine times
+    one and a half times           twenty-four and a half GB
 
-that is, an optional "about", a number (decimal, with thousands commas, an exponent, or a
-fraction a/b), an optional unit, and optional words after it that hold no digit ("per rank",
+that is, an optional "about", a number (decimal, with thousands commas, an exponent, a
+fraction a/b, or in words), an optional unit (symbol or spelled out), and optional words after it that hold no digit ("per rank",
 "DDP's bytes"). A unit is read in its family (`UNIT_FAMILIES`: bytes, rate, time, ratio,
 percent, count, flops) and the answer returned in the family's base unit (bytes, seconds, a
 plain ratio: "50 %" is 0.5); when the question names a unit, another family is refused ("26.25
@@ -36,11 +38,19 @@ LETTERS = "abcdefghij"
 # Each family: unit spelling (lower case) -> its size in the family's base unit.
 UNIT_FAMILIES: dict[str, dict[str, float]] = {
     "bytes": {"b": 1, "byte": 1, "bytes": 1, "kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
-              "kib": 2.0 ** 10, "mib": 2.0 ** 20, "gib": 2.0 ** 30, "tib": 2.0 ** 40},
+              "kib": 2.0 ** 10, "mib": 2.0 ** 20, "gib": 2.0 ** 30, "tib": 2.0 ** 40,
+              # spelled out, singular and plural
+              **{f"{name}{plural}": size for name, size in (
+                  ("kilobyte", 1e3), ("megabyte", 1e6), ("gigabyte", 1e9), ("terabyte", 1e12),
+                  ("kibibyte", 2.0 ** 10), ("mebibyte", 2.0 ** 20), ("gibibyte", 2.0 ** 30),
+                  ("tebibyte", 2.0 ** 40)) for plural in ("", "s")}},
     "rate": {"b/s": 1, "mb/s": 1e6, "gb/s": 1e9, "tb/s": 1e12},
-    "time": {"s": 1, "sec": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9},
+    "time": {"s": 1, "sec": 1, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ns": 1e-9,
+             **{f"{name}{plural}": size for name, size in (
+                 ("second", 1), ("millisecond", 1e-3), ("microsecond", 1e-6), ("nanosecond", 1e-9))
+                for plural in ("", "s")}, "secs": 1, "msec": 1e-3},
     "ratio": {"x": 1, "×": 1, "times": 1, "fold": 1, "-fold": 1},
-    "percent": {"%": 1e-2},
+    "percent": {"%": 1e-2, "percent": 1e-2, "pct": 1e-2},
     "count": {"k": 1e3, "m": 1e6, "tokens": 1, "token": 1, "ktokens": 1e3},
     "flops": {"flop/s": 1, "tflop/s": 1e12, "pflop/s": 1e15},
 }
@@ -74,11 +84,49 @@ MORE = {"more", "larger", "bigger", "higher", "extra"}
 LESS = {"less", "fewer", "smaller", "lower"}
 
 
+_SMALL = {w: i for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+_TENS = {w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), start=2)}
+_SCALES = {"hundred": 100, "thousand": 1e3, "million": 1e6, "billion": 1e9, "trillion": 1e12}
+_FRACTIONS = {"and a half": 0.5, "and a quarter": 0.25, "and three quarters": 0.75}
+
+
+def _spelled(t: str) -> str:
+    """A number written in words at the start of `t` as digits: "nine times" -> "9 times",
+    "one and a half times" -> "1.5 times", "twenty-four and a half gigabytes" -> "24.5
+    gigabytes", "seven billion" -> "7000000000". Anything else is returned as it is ("twice"
+    stays a word: it is not a number the reader should guess at)."""
+    words = t.replace("-", " ").split()
+    total, group, used = 0.0, 0.0, 0
+    for w in words:
+        if w in _SMALL:
+            group += _SMALL[w]
+        elif w in _TENS:
+            group += _TENS[w]
+        elif w in _SCALES and (group or total):
+            if w == "hundred":
+                group *= 100
+            else:
+                total, group = total + group * _SCALES[w], 0.0
+        else:
+            break
+        used += 1
+    if not used:
+        return t
+    value, rest = total + group, " ".join(words[used:])
+    for phrase, part in _FRACTIONS.items():
+        if rest == phrase or rest.startswith(phrase + " "):
+            value, rest = value + part, rest[len(phrase):].strip()
+            break
+    return f"{value:g} {rest}".strip() if value != int(value) else f"{int(value)} {rest}".strip()
+
+
 def _read(text: str) -> tuple[float, str, str] | None:
     """`read_quantity`, with the words after the unit ("more", "per rank")."""
     t = unicodedata.normalize("NFKC", str(text)).strip().lower().rstrip(".")
     t = t.replace(",", "").replace("_", "").replace("\u2009", "").replace("\u00a0", " ")
-    t = _APPROX.sub("", t).strip()
+    t = _spelled(_APPROX.sub("", t).strip())
     m = _QUANTITY.fullmatch(t)
     if not m:
         return None
@@ -105,13 +153,13 @@ def parse_quantity(text: str, unit: str | None = None, scale: float = 1.0) -> fl
     if u == "":
         return value * (scale if unit is not None else 1.0)
     family = None if unit is None else unit_family(unit)
-    if u == "%" and family == "ratio":  # "50 % more" is 1.5 times, "25 % less" 0.75
+    if u in UNIT_FAMILIES["percent"] and family == "ratio":  # "50 % more" is 1.5 times, "25 % less" 0.75
         words = set(rest.split())
         if words & MORE:
             return 1 + value / 100
         if words & LESS:
             return 1 - value / 100
-        return None
+        return value / 100  # a percentage of the base: "150 %" (of DDP's bytes) is 1.5 times
     units = _ANY_UNIT if unit is None else UNIT_FAMILIES[family]
     if u not in units:
         return None
