@@ -259,7 +259,37 @@ def test_the_figures_draw_every_action_the_timeline_holds():
     assert r.emulate == [0.01, 0.02] and len(measured_bubble([rk.pipeline for rk in r.ranks])) == 2
     fig = viz.pipeline_schedule(r)
     measured, predicted = fig.axes[:2]
-    assert len(measured.collections) == len(predicted.collections) == 2 * 2 * 3  # p stages x 2m actions
+    actions = lambda ax: [c for c in ax.collections if not (c.get_gid() or "").endswith(("stage0", "stage1"))]  # noqa: E731
+    assert len(actions(measured)) == len(actions(predicted)) == 2 * 2 * 3  # p stages x 2m actions
+    # the closed form's idle time, shaded: (p-1)/(m+p-1) of the span on every stage
+    span = max(stop for acts in P.timed_schedule("1f1b", 2, 3, 10.0, 20.0) for *_, stop in acts)
+    for s in range(2):
+        idle = next(c for c in predicted.collections if c.get_gid() == f"predicted/idle/stage{s}")
+        shaded = sum(p.get_extents().width for p in idle.get_paths())
+        assert shaded == pytest.approx(float(P.bubble_fraction(2, 3)) * span)
     rows = [BubbleRow(2, "1f1b", m, float(P.bubble_fraction(2, m)), [0.5, 0.5], [0.1, 0.2]) for m in (1, 2)]
     assert rows[0].worst == 0.0 and rows[1].worst == pytest.approx(0.5)
     assert len(viz.bubble_figure(rows).axes[0].lines) == 2  # the closed form's line and the 1F1B markers
+
+
+def test_1f1b_beside_gpipe_at_m_above_p_differ_in_order_not_in_idle_time():
+    """14's figure: GPipe and 1F1B live at m = 4 > p = 2, one panel each, idle time shaded per
+    stage (the span less the stage's actions); 1F1B's first stage starts a backward before its
+    last forward, GPipe's never does, and both idle about (p-1)/(m+p-1)."""
+    from zeroedu.notebook import viz
+    from zeroedu.notebook.viz.pipeline import idle_intervals
+
+    runs = [RUNS(RunConfig("ddp", 2, pp=2, micro_batches=4, model=MODEL, global_batch=8, steps=1, recipe="fp32",
+                           emulate=(0.01, 0.02), schedule=k)) for k in ("gpipe", "1f1b")]
+    fig = viz.pipeline_schedule(*runs)
+    assert len(fig.axes) == 2 and [r.schedule for r in runs] == ["gpipe", "1f1b"]
+    for k, (ax, r) in enumerate(zip(fig.axes, runs)):
+        assert f"{r.schedule}, p = 2, m = 4" in ax.get_title(loc="left")
+        for s in range(2):
+            idle = next(c for c in ax.collections if c.get_gid() == f"run{k}/idle/stage{s}")
+            assert idle.get_paths()  # shaded where the stage waited
+    order = {r.schedule: [w for w, _ in P.schedule(r.schedule, 2, 4, 0)] for r in runs}
+    first_b = {k: o.index("B") for k, o in order.items()}
+    assert first_b["gpipe"] == 4 and first_b["1f1b"] < 4  # 1F1B interleaves; GPipe runs all forwards first
+    rows = [[("F", 0, 0.0, 1.0), ("B", 0, 3.0, 5.0)]]
+    assert idle_intervals(rows[0], 6.0) == [(1.0, 2.0), (5.0, 1.0)]

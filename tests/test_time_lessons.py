@@ -110,6 +110,27 @@ def test_the_step_time_figures_labels_do_not_overlap(lesson):
         assert b.x0 - a.x1 >= 4, (lesson, a, b)  # at least a few pixels apart
 
 
+def test_the_prefetch_figure_shows_both_halves_of_the_trade():
+    """07's knobs: beside the step times (an axis zoomed to their spread, so a 290-400 ms range is
+    not drawn on 0-450), each configuration's peak memory, what prefetching or keeping the
+    parameters costs; no label overlaps another in either panel."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    committed = tl.results("fsdp_prefetch")
+    fig = tl.figure(committed, title="prefetch", memory=True)
+    FigureCanvasAgg(fig).draw()
+    times, mem = fig.axes
+    bars = [p for p in mem.patches if p.get_gid() == "peak memory"]
+    assert [b.get_height() for b in bars] == pytest.approx([r.peak / 1e6 for r in committed])
+    drawn = [1e3 * getattr(r, f) for r in committed for f in ("measured", "predicted", "bound")]
+    lo, hi = times.get_ylim()
+    assert 0 < lo <= min(drawn) and max(drawn) <= hi and hi - lo < max(drawn)  # zoomed, nothing cut off
+    for ax in (times, mem):
+        boxes = [t.get_window_extent() for t in ax.get_xticklabels() if t.get_text()]
+        assert len(boxes) == len(committed)
+        assert all(b.x0 - a.x1 >= 4 for a, b in zip(boxes, boxes[1:])), ax.get_title()
+
+
 def test_the_knee_is_drawn_where_compute_alone_meets_communication_alone():
     """07's T*: the compute line (6Ψ per token at F) and the communication line cross at T*, and
     the figure marks that point."""

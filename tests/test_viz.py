@@ -97,6 +97,31 @@ def test_theory_memory_offload_and_compose():
     assert isinstance(bad["ddp"], str) and "tp" in bad["ddp"]
 
 
+def test_the_offload_bars_draw_the_host_beside_the_device_on_a_scale_that_reads():
+    """11's 70B offload figure: beside each strategy's device bar, a hatched bar of what its share
+    puts in host memory (`theory.offload`'s host total); the bars are far below the GPU's 80 GB,
+    so the axis follows them and a note gives the largest bar's share of the GPU instead of a
+    line that would flatten them."""
+    kw = dict(psi=70e9, n=8, m=2, tp=8, pp=4, offload="optimizer")
+    strategies = ["ddp", "zero1", "zero2", "fsdp1", "hfsdp"]
+    fig = viz.theory_memory_bars(strategies, gpu_bytes=80e9, **kw)
+    ax = fig.axes[0]
+    data = viz.theory_memory(strategies, 70e9, 8, 2, None, 8, 4, "optimizer")
+    div, _ = viz.byte_scale([max(max(d["total"], d["host"]) for d in data.values() if isinstance(d, dict))])
+    hosts = {p.get_gid(): p for p in ax.patches if (p.get_gid() or "").startswith("host/")}
+    assert set(hosts) == {f"host/{s}" for s in strategies if isinstance(data[s], dict)}  # ddp has nothing to move
+    for s, d in data.items():
+        if isinstance(d, dict):
+            assert hosts[f"host/{s}"].get_height() * div == pytest.approx(d["host"]) and d["host"] > 0
+    top = max(max(d["total"], d["host"]) for d in data.values() if isinstance(d, dict))
+    assert ax.get_ylim()[1] * div < 2 * top < 80e9  # the axis follows the bars, not the GPU
+    note = next(t for t in ax.texts if t.get_gid() == "capacity note").get_text()
+    assert f"{max(d['total'] for d in data.values() if isinstance(d, dict)) / 80e9:.0%}" in note
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "on the host (CPU memory)" in labels
+    _png(fig)
+
+
 def test_report_figures_show_the_report():
     rep = _report("ddp", 2)
     fig = viz.memory_bars(rep, rank=1)
@@ -243,13 +268,45 @@ def test_memory_timeline_by_event_index_marks_every_unshard_and_the_step():
     assert any(p.get_facecolor()[:3] == pytest.approx(matplotlib.colors.to_rgb("#EDEDED")) for p in stacked.patches)
     # the saw-tooth rides on top: gathered parameters and full gradients are stacked above the
     # activations, not hidden under them
-    order = [c.get_label() for c in stacked.collections if c.get_label() in (*MODEL_STATE, "activation",
-                                                                               "gathered", "comm_buffer")]
+    order = [c.get_gid() for c in stacked.collections if c.get_gid() in (*MODEL_STATE, "activation",
+                                                                           "gathered", "comm_buffer")]
     assert order[-3:] == ["activation", "gathered", "comm_buffer"], order
+    # the legend says what each band holds in the text's words (07: "the unit's unsharded gradient")
+    legend = [t.get_text() for t in stacked.get_legend().get_texts()]
+    assert "comm_buffer: unsharded gradients, collective buffers" in legend
+    assert "gathered: gathered (unsharded) parameters" in legend and "activation: saved activations" in legend
     # the legend sits right of the data
     fig.canvas.draw()
     for ax in (top, stacked):
         assert ax.get_legend().get_window_extent().x0 >= ax.get_window_extent().x1
+    _png(fig)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "zero1"])
+def test_the_activations_are_drawn_gone_before_the_gradients_collectives(strategy):
+    """02's and 03's memory timelines: backward frees the activations before naive DDP's
+    all-reduce (ZeRO-1's reduce-scatter) starts, so the band drawn from the events ends at
+    backward's end (an event of its own) instead of running on to the optimizer step."""
+    from zeroedu.runtime import analysis
+
+    rep = _gpt_report(strategy)
+    last = rep.steps - 1
+    for r in rep.ranks:
+        first = min(c.t_start for c in analysis.grad_comm(r.timeline, last))
+        before = [e for e in r.timeline.events if e.step == last and e.t <= first]
+        assert before[-1].kind == EventKind.BACKWARD_END and before[-1].bytes["activation"] == 0, before[-1]
+    events = [e for e in rep.ranks[0].timeline.events if e.step == last]
+    fig = viz.memory_timeline(rep, x="event", steps=last)
+    ax = fig.axes[1]
+    band = next(c for c in ax.collections if c.get_gid() == "activation").get_paths()[0]
+    lo, hi = ax.get_ylim()
+
+    def drawn(i):  # does the band cover any height over event i's stretch of the x axis?
+        return any(band.contains_point((i + 0.5, lo + (hi - lo) * k / 2000)) for k in range(2001))
+
+    fwd = next(i for i, e in enumerate(events) if e.kind == EventKind.FORWARD_END)
+    end = next(i for i, e in enumerate(events) if e.kind == EventKind.BACKWARD_END)
+    assert drawn(fwd) and not drawn(end)
     _png(fig)
 
 

@@ -219,14 +219,21 @@ def table(rows: list[TimedRun]) -> str:
     return "\n".join(lines)
 
 
-def figure(committed: list[TimedRun], live: list[TimedRun] | None = None, title: str = ""):
+def figure(committed: list[TimedRun], live: list[TimedRun] | None = None, title: str = "",
+           memory: bool = False):
     """Step time per configuration: the committed measurement and prediction, the overlap bound,
     and a live run's measurement when given. Configurations with a numeric `x` (a bucket size)
-    are drawn against it on a log axis; others side by side."""
+    are drawn against it on a log axis; others side by side. `memory`: the other half of the
+    trade beside it, each configuration's peak memory (the largest rank's), and the time axis
+    zoomed to the measured spread (its lower end marked), where the differences are a fraction
+    of the step."""
     from .viz.common import new_figure, outside_legend
 
-    fig = new_figure(7.5, 3.2)
-    ax = fig.add_subplot()
+    fig = new_figure(9.5 if memory else 7.5, 3.2)
+    if memory:
+        ax, mem = fig.subplots(1, 2, width_ratios=[3, 2.4])
+    else:
+        ax = fig.add_subplot()
     ms = lambda rows, f: [1e3 * getattr(r, f) for r in rows]  # noqa: E731
     numeric = all(r.x is not None for r in committed)
     xs = [r.x for r in committed] if numeric else list(range(len(committed)))
@@ -253,10 +260,28 @@ def figure(committed: list[TimedRun], live: list[TimedRun] | None = None, title:
     if numeric and all(r.label.endswith(" tokens") for r in committed):
         ax.set_xlabel("tokens per rank per step")
     ax.minorticks_off()
-    ax.set_ylim(0, 1.15 * max(ms(committed, "measured") + ms(committed, "predicted") + (ms(live, "measured") if live else [])))
-    ax.set_ylabel("step time, ms (median after the first)")
+    drawn = ms(committed, "measured") + ms(committed, "predicted") + (ms(live, "measured") if live else [])
+    if memory:  # zoomed: the spread between the knobs is what the lesson reads
+        lo, hi = min(drawn + ms(committed, "bound")), max(drawn)
+        pad = 0.15 * (hi - lo) or 0.05 * hi
+        ax.set_ylim(max(0.0, lo - pad), hi + pad)
+        ax.set_ylabel(f"step time, ms (axis from {max(0.0, lo - pad):.0f})")
+    else:
+        ax.set_ylim(0, 1.15 * max(drawn))
+        ax.set_ylabel("step time, ms (median after the first)")
     if title:
         ax.set_title(title, fontsize=9)
+    if memory:
+        peaks = [r.peak / 1e6 for r in committed]
+        mem.bar(range(len(committed)), peaks, color="#937860", gid="peak memory")
+        mem.set_xticks(range(len(committed)), [lab.replace(" ", "\n") for lab in labels], fontsize=7)
+        mem.set_ylim(0, 1.15 * max(peaks))
+        mem.set_ylabel("peak memory, MB (largest rank)")
+        mem.set_title("what it holds", fontsize=9)
+        for i, p in enumerate(peaks):
+            mem.annotate(f"{p:.1f}", (i, p), ha="center", va="bottom", fontsize=7)
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(0.0, -0.32), ncol=2)
+        return fig
     outside_legend(ax)
     return fig
 

@@ -258,6 +258,9 @@ class Strategy:
             self.ledger.mark(EventKind.BACKWARD_BEGIN)
             loss.backward()
         self.ledger.mark(EventKind.BACKWARD_END)
+        # and what is held then: backward has freed the activations, so a timeline drawn from the
+        # events shows them gone before the gradients' collectives that follow, as they are
+        self.ledger.event(EventKind.BACKWARD_END)
         self.micro_batches += 1
         self.after_backward()
         return loss.item()
@@ -285,6 +288,7 @@ class Strategy:
             self.ledger.mark(EventKind.BACKWARD_BEGIN)
             out.backward(grad)
             self.ledger.mark(EventKind.BACKWARD_END)
+            self.ledger.event(EventKind.BACKWARD_END)  # what is held once backward freed its activations
             self.micro_batches += 1
             self.after_backward()
 

@@ -20,6 +20,23 @@ STATE_CATS = ("param", "grad", "optim")
 TIMELINE_CATS = CATEGORIES  # the ledger's categories, in its order (`zeroedu.kinds.Category`)
 
 
+# What each ledger category holds, in the course's words: a legend says "comm_buffer: unsharded
+# gradients, collective buffers" where the text speaks of a unit's unsharded gradient.
+CATEGORY_WORDS = {
+    "param": "parameters", "grad": "gradients", "master": "fp32 master weights",
+    "main_grad": "fp32 gradient accumulators", "m": "Adam's first moment", "v": "Adam's second moment",
+    "gathered": "gathered (unsharded) parameters", "comm_buffer": "unsharded gradients, collective buffers",
+    "activation": "saved activations", "backward_temp": "backward's temporaries",
+    "optimizer_temp": "the update's scratch",
+}
+
+
+def category_label(category: str) -> str:
+    """A legend entry for a ledger category: its name, then what it holds."""
+    words = CATEGORY_WORDS.get(category)
+    return f"{category}: {words}" if words else category
+
+
 def rank_color(r: int) -> str:
     return RANK_COLORS[r % len(RANK_COLORS)]
 
@@ -33,7 +50,7 @@ def new_figure(w: float = 7.0, h: float = 3.2, **kw) -> Figure:
     return Figure(figsize=(w, h), layout="constrained", **kw)
 
 
-__all__ = ["COLORS", "RANK_COLORS", "mesh", "rank_color", "STATE_CATS", "TIMELINE_CATS", "new_figure", "byte_scale", "human_bytes"]
+__all__ = ["CATEGORY_WORDS", "COLORS", "RANK_COLORS", "category_label", "mesh", "rank_color", "STATE_CATS", "TIMELINE_CATS", "new_figure", "byte_scale", "human_bytes"]
 
 
 def outside_legend(ax, handles=None, ncol: int = 1) -> None:

@@ -178,13 +178,21 @@ def theory_memory(strategies, psi, n, m=1, recipe=None, tp=1, pp=1, offload="non
 
 def theory_memory_bars(strategies=None, psi=7e9, n=8, m=1, recipe=None, gpu_bytes=None,
                        tp=1, pp=1, offload="none", highlight: str | None = None) -> Figure:
-    """Stacked bars: device bytes per GPU by category for each strategy (closed forms)."""
+    """Stacked bars: device bytes per GPU by category for each strategy (closed forms). With
+    `offload`, a hatched bar beside each (gid ``host/{strategy}``) holds what that GPU's share
+    puts in the host's memory, the other half of the trade. The GPU's capacity (`gpu_bytes`) is a
+    line when the bars come near it; when they are all far below, the axis follows the bars and
+    a note says how far, so small bars are still read."""
     data = theory_memory(strategies, psi, n, m, recipe, tp, pp, offload)
     names = list(data)
-    fig = new_figure(max(5.0, 0.62 * len(names) + 1.5), 3.2)
+    host = offload != "none"
+    fig = new_figure(max(5.0, (0.9 if host else 0.62) * len(names) + 1.5) + (1.6 if host else 0.0), 3.2)
     ax = fig.add_subplot()
-    vals = [v["total"] for v in data.values() if isinstance(v, dict)] + ([gpu_bytes] if gpu_bytes else [])
-    div, unit = byte_scale(vals)
+    ok = {s: d for s, d in data.items() if isinstance(d, dict)}
+    top = max([d["total"] for d in ok.values()] + [d["host"] for d in ok.values() if host] + [1.0])
+    near = bool(gpu_bytes) and gpu_bytes <= 1.5 * top
+    div, unit = byte_scale([top] + ([gpu_bytes] if near else []))
+    width, shift = (0.38, 0.2) if host else (0.7, 0.0)
     for i, s in enumerate(names):
         d = data[s]
         if not isinstance(d, dict):
@@ -192,18 +200,34 @@ def theory_memory_bars(strategies=None, psi=7e9, n=8, m=1, recipe=None, gpu_byte
             continue
         bottom = 0.0
         for cat in STATE_CATS:
-            ax.bar(i, d[cat] / div, bottom=bottom, color=COLORS[cat], width=0.7,
+            ax.bar(i - shift, d[cat] / div, bottom=bottom, color=COLORS[cat], width=width,
                    edgecolor="black" if s == highlight else None, linewidth=1.5 if s == highlight else 0)
             bottom += d[cat] / div
-    if gpu_bytes:
+        if host:
+            ax.bar(i + shift, d["host"] / div, width=width, facecolor="white", edgecolor="#555555", hatch="///",
+                   linewidth=0.8, gid=f"host/{s}")
+            ax.annotate(f"{d['host'] / div:.3g}", (i + shift, d["host"] / div), ha="center", va="bottom", fontsize=6)
+        ax.annotate(f"{bottom:.3g}", (i - shift, bottom), ha="center", va="bottom", fontsize=6)
+    if near:
         ax.axhline(gpu_bytes / div, color="red", linestyle="--", linewidth=1)
         ax.text(len(names) - 0.5, gpu_bytes / div, f"GPU {human_bytes(gpu_bytes)}", color="red",
                 ha="right", va="bottom", fontsize=7)
+        ax.set_ylim(0, 1.12 * max(top, gpu_bytes) / div)
+    else:
+        ax.set_ylim(0, 1.18 * top / div)
+        if gpu_bytes:
+            largest = max(d["total"] for d in ok.values()) if ok else 0.0
+            ax.text(0.99, 0.97, f"the GPU holds {human_bytes(gpu_bytes)}: the largest bar uses "
+                    f"{largest / gpu_bytes:.0%} of it", transform=ax.transAxes, ha="right", va="top", fontsize=7,
+                    color="red", gid="capacity note")
     ax.set_xticks(range(len(names)), names, rotation=35, ha="right", fontsize=8)
     ax.set_ylabel(f"{unit} per GPU")
     ax.set_title(f"model states per GPU: Ψ = {params(psi)}, N = {n}" + (f", M = {m}" if m > 1 else "") + (f", tp={tp}, pp={pp}" if tp * pp > 1 else "")
                  + (f", offload={offload}" if offload != "none" else ""), fontsize=9)
-    ax.legend(handles=[Patch(color=COLORS[c], label=c) for c in STATE_CATS], fontsize=7, frameon=False)
+    handles = [Patch(color=COLORS[c], label=f"{c} (on the GPU)" if host else c) for c in STATE_CATS]
+    if host:
+        handles.append(Patch(facecolor="white", edgecolor="#555555", hatch="///", label="on the host (CPU memory)"))
+    outside_legend(ax, handles)
     return fig
 
 

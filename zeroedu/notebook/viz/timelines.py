@@ -23,7 +23,7 @@ from matplotlib.ticker import MaxNLocator
 
 from ...kinds import EventKind, MODEL_STATE, TimelineMode
 from ...runtime import analysis
-from .common import COLORS, TIMELINE_CATS, byte_scale, mesh, new_figure, outside_legend, rank_color
+from .common import COLORS, TIMELINE_CATS, byte_scale, category_label, mesh, new_figure, outside_legend, rank_color
 from .runs import _rank
 from ...reports import Event, RankReport, RunReport
 
@@ -231,8 +231,11 @@ def _stacked(ax, rank_report: RankReport, x: str, steps, annotate: bool | None, 
     xm = _XMap(events, x)
     cats = [c for c in _categories(events) if any(e.bytes.get(c, 0) for e in events)]
     if events and cats:
-        ax.stackplot(xm.events(), *[[e.bytes.get(c, 0) / div for e in events] for c in cats],
-                     labels=cats, colors=[_color(c, cats) for c in cats], step="post")
+        bands = ax.stackplot(xm.events(), *[[e.bytes.get(c, 0) / div for e in events] for c in cats],
+                             labels=[category_label(c) for c in cats], colors=[_color(c, cats) for c in cats],
+                             step="post")
+        for band, c in zip(bands, cats):
+            band.set_gid(c)  # the category, for readers of the figure (its label is for people)
     if baseline:
         ax.axhline(rank_report.predicted.total / div, color="black", linestyle="--", linewidth=1,
                    label="predicted model states")
@@ -301,7 +304,7 @@ def memory_timeline(report: RunReport, ranks: Sequence[int] | None = None, stack
         for j in range(len(ranks), rows * cols):
             axes[j // cols][j % cols].set_visible(False)
         handles = [Line2D([], [], color="black", linestyle="--", label="predicted model states")]
-        handles += [Patch(color=_color(c, cats_all), label=c) for c in cats_all[::-1]]  # top-down, as stacked
+        handles += [Patch(color=_color(c, cats_all), label=category_label(c)) for c in cats_all[::-1]]  # top-down
         handles += _legend_handles(drawn_all)
         fig.legend(handles=handles, fontsize=7, frameon=False, loc="outside right upper")
         fig.suptitle(f"{head}: memory per rank by category{where}", fontsize=9)
