@@ -202,3 +202,16 @@ def test_cross_references_name_notebooks_that_exist_and_hold_what_they_claim():
     assert not wrong, "\n".join(wrong)
     # the check itself catches the old reference
     assert TAUGHT_IN_14.search("1F1B holds p micro-batches. Notebook 11 measures all three on real ranks.")
+
+
+def test_step_time_against_n_on_two_cores_is_an_appendix_not_the_main_path():
+    """11's timed scaling makes more ranks slower (two cores shared by four ranks): a lesson a
+    cluster does not share, so it sits after the takeaway, under an appendix heading that says
+    why; the main path keeps the bytes, which scale as on any machine."""
+    for folder in (ROOT / "notebooks" / "solutions", ROOT / "notebooks"):
+        cells = json.loads((folder / "11_dashboard.ipynb").read_text())["cells"]
+        text = ["".join(c["source"]) for c in cells]
+        appendix = next(i for i, t in enumerate(text) if t.startswith("## Appendix"))
+        timed = [i for i, t in enumerate(text) if 'run_lesson("scaling"' in t or 'results("scaling")' in t]
+        assert timed and min(timed) > appendix and "two cores" in text[appendix], folder
+        assert any('scaling = {' in t for t in text[:appendix])  # the bytes stay on the main path
