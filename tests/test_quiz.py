@@ -399,13 +399,14 @@ def _rehearsal_sections() -> dict[str, list[dict]]:
 
 @pytest.mark.fast
 def test_rehearsal_notebook_proves_every_card():
-    """One section per card, in the refresher's order; each prints its card, and a card that
-    quotes figures sets every one of them beside its closed form worked by hand."""
+    """One section per card, in the refresher's order; each shows its card's question with the
+    answer behind a button (`rehearse`), and a card that quotes figures sets every one of them
+    beside its closed form worked by hand."""
     sections = _rehearsal_sections()
     assert list(sections) == [c for row in session.refresher_plan() for c in row["cards"]]
     for card in CARDS:
         src = ["".join(c["source"]) for c in sections[card.id] if c["cell_type"] == "code"]
-        assert any(f'get_card("{card.id}").as_text()' in s for s in src), card.id
+        assert any(f'rehearse("{card.id}")' in s for s in src), card.id
         if card.figures:
             proofs = [s for s in src if f'figures_vs_by_hand("{card.id}"' in s]
             assert proofs, f"card {card.id}: no figures_vs_by_hand cell"
@@ -604,3 +605,21 @@ def test_card(card):
     score, stuffing and wrong accounts do not)."""
     for check in CONTENT_CHECKS + GRADING_CHECKS:
         check(card)
+
+
+@pytest.mark.fast
+def test_a_rehearsal_card_hides_its_answer_until_asked():
+    """Notebook 12's cards: the question and what the checks ask are shown; the 30-second answer,
+    the checks' answers and the follow-ups only after the button (what `Card.as_text` prints)."""
+    import html
+
+    from zeroedu.quiz.widget import rehearse
+
+    for card in CARDS:
+        prompt = rehearse(card.id)
+        shown = html.unescape(prompt.question.value)
+        assert card.question in shown and card.question_zh in shown
+        assert "30-second answer" not in shown and prompt.answer.value == ""
+        assert all(f"-> {card.check_answer(i)}" not in shown for i in range(len(card.checks)))
+        revealed = html.unescape(prompt.reveal())
+        assert "30-second answer" in revealed and prompt.button.disabled

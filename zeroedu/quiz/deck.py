@@ -181,6 +181,16 @@ class Card:
         return CardGrade(self.id, results, len(self.must_hit), t, missed)
 
     # ------------------------------------------------------------ text
+    def prompt_text(self) -> str:
+        """The question and what its checks ask, without an answer: what a rehearsal shows before
+        the learner has answered (`as_text` holds the rest)."""
+        lines = [f"Q [{self.id}] {self.question}", f"   {self.question_zh}", "", "Checks (auto-graded):"]
+        for i in range(len(self.checks)):
+            prompt = self.check_prompt(i).splitlines()
+            lines.append(f"  {i + 1}. {prompt[0]}")
+            lines += [f"     {p.strip()}" for p in prompt[1:]]
+        return "\n".join(lines)
+
     def as_text(self, width: int = 0) -> str:
         lines = [f"Q [{self.id}] {self.question}", f"   {self.question_zh}", "",
                  "30-second answer:", "  " + self.rendered_answer(), "", "Checks (auto-graded):"]

@@ -85,6 +85,35 @@ class DrillTrainer:
         display(self.view)
 
 
+class CardPrompt:
+    """One card as a rehearsal shows it: the question and its checks, and a button that reveals
+    the 30-second answer, the checks' answers, the follow-ups and the proof (`Card.as_text`) only
+    when asked, so the answer is not read before it is tried."""
+
+    def __init__(self, card_id: str):
+        self.card = deck.get_card(card_id)
+        self.question = W.HTML(_pre(self.card.prompt_text()))
+        self.button = W.Button(description="Show the answer")
+        self.answer = W.HTML()
+        self.button.on_click(lambda _: self.reveal())
+        self.view = W.VBox([self.question, self.button, self.answer])
+
+    def reveal(self) -> str:
+        self.answer.value = _pre(self.card.as_text())
+        self.button.disabled = True
+        return self.answer.value
+
+    def _ipython_display_(self):
+        from IPython.display import display
+
+        display(self.view)
+
+
+def rehearse(card_id: str) -> CardPrompt:
+    """`CardPrompt` for a card of the deck (notebook 12's sections)."""
+    return CardPrompt(card_id)
+
+
 class CardViewer:
     """Pick a card, answer its checks, Check grades them and reveals the model answer; tick the
     must-hit points your own answer made (self-assessed, reported apart)."""
@@ -201,4 +230,4 @@ class CardViewer:
         display(self.view)
 
 
-__all__ = ["DrillTrainer", "CardViewer"]
+__all__ = ["CardPrompt", "CardViewer", "DrillTrainer", "rehearse"]
