@@ -179,7 +179,10 @@ def test_planner(bench):
     load, out = bench
     rows = load("bench_planner").main([])
     data = json.load(open(out / "planner.json"))
-    assert [r["name"] for r in data["rows"]] == [r["name"] for r in rows] and data["efficiency"] == 0.5
+    assert [r["name"] for r in data["rows"]] == [r["name"] for r in rows]
+    # each GPU's share of peak, the preset's, and the calibration that set it
+    assert data["efficiency"] == {"h100-sxm": 0.5, "a100-80gb": 0.575}
+    assert {g: c["share"] for g, c in data["calibrated"].items()} == data["efficiency"]
     assert all(r["fits"] and 1 <= r["rank"] <= r["of"] and r["best"] for r in rows)
     # the two Megatron papers' tables: every row there, none refused, each fitting, ranked
     papers = data["narayanan_2021"] + data["korthikanti_2022"]

@@ -14,7 +14,8 @@ recompute mode (`theory.planner`).
 
 Every plan that exists and fits in HBM, ranked by the stated time model (compute, the pipeline
 bubble, each axis's exposed communication), with why each of the top three beats the next.
-Bandwidths are line rates; the share of peak the matrix multiplications reach is an assumption.
+Bandwidths are line rates; the share of peak the matrix multiplications reach is a model, one
+number per GPU calibrated on its published runs (`theory.planner.A100_EFFICIENCY`).
 
 A model the suite runs (gpt-small, gpt-tiny) without --gpu is planned on this machine's local
 ranks (`train.plans`): every shape `zeroedu run` builds, each rank's model states, activations
@@ -69,9 +70,9 @@ def _cluster(args) -> planner.Cluster:
                                ("nvlink", args.nvlink and args.nvlink * 1e9), ("nic", args.nic and args.nic * 1e9),
                                ("peak_flops", args.tflops and args.tflops * 1e12),
                                ("fp8_flops", args.fp8_tflops and args.fp8_tflops * 1e12),
-                               ("pcie", args.pcie and args.pcie * 1e9)) if v is not None}
-    return planner.Cluster.of(args.gpu or "h100-sxm", args.gpus, efficiency=args.efficiency, host_memory=args.host_memory * 1e9,
-                              **given)
+                               ("pcie", args.pcie and args.pcie * 1e9), ("efficiency", args.efficiency))
+             if v is not None}
+    return planner.Cluster.of(args.gpu or "h100-sxm", args.gpus, host_memory=args.host_memory * 1e9, **given)
 
 
 def cmd_plan(args) -> int:
@@ -98,7 +99,8 @@ def cmd_plan(args) -> int:
     print(f"{cluster.gpus} x {args.gpu}, {cluster.per_node} per node, {cluster.hbm / 1e9:.0f} GB HBM; line rates per "
           f"GPU per direction: NVLink {cluster.nvlink / 1e9:.0f} GB/s, NIC {cluster.nic / 1e9:.0f} GB/s"
           + (f", PCIe {cluster.pcie / 1e9:.0f} GB/s" if args.offload else "")
-          + f"; {cluster.peak_flops / 1e12:.0f} TFLOP/s dense BF16 at {cluster.efficiency:.0%} (an assumption)"
+          + f"; {cluster.peak_flops / 1e12:.0f} TFLOP/s dense BF16 at {cluster.efficiency:.1%} "
+          + ("(as given)" if args.efficiency is not None else "(a model: calibrated on this GPU's published runs)")
           + (f"; FP8 linear layers at {cluster.fp8_flops / 1e12:.0f} TFLOP/s" if args.fp8 and cluster.fp8_flops else "")
           + (f"; the CPU's Adam at {cluster.host_memory / 1e9:.0f} GB/s of host memory (an assumption)"
              if args.offload else ""))
@@ -199,8 +201,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--nic", type=positive_float, default=None,
                    help="NIC line rate, GB/s per GPU across nodes (default: the preset's)")
     p.add_argument("--tflops", type=positive_float, default=None, help="dense BF16 peak (default: the preset's)")
-    p.add_argument("--efficiency", type=positive_float, default=0.5,
-                   help="share of peak the matrix multiplications reach (default 0.5, an assumption)")
+    p.add_argument("--efficiency", type=positive_float, default=None,
+                   help="share of peak the matrix multiplications reach (default: the preset's, calibrated on "
+                        "that GPU's published runs: A100 0.575, H100 and H200 0.5)")
     p.add_argument("--global-batch", type=positive_int, default=None,
                    help="sequences per step (default 1024; on local ranks 2 per rank)")
     p.add_argument("--recipe", default="mixed-bf16", help="local ranks: the run's precision recipe (default mixed-bf16)")

@@ -35,8 +35,14 @@ Memory per GPU (mixed precision with Adam: 2 + 2 + 12 bytes per parameter, ZeRO 
 Time per step (each term a lower bound; `Estimate`):
     compute   the step's FLOPs from the shapes (`step_flops`: 2 per weight of each matrix multiplication
               and 4·s·h for attention per token and layer, 2hV for the logits, backward twice the
-              forward, plus what recompute runs again), over N GPUs at `efficiency` of peak (an
-              assumption), times pp·⌈L/pp⌉/L for the busiest stage
+              forward, plus what recompute runs again), over N GPUs at `efficiency` of peak (a
+              model: one share per GPU, calibrated on its published runs, `A100_EFFICIENCY`), times
+              pp·⌈L/pp⌉/L for the busiest stage
+    scores    with `Plan.flash` off (the scores written to HBM between kernels, as the 2021-22 papers'
+              runs did): per layer and micro-batch 10·a·(s/cp)·s·b/tp bytes of traffic per forward pass
+              (Korthikanti et al. 2022's 5as²b bytes, each written once and read once), backward twice,
+              recompute once more, at HBM bandwidth (memory-bound). It is why a small model reaches a
+              smaller share of peak: a layer's matmuls grow as h², this as a·s
     bubble    the pipeline idles (pp − 1)/(v·m + pp − 1) of the step (§2.2; v = 1 without interleaving)
     pp        the sends on the pipeline's critical path: 2·v·(pp − 1) of one micro-batch's
               b·(s/cp)·h·2/tp bytes (scatter/gather, §4.1), on NVLink or the NIC
@@ -63,14 +69,15 @@ Time per step (each term a lower bound; `Estimate`):
               k·b·(s/cp)/tp token rows, (ep − 1)/ep of them off the rank, exposed
     FP8       the linear layers' FLOPs at the FP8 peak, attention's and the logits' at the BF16 peak
               (`Cluster.fp8_flops`: H100 SXM dense FP8 is twice BF16; an A100 has none)
-Ranked by the sum: compute/(1 − bubble) + tp + cp exposed + dp exposed + pp sends + ep + offload exposed.
+Ranked by the sum: (compute + scores)/(1 − bubble) + tp + cp exposed + dp exposed + pp sends + ep + offload exposed.
 Experts (`ModelShape.experts`, `Plan.ep`): each layer's E experts split over ep of the dp × cp
 ranks, ZeRO over the dp·cp/ep ranks that hold the same ones; a token's forward multiplies by its
 top-k experts and the router; its activations save the MLP's for each of its k experts.
 Refused as one framework's rule, not physics: optimizer offload with a pipeline beyond ZeRO-1
 (DeepSpeed's `PipelineEngine`, whose offload data flow this models, refuses ZeRO-2 and -3).
-Not modelled yet: the matrix multiplications' efficiency as a function of their shapes (one
-assumed share of peak for every GEMM), a router's imbalance (every expert gets its share), tp's
+Not modelled yet: the other memory-bound work (norms, activations, dropout: fused in the runs
+calibrated on), a matmul's efficiency at small shapes, a flash kernel's saved statistics in place of
+the scores under no recompute (the scores are counted kept), a router's imbalance (every expert gets its share), tp's
 communication overlapped with compute. Checked against published runs: `theory.published`,
 benchmarks/bench_planner.py.
 """
@@ -206,10 +213,11 @@ class Cluster:
     nvlink: float = 450e9  # line rate per GPU per direction (`theory.timing.DEFAULT_BANDWIDTH`)
     nic: float = 50e9  # line rate: one 400 Gb/s NIC per GPU
     peak_flops: float = 989e12  # H100 SXM dense BF16 (NVIDIA's datasheet)
-    efficiency: float = 0.5  # an assumption: the share of peak the matrix multiplications reach
+    efficiency: float = 0.5  # the share of peak the matrix multiplications reach: H100_EFFICIENCY, a model
     fp8_flops: float | None = 1979e12  # H100 SXM dense FP8 (the same datasheet; 3958 is with sparsity); None: none
     pcie: float = 63e9  # host link line rate per GPU per direction: PCIe 5.0 x16, 32 GT/s x 16 lanes, 128b/130b
     host_memory: float = 50e9  # an assumption: a node's ~400 GB/s of DDR5 shared by its 8 GPUs' CPU steps
+    hbm_bandwidth: float = 3.35e12  # H100 SXM: 3.35 TB/s (the datasheet); what memory-bound work streams at
 
     @classmethod
     def of(cls, gpu: str, gpus: int, **kw) -> "Cluster":
@@ -226,17 +234,27 @@ class GPU:
     source: str
 
 
+# The share of peak a GPU's matrix multiplications reach in a well-tuned run: a model, one number per
+# GPU, calibrated on the published runs of that GPU (`theory.published`, benchmarks/bench_planner.py):
+# the A100's on Narayanan et al. 2021's Table 1 and Korthikanti et al. 2022's configurations (BF16,
+# with the scores' HBM traffic those runs had, `Plan.flash`), the H100's on NeMo 24.12's FP8 runs.
+# What varies with the shapes is not this share but the memory-bound work beside the matmuls.
+A100_EFFICIENCY, H100_EFFICIENCY = 0.575, 0.5
+
 # Datasheet figures (dense, no sparsity) and the links of the vendor's 8-GPU server: NVLink per
 # GPU per direction (A100: 12 NVLink-3 links of 25 GB/s; H100/H200: 18 NVLink-4 links of 25 GB/s),
 # one NIC per GPU (DGX A100: 200 Gb/s HDR; DGX H100/H200: 400 Gb/s NDR), PCIe 4.0 x16 (31.5 GB/s)
 # or 5.0 x16 (63 GB/s). All line rates.
 GPUS = {
     "a100-80gb": GPU(dict(per_node=8, hbm=80e9, nvlink=300e9, nic=25e9, peak_flops=312e12, fp8_flops=None,
-                          pcie=31.5e9), "NVIDIA A100 datasheet (80 GB SXM: 312 TFLOP/s BF16, no FP8), DGX A100"),
+                          pcie=31.5e9, hbm_bandwidth=2.039e12, efficiency=A100_EFFICIENCY),
+                     "NVIDIA A100 datasheet (80 GB SXM: 312 TFLOP/s BF16, no FP8, 2,039 GB/s HBM2e), DGX A100"),
     "h100-sxm": GPU(dict(per_node=8, hbm=80e9, nvlink=450e9, nic=50e9, peak_flops=989e12, fp8_flops=1979e12,
-                         pcie=63e9), "NVIDIA H100 datasheet (SXM: 989 TFLOP/s BF16, 1979 FP8), DGX H100"),
+                         pcie=63e9, hbm_bandwidth=3.35e12, efficiency=H100_EFFICIENCY),
+                    "NVIDIA H100 datasheet (SXM: 989 TFLOP/s BF16, 1979 FP8, 3.35 TB/s HBM3), DGX H100"),
     "h200": GPU(dict(per_node=8, hbm=141e9, nvlink=450e9, nic=50e9, peak_flops=989e12, fp8_flops=1979e12,
-                     pcie=63e9), "NVIDIA H200 datasheet (SXM: 141 GB, the H100's compute), DGX H200"),
+                     pcie=63e9, hbm_bandwidth=4.8e12, efficiency=H100_EFFICIENCY),
+                "NVIDIA H200 datasheet (SXM: 141 GB at 4.8 TB/s, the H100's compute), DGX H200"),
 }
 
 RECOMPUTE = RECOMPUTE_MODES  # none; selective (attention's core re-run); full (every layer re-run)
@@ -255,13 +273,16 @@ class Plan:
     recompute: str = RecomputeMode.SELECTIVE  # none; selective (attention's core re-run); full (every layer re-run)
     v: int = 1  # interleaved 1F1B: model chunks per pipeline rank (1: plain 1F1B)
     ep: int = 1  # expert parallelism: each layer's experts split over ep of the dp x cp ranks
+    flash: bool = True  # attention in one fused kernel (the s x s scores stay on chip); False: the
+    # scores go through HBM between kernels (Megatron's fused softmax between two batched matmuls,
+    # the kernels of the 2021-22 papers' runs), memory-bound traffic the `scores` term counts
 
     def __str__(self) -> str:
         return (f"dp {self.dp} x tp {self.tp} x pp {self.pp} x cp {self.cp}, ZeRO-{self.zero}"
                 + (" + offload" if self.offload else "") + (", FP8" if self.fp8 else "")
                 + (f", b {self.micro_batch}" if self.micro_batch != 1 else "")
                 + (f", interleaved v {self.v}" if self.v != 1 else "")
-                + (f", ep {self.ep}" if self.ep != 1 else "")
+                + (f", ep {self.ep}" if self.ep != 1 else "") + ("" if self.flash else ", scores in HBM")
                 + {RecomputeMode.NONE: ", no recompute", RecomputeMode.FULL: ", full recompute"}.get(self.recompute, ""))
 
 
@@ -283,6 +304,7 @@ class Estimate:
     host: float = 0.0  # bytes per GPU on the host (optimizer offload)
     model_flops: float = 0.0  # the step's FLOPs without recompute (what MFU counts)
     hardware_flops: float = 0.0  # the FLOPs it runs, recompute included (the compute term's)
+    scores: float = 0.0  # seconds the attention scores' HBM traffic takes, memory-bound (`Plan.flash` off)
 
     @property
     def memory(self) -> float:
@@ -290,7 +312,8 @@ class Estimate:
 
     @property
     def step(self) -> float:
-        return self.compute / (1 - self.bubble) + self.tp + self.cp + self.dp + self.offload + self.pp + self.ep
+        return ((self.compute + self.scores) / (1 - self.bubble) + self.tp + self.cp + self.dp + self.offload + self.pp
+                + self.ep)
 
     def throughput(self, gpus: int) -> float:
         """Model FLOP/s per GPU: the step's FLOPs without recompute over the step time."""
@@ -299,7 +322,8 @@ class Estimate:
     def terms(self) -> dict[str, float]:
         """The step's parts in seconds: compute, the bubble's idle time, each axis's exposed comm
         and the host link's."""
-        return {"compute": self.compute, "bubble": self.compute / (1 - self.bubble) - self.compute,
+        busy = self.compute + self.scores
+        return {"compute": self.compute, "scores": self.scores, "bubble": busy / (1 - self.bubble) - busy,
                 "tp": self.tp, "cp": self.cp, "dp": self.dp, "pp": self.pp, "ep": self.ep, "offload": self.offload}
 
 
@@ -464,6 +488,14 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
     fast = cluster.fp8_flops if plan.fp8 else cluster.peak_flops
     balance = Fraction(p * k, L)  # the busiest stage sets the pace: 1 when pp divides L
     compute = float(balance) * (float(linear) / (per_gpu * fast) + float(flops - linear) / (per_gpu * cluster.peak_flops))
+    # the attention scores through HBM (flash off): per layer and micro-batch each forward writes the
+    # 5·a·(s/cp)·s·b bytes Korthikanti et al. 2022 count (§4.1: QKᵀ 2, softmax 2, dropout mask 1,
+    # over tp) and the next kernel reads them, 10·a·(s/cp)·s·b/tp of traffic; backward twice the
+    # forward's; selective and full recompute run the forward's again. Memory-bound: at HBM bandwidth
+    scores = 0.0
+    if not plan.flash:
+        passes_s = 3 + (plan.recompute != RecomputeMode.NONE)
+        scores = float(m * k * passes_s * Fraction(10 * a * sc * s * b, t)) / cluster.hbm_bandwidth
     # the bubble: (pp - 1)/v micro-batch slots of idle beside m of work (Narayanan et al. 2021, §2.2.2:
     # interleaving divides the bubble's time by v), as a share of the step
     bubble = (p - 1) / (plan.v * m + p - 1)
@@ -512,7 +544,7 @@ def estimate(model: ModelShape, cluster: Cluster, plan: Plan, global_batch: int)
         ep_time = float(m * k * (6 if plan.recompute == RecomputeMode.FULL else 4) * a2a) / ep_link
     return Estimate(plan, m, float(states), float(activations), compute, bubble, tp_time, cp_time, dp_time,
                     float(states + activations) <= cluster.hbm, off_time, pp_time, ep_time, float(host),
-                    float(step_flops(model, global_batch, RecomputeMode.NONE)), float(flops))
+                    float(step_flops(model, global_batch, RecomputeMode.NONE)), float(flops), scores=scores)
 
 
 @dataclass(frozen=True)
@@ -527,11 +559,12 @@ class PlanReport:
 
 def plan(model: ModelShape = LLAMA2_70B, cluster: Cluster = Cluster(256), global_batch: int = 1024,
          zero_levels=(0, 1, 2, 3), cp_sizes=(1, 2, 4, 8), offload=(False,), fp8=(False,),
-         micro_batches=(1, 2, 4), recompute=RECOMPUTE, interleave=(1, 2, 4), ep_sizes=(1, 2, 4, 8)) -> PlanReport:
+         micro_batches=(1, 2, 4), recompute=RECOMPUTE, interleave=(1, 2, 4), ep_sizes=(1, 2, 4, 8),
+         flash: bool = True) -> PlanReport:
     """Every dp × tp × pp × cp × ZeRO level × micro-batch size × recompute mode × interleaving (v
     chunks per pipeline rank, where pp > 1) × expert parallelism (a mixture of experts only) on
-    `cluster` (× with and without optimizer offload, in bf16 or FP8, as `offload` and `fp8` list);
-    the ones that fit, ranked by step time (then memory)."""
+    `cluster` (× with and without optimizer offload, in bf16 or FP8, as `offload` and `fp8` list),
+    attention's kernels as `flash` says; the ones that fit, ranked by step time (then memory)."""
     n = cluster.gpus
     divisors = [k for k in range(1, n + 1) if n % k == 0]
     ranked, too_big, refused = [], 0, {}
@@ -546,7 +579,7 @@ def plan(model: ModelShape = LLAMA2_70B, cluster: Cluster = Cluster(256), global
             continue  # FP8's saved inputs are counted for selective recompute only
         if v > 1 and p == 1:
             continue  # no pipeline to interleave: the same plan as v = 1
-        pl = Plan(n // (t * p * c), t, p, c, z, off, f8, b, rc, v, e)
+        pl = Plan(n // (t * p * c), t, p, c, z, off, f8, b, rc, v, e, flash)
         why = refusal(model, cluster, pl, global_batch)
         if why:
             key = re.sub(r"\d+", "N", why)  # one count per kind of reason

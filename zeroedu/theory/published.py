@@ -152,6 +152,63 @@ KORTHIKANTI_RUNS = [
 ]
 PAPER_RUNS = NARAYANAN_RUNS + KORTHIKANTI_RUNS
 
+# The papers' tables give neither the micro-batch size nor the interleaving: a row is evaluated at
+# the fastest of these the planner finds (every v that divides a stage's layers: 105 on 35 stages, 3)
+PAPER_MICRO_BATCHES, PAPER_INTERLEAVES = (1, 2, 4, 8), tuple(range(1, 9))
+
+
+def cluster_of(run: "PublishedRun | PaperRun", efficiency: float | None = None):
+    """The run's GPUs as its preset gives them (`planner.GPUS`: the matmuls' calibrated share of
+    peak), `efficiency` overriding that share when given."""
+    from .planner import Cluster
+
+    return Cluster.of(run.gpu, run.gpus, **({} if efficiency is None else {"efficiency": efficiency}))
+
+
+def plan_of(run: "PublishedRun") -> "Plan":
+    """A NeMo row's configuration as a planner `Plan` (ZeRO-1: the distributed optimizer; selective
+    recompute; a fused attention kernel)."""
+    from .planner import Plan
+
+    return Plan(run.dp, run.tp, run.pp, run.cp, 1, fp8=run.fp8, micro_batch=run.micro_batch, v=run.vp)
+
+
+def paper_plans(run: PaperRun, cluster) -> list:
+    """A paper row's tp, pp and dp at every micro-batch size and interleaving the planner knows that
+    can exist (its recompute and ZeRO level; the scores through HBM, as those runs' kernels had them)."""
+    from .planner import Plan, refusal
+
+    tried = [Plan(run.dp, run.tp, run.pp, 1, run.zero, micro_batch=b, recompute=run.recompute, v=v, flash=False)
+             for b in PAPER_MICRO_BATCHES for v in PAPER_INTERLEAVES]
+    return [pl for pl in tried if refusal(run.model, cluster, pl, run.global_batch) is None]
+
+
+def predicted(run: "PublishedRun | PaperRun", efficiency: float | None = None):
+    """The planner's `Estimate` of the published configuration (a paper row's at its fastest
+    micro-batch and interleaving that fit), or None where none can exist."""
+    from .planner import estimate, refusal
+
+    cluster = cluster_of(run, efficiency)
+    if isinstance(run, PublishedRun):
+        pl = plan_of(run)
+        return None if refusal(run.model, cluster, pl, run.global_batch) else estimate(run.model, cluster, pl,
+                                                                                        run.global_batch)
+    ests = [estimate(run.model, cluster, pl, run.global_batch) for pl in paper_plans(run, cluster)]
+    return min(ests, key=lambda e: (not e.fits, e.step)) if ests else None
+
+
+def calibrate(runs, step: float = 0.025) -> tuple[float, float]:
+    """The matmuls' share of peak, on a grid of `step` from 30 to 80 %, whose largest miss
+    |predicted/published - 1| over `runs` (their published configurations, `predicted`) is
+    smallest: (share, miss). How the GPU presets' shares were set (`planner.A100_EFFICIENCY`)."""
+    best = None
+    for i in range(round(0.3 / step), round(0.8 / step) + 1):
+        share = round(i * step, 4)
+        miss = max(abs(predicted(r, share).throughput(r.gpus) / 1e12 / r.model_tflops - 1) for r in runs)
+        if best is None or miss < best[1] - 1e-12:
+            best = (share, miss)
+    return best
+
 __all__ = ["A100_PEAK_TFLOPS", "KORTHIKANTI_2022", "KORTHIKANTI_RUNS", "LLAMA2_13B", "LLAMA3_70B", "LLAMA3_8B",
-           "NARAYANAN_2021", "NARAYANAN_RUNS", "NEMO_24_12", "PAPER_RUNS", "PaperRun", "PublishedRun", "RUNS",
-           "megatron_gpt"]
+           "NARAYANAN_2021", "NARAYANAN_RUNS", "NEMO_24_12", "PAPER_INTERLEAVES", "PAPER_MICRO_BATCHES", "PAPER_RUNS",
+           "PaperRun", "PublishedRun", "RUNS", "calibrate", "cluster_of", "megatron_gpt", "paper_plans", "plan_of", "predicted"]
