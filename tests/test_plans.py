@@ -43,8 +43,9 @@ def test_every_candidate_is_a_shape_run_builds_or_is_counted_with_runs_reason(gp
 
 def test_on_an_emulated_link_only_data_parallel_shapes_are_plans_and_their_messages_and_bytes_cost_time():
     """With --link the plans are those whose every axis the link paces (data parallel only); an
-    axis's time is the slowest rank's: its ring steps (every collective the closed forms list)
-    times the link's α and this machine's measured seconds per step, plus its bytes over β."""
+    axis's time is the slowest rank's: every call the closed forms list, one after another, each
+    ring step the longer of the link's α + its bytes over β and this machine's measured seconds
+    per step (a probe through the same links)."""
     from zeroedu.runtime.links import DOMAIN
     from zeroedu.theory.timing import ring_steps
     from zeroedu.train.launch import predicted_comm
@@ -58,9 +59,30 @@ def test_on_an_emulated_link_only_data_parallel_shapes_are_plans_and_their_messa
             ops = predicted_comm(p.config, r.rank).ops
             steps = sum(ring_steps(op.collective, op.group) for op in ops)
             assert r.messages == {"dp_shard": steps}
-            worst = max(worst, sum(r.comm_by_axis["dp_shard"].values()) / DOMAIN.beta
-                        + steps * (DOMAIN.alpha + rep.ring_step))
+            assert sum(sent for _, sent in r.calls["dp_shard"]) == pytest.approx(sum(r.comm_by_axis["dp_shard"].values()))
+            worst = max(worst, sum(ring_steps(op.collective, op.group)
+                                   * max(DOMAIN.alpha + float(op.sent) / ring_steps(op.collective, op.group) / DOMAIN.beta,
+                                         rep.ring_step) for op in ops))
         assert p.comm == {"dp_shard": pytest.approx(worst)}
+
+
+def test_naive_ddp_is_planned_with_a_call_per_parameter():
+    """Naive DDP all-reduces each gradient in its own call (`strategies.ddp`), so its plan counts
+    a call per trainable parameter, each its 2(N - 1) ring steps, and the same bytes as one
+    all-reduce of them all; the other strategies' calls are per unit."""
+    from zeroedu import theory
+    from zeroedu.models import get_model, unit_shapes
+
+    rep = plans.plan("gpt-tiny", 4, links="domain")
+    ddp = next(p for p in rep.ranked if p.config.strategy == "ddp")
+    n_params = len(list(get_model("gpt-tiny").build().parameters()))
+    assert len(ddp.ranks[0].calls["dp_shard"]) == n_params
+    assert ddp.ranks[0].messages["dp_shard"] == n_params * 2 * (4 - 1)
+    shapes = unit_shapes(get_model("gpt-tiny").build())
+    one = theory.exact_comm("ddp_bucketed", shapes, 4, recipe="mixed-bf16")
+    each = theory.exact_comm("ddp", shapes, 4, recipe="mixed-bf16")
+    assert len(one.ops) == 1 and len(each.ops) == n_params
+    assert sum(op.sent for op in each.ops) == one.ops[0].sent
 
 
 def test_zeroedu_plan_prints_the_suites_shapes_and_the_command_of_the_best():

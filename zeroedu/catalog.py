@@ -43,13 +43,17 @@ class StrategySpec:
     # The strategy discards its fp32 gradients after the update, so Adam scales them in place
     # (1/(N·K)) instead of reading them through its scratch buffer (`optim.scratch_elements`).
     scales_grads_in_place: bool = False
+    # One collective per parameter (naive DDP's loop), not one per unit or buffer: the bytes are
+    # the same, the calls (and their ring steps, each a message's fixed cost) many more.
+    per_parameter_calls: bool = False
 
 
 STRATEGIES: dict[str, StrategySpec] = {
     s.name: s
     for s in [
         StrategySpec("ddp", "no_shard", layout="replicated", grad_sync="all_reduce",
-                     summary="naive DDP: all-reduce every gradient after backward", impl="ddp:DDP"),
+                     summary="naive DDP: all-reduce every gradient after backward", impl="ddp:DDP",
+                     per_parameter_calls=True),
         StrategySpec("ddp_bucketed", "no_shard", layout="replicated", grad_sync="all_reduce",
                      summary="DDP: bucketed async all-reduce overlapped with backward",
                      impl="ddp_bucketed:DDPBucketed", scales_grads_in_place=True),

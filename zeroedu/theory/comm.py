@@ -231,7 +231,13 @@ def exact_comm(strategy, units, n, m=1, recipe=None, reshard_after_forward=True,
     mask = _check_trainable(units, trainable, spec.layout)
     k = _check_k(micro_batches)
     ops = []
-    if spec.layout == Layout.REPLICATED:
+    if spec.layout == Layout.REPLICATED and spec.per_parameter_calls:
+        # one call per trainable parameter, as naive DDP issues them (the same bytes in all)
+        sizes = [shard.numel(s) for u, f in zip(units, mask) for s, t in zip(u, f) if t]
+        for j, size in enumerate(sizes):
+            ops += _ops(spec, rec, size, Fraction(size, n), n, m, reshard_after_forward, tag=f"param{j}/",
+                        micro_batches=k)
+    elif spec.layout == Layout.REPLICATED:
         total = sum(shard.numel(s) for u, f in zip(units, mask) for s, t in zip(u, f) if t)
         ops = _ops(spec, rec, total, Fraction(total, n), n, m, reshard_after_forward, micro_batches=k)
     for i, unit in enumerate(units):

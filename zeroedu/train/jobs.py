@@ -1,7 +1,7 @@
 """Rank jobs the notebooks and tests use beyond `zeroedu run`, each built on `runner`.
 
-* `ring_step_job`: the seconds one ring step of a one-element all-reduce takes on this
-  machine's ranks, through the comm the strategies use (`train.plans`' per-message latency).
+* `ring_step_job`: the seconds one ring step of an all-reduce takes on this machine's ranks,
+  through the comm and links the strategies use (`train.plans`' per-message cost).
 * `fsdp2_state_dict_job`: train FSDP2 for a few steps, then take its *local* state dict
   (`FSDP2.local_state_dict`), recording how many bytes that sends (none), next to the gathered
   full parameters for comparison. `stitch_local_state_dicts` puts the N shards back together
@@ -16,6 +16,7 @@ from fractions import Fraction
 
 import torch
 
+from ..recipes import get_recipe, torch_dtype
 from ..runtime.comm import tag
 from ..runtime.ledger import Ledger
 from ..theory.timing import ring_steps
@@ -23,13 +24,14 @@ from .config import config_from_dict
 from .runner import build_run, dist_state, train_steps
 
 
-def ring_step_job(ctx, cfg: dict, reps: int = 10) -> float:
-    """Seconds per ring step of a one-element all-reduce over `cfg`'s data-parallel ranks, the
-    median of `reps` after a warm-up: what each message costs this machine beyond its bytes
-    (waking the next rank, gloo's round trip), at this many ranks on these cores."""
+def ring_step_job(ctx, cfg: dict, numel: int = 1, reps: int = 10) -> float:
+    """Seconds per ring step of an all-reduce of `numel` elements in `cfg`'s parameter dtype over
+    its data-parallel ranks, on its links, the median of `reps` after a warm-up: what a message
+    costs this machine (every rank's CPU to post and reduce it, waking the next rank), at this
+    many ranks on these cores. Give `numel` at least a few per rank: a chunk of none is no message."""
     cfg = config_from_dict(cfg)
     dist = dist_state(ctx, cfg, Ledger(ctx.rank, timeline_mode="minimal"))
-    t = torch.zeros(1)
+    t = torch.zeros(numel, dtype=torch_dtype(get_recipe(cfg.recipe).param))
     times = []
     for i in range(reps + 1):
         start = time.perf_counter()

@@ -21,12 +21,15 @@ Step time (a model, stated; `benchmarks/bench_plans.py` times the top plans agai
               measured once per process): each rank computes its 1/(tp·pp·cp) share of its B/dp
               sequences, and N ranks share the machine's cores; with a pipeline, at least the
               busiest rank's share over (1 - (pp - 1)/(k + pp - 1)), its 1F1B bubble
-    comm      per mesh axis, the rank that takes longest: its messages one after another (each
-              call's ring steps, `theory.timing.ring_steps`; a send one) times this machine's
-              seconds per ring step (`ring_latency`, measured on the N ranks: a one-element
-              all-reduce) and, on an emulated link (`runtime.links`), the link's α per message
-              plus the bytes sent over β; exposed whole: overlap with backward makes a real
-              step shorter than this
+    comm      per mesh axis, the rank that takes longest: its calls one after another, each call
+              its ring steps (`theory.timing.ring_steps`; a send one; naive DDP a call per
+              parameter), each step the longer of the link's time for it, α + its bytes/β on an
+              emulated link (`runtime.links`; the link holds a message until then while the
+              machine works), and this machine's seconds per step (`ring_latency`, measured on
+              the N ranks through the same links: an all-reduce of 1,024 elements per rank in
+              the recipe's dtype, every message a real one: on two cores a message costs every
+              rank CPU, 2-3 ms a step at N = 8); exposed whole: overlap with backward makes a
+              real step shorter than this
 Ranked by compute + comm, then by the largest rank's memory.
 """
 from __future__ import annotations
@@ -60,6 +63,8 @@ class RankFigures:
     activations: int  # bytes one micro-batch saves for backward
     comm_by_axis: dict[str, dict[str, float]]  # bytes sent per step: mesh axis -> collective -> bytes
     messages: dict[str, int] = field(default_factory=dict)  # ring steps per step on each axis, one after another
+    # each call on each axis, in order: (its ring steps, the bytes this rank sends in it)
+    calls: dict[str, tuple[tuple[int, float], ...]] = field(default_factory=dict)
 
     @property
     def memory(self) -> int:
@@ -109,7 +114,7 @@ class SuitePlanReport:
     links: str | None
     cores: int
     seconds_per_sequence: float  # the calibration: `calibrate`
-    ring_step: float  # this machine's seconds per ring step at world_size ranks (`ring_latency`)
+    ring_step: float  # this machine's seconds per ring step at world_size ranks on the links (`ring_latency`)
     ranked: list[SuitePlan]  # fastest first
     refused: dict[str, int]  # why the other candidates are not shapes a run builds: count
 
@@ -167,9 +172,13 @@ def figures(cfg: ResolvedConfig) -> tuple[RankFigures, ...]:
     for r in range(cfg.world_size):
         p = predicted(cfg, r)
         messages: dict[str, int] = {}
+        calls: dict[str, list[tuple[int, float]]] = {}
         for op in predicted_comm(cfg, r).ops:
-            messages[op.axis] = messages.get(op.axis, 0) + _steps(op.collective, op.group)
-        out.append(RankFigures(r, p.total, p.activations, {a: dict(c) for a, c in p.comm_by_axis.items()}, messages))
+            steps = _steps(op.collective, op.group)
+            messages[op.axis] = messages.get(op.axis, 0) + steps
+            calls.setdefault(op.axis, []).append((steps, float(op.sent)))
+        out.append(RankFigures(r, p.total, p.activations, {a: dict(c) for a, c in p.comm_by_axis.items()}, messages,
+                               {a: tuple(c) for a, c in calls.items()}))
     return tuple(out)
 
 
@@ -183,17 +192,21 @@ def _steps(collective: str, group: int) -> int:
     return ring_steps(collective, group)
 
 
-_LATENCY: dict[int, float] = {}
+_LATENCY: dict[tuple, float] = {}
+PROBE_ELEMENTS = 1024  # per rank: every message of the probe's ring a real one (one element has 0-1 per chunk)
 
 
-def ring_latency(world_size: int) -> float:
-    """Seconds per ring step on this machine at `world_size` local ranks (`jobs.ring_step_job`:
-    a one-element all-reduce, the slowest rank's median), measured once per process."""
-    if world_size not in _LATENCY:
-        cfg = config_to_dict(RunConfig("ddp", world_size, model="gpt-tiny", steps=1).resolved())
-        _LATENCY[world_size] = max(cluster.get_pool(world_size).run(ring_step_job, {"cfg": cfg})) \
-            if world_size > 1 else 0.0
-    return _LATENCY[world_size]
+def ring_latency(world_size: int, links: Links | None = None, recipe: str = "mixed-bf16") -> float:
+    """Seconds per ring step on this machine at `world_size` local ranks on `links`
+    (`jobs.ring_step_job`: an all-reduce of PROBE_ELEMENTS per rank in the recipe's parameter
+    dtype, the slowest rank's median), measured once per process."""
+    key = (world_size, None if links is None else str(links), recipe)
+    if key not in _LATENCY:
+        cfg = config_to_dict(RunConfig("ddp", world_size, model="gpt-tiny", steps=1, recipe=recipe,
+                                       links=links).resolved())
+        _LATENCY[key] = max(cluster.get_pool(world_size).run(
+            ring_step_job, {"cfg": cfg, "numel": PROBE_ELEMENTS * world_size})) if world_size > 1 else 0.0
+    return _LATENCY[key]
 
 
 def _compute(cfg: ResolvedConfig, per_sequence: float, cores: int) -> float:
@@ -209,10 +222,13 @@ def _compute(cfg: ResolvedConfig, per_sequence: float, cores: int) -> float:
 def _comm(ranks: tuple[RankFigures, ...], links: Links | None, latency: float) -> dict[str, float]:
     out: dict[str, float] = {}
     for r in ranks:  # the rank that takes longest on an axis sets its time
-        for axis, by in r.comm_by_axis.items():
+        for axis, calls in r.calls.items():
             link = None if links is None else links.for_axis(axis)
-            on_link = 0.0 if link is None else sum(by.values()) / link.beta + r.messages.get(axis, 0) * link.alpha
-            out[axis] = max(out.get(axis, 0.0), on_link + r.messages.get(axis, 0) * latency)
+            t = 0.0
+            for steps, sent in calls:  # each step the longer of the link's time and the machine's
+                on_link = 0.0 if link is None else link.alpha + sent / steps / link.beta
+                t += steps * max(on_link, latency)
+            out[axis] = max(out.get(axis, 0.0), t)
     return out
 
 
@@ -228,7 +244,7 @@ def plan(model: str = "gpt-small", world_size: int = 8, global_batch: int | None
     if cores is None:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     per_sequence = calibrate(spec, recipe)
-    latency = ring_latency(world_size)
+    latency = ring_latency(world_size, links, recipe)
     ranked, refused = [], {}
     for z, tp, pp, cp, k, sp in _candidates(world_size, micro_batches):
         try:
