@@ -85,21 +85,8 @@ register(
                Wrong("d", "no rank acts as a root: each sends one chunk a step to its right neighbour"))),
     Exercise(
         id="01.5", kind="number", style="measure",
-        prompt="From the wire table, N = 4, zeroedu's ring: rank 0's bytes on the wire for the all-reduce divided "
-               "by its bytes for the reduce-scatter of the same buffer?",
-        expected=lambda wire, **_: (_fig(wire, "ring", "all_reduce")["wire"][0]
-                                    / _fig(wire, "ring", "reduce_scatter")["wire"][0]),
-        rel=1e-2, example=_example,
-        hint="divide the two measured (wire) figures; what does an all-reduce do that a reduce-scatter does not?",
-        wrong=(mistaken(mistakes.assumed_equal("ratio"),
-                        "an all-reduce is a reduce-scatter followed by an all-gather: two passes round the ring"),
-               mistaken(mistakes.upside_down, "upside down: that is the reduce-scatter's bytes over the all-reduce's",
-                        given=lambda wire, **_: (_fig(wire, "ring", "all_reduce")["wire"][0]
-                                                 / _fig(wire, "ring", "reduce_scatter")["wire"][0],)))),
-    Exercise(
-        id="01.6", kind="number", style="measure",
-        prompt="From the wire table, N = 4, zeroedu's ring reduce-scatter: rank 0's bytes on the wire divided by "
-               "the buffer's size S? (A fraction.)",
+        prompt="Your prediction, measured: from the wire table, N = 4, zeroedu's ring reduce-scatter, rank 0's "
+               "bytes on the wire divided by the buffer's size S? (A fraction.)",
         expected=lambda wire, **_: _fig(wire, "ring", "reduce_scatter")["wire"][0] / S,
         rel=1e-2, example=_example,
         hint="each rank passes on N-1 chunks of S/N",
