@@ -1,7 +1,8 @@
 """Notebook 12, interview rehearsal: predict a card's claim before a run shows it, read the
 figure off the run, and find which card a broken run contradicts.
 
-12.1 measure  ZeRO-2's model-state bytes per parameter, read off the gpt-small report (card zero_stages)
+12.1 predict  ZeRO-2's model-state bytes per parameter at N = 4, before the gpt-small run measures
+              them (card zero_stages)
 12.2 predict  FSDP's bytes on the wire against DDP's, before the FSDP run (card zero3_comm)
 12.3 measure  the same ratio, read off the two reports' wire counters
 12.4 predict  ZeRO-2 against ZeRO-1 with four micro-batches, before the runs (card grad_accumulation)
@@ -62,14 +63,6 @@ def _wire_example() -> dict:
 
 
 # ---------------------------------------------------------------- 12.1: ZeRO-2 bytes per parameter
-def _bytes_per_param(report: RunReport) -> float:
-    return report.ranks[0].measured.total / report.psi
-
-
-def _zero2_example() -> dict:
-    return {"report": example_report({"measured": {"total": 17_831_462}}, psi=3_242_081, n=N)}
-
-
 # ---------------------------------------------------------------- 12.4: accumulation
 ACCUM_OPTIONS = {"a": "the same bytes", "b": "about 1.5×", "c": "about 2.5×", "d": f"about {K}× ({K} micro-batches)"}
 _ACCUM_VALUES = {"a": 1.0, "b": 1.5, "c": 2.5, "d": float(K)}
@@ -123,21 +116,20 @@ register(
                mistaken(mistakes.assumed_equal("ratio"), "the counters differ: read each report's own wire bytes")),
     ),
     Exercise(
-        id="12.1", kind="number", style="measure",
-        prompt=("Model-state bytes per parameter on rank 0 in the ZeRO-2 gpt-small run: its measured "
-                "total divided by Ψ."),
-        expected=_bytes_per_param,
-        example=_zero2_example,
-        hint="the table above gives rank 0's measured total in bytes; Ψ is printed with the run",
+        id="12.1", kind="number", style="predict",
+        prompt=(f"Before the run: with mixed-bf16 (2-byte weights and gradients, 12 bytes of fp32 Adam state per "
+                f"parameter) and ZeRO-2 on N = {N} ranks, how many bytes of model states will rank 0 hold per "
+                f"parameter?"),
+        expected=lambda: float(theory.model_states("zero2", 1, N).total),
+        hint="which of the three categories does ZeRO-2 shard over the N ranks, and which does each rank keep whole?",
         wrong=(mistaken(mistakes.other_stage_states, "16 bytes is what DDP holds: nothing sharded",
-                        given=lambda report: ("zero2", "ddp", 1, report.n)),
+                        given=lambda: ("zero2", "ddp", 1, N)),
                mistaken(mistakes.other_stage_states, "that is ZeRO-1: the gradients are sharded too",
-                        given=lambda report: ("zero2", "zero1", 1, report.n)),
+                        given=lambda: ("zero2", "zero1", 1, N)),
                mistaken(mistakes.other_stage_states, "that is ZeRO-3: ZeRO-2 keeps the bf16 weights whole",
-                        given=lambda report: ("zero2", "fsdp1", 1, report.n)),
-               mistaken(mistakes.not_per_parameter, "that is the total in bytes; divide by Ψ",
-                        given=lambda report: (report.ranks[0].measured.total,))),
-    ),
+                        given=lambda: ("zero2", "fsdp1", 1, N)),
+               mistaken(mistakes.not_per_parameter, "that is gpt-small's total in bytes; divide by Ψ",
+                        given=lambda: (theory.model_states("zero2", _psi("gpt-small"), N).total,)))),
     Exercise(
         id="12.4", kind="choice", style="predict",
         prompt=(f"Before the runs: ZeRO-1 and ZeRO-2 each accumulate gradients over {K} micro-batches "
