@@ -5,27 +5,23 @@ from __future__ import annotations
 from ... import shard, theory
 from ...reports import RunReport
 from ...theory import mistakes
-from . import Exercise, Wrong, mistaken, example_records, example_report, register
+from . import Exercise, Wrong, mistaken, example_report, register
 
 
 def _total(report: RunReport, rank: int) -> int:
     return report.ranks[rank].measured.total
 
 
-def _collectives_last_step(report: RunReport, rank: int = 0) -> int:
-    last = report.steps - 1
-    return len(report.ranks[rank].timeline.comm_of(step=last))
+def _per_parameter_collectives(n: int = 3) -> int:
+    """The closed forms' collectives per step of per-parameter FSDP2 on gpt-small (`theory.exact_comm`)."""
+    from ...models import get_model, unit_shapes  # torch is imported only when an answer is checked
+
+    return len(theory.exact_comm("fsdp2", unit_shapes(get_model("gpt-small").build()), n, recipe="fp32").ops)
 
 
 def _example_states() -> dict:
     # gpt-small, fp32, N = 3 (16 bytes per element): FSDP2's ranks hold 1,085,237 / 1,085,237 / 1,071,607
     return {"report": example_report(*({"measured": {"total": 16 * e}} for e in (1085237, 1085237, 1071607)))}
-
-
-def _example_records() -> dict:
-    # 6 units (54 parameters) of gpt-small, per-parameter FSDP2: 3 collectives per parameter per step
-    ops = [op for _ in range(54) for op in ("all_gather", "all_gather", "reduce_scatter")]
-    return {"report": example_report({"timeline": {"comm": example_records(*ops)}}, steps=2)}
 
 
 register(
@@ -75,19 +71,20 @@ register(
                Wrong("d", "the copies are local memory traffic; they put nothing on the wire")),
     ),
     Exercise(
-        id="08.4", kind="number", style="measure",
-        prompt="From the per-parameter run's report (`r3`): how many collectives did rank 0 issue in the last "
-               "step? Count the ledger's records of that step.",
-        expected=lambda report: _collectives_last_step(report),
-        hint="report.ranks[0].timeline.comm_of(step=...) lists the collectives of one step.",
+        id="08.4", kind="number", style="predict",
+        prompt="Before the run: gpt-small's 54 parameters in 6 units, FSDP2 with one collective per parameter "
+               "(`batched=False`), resharding after forward, N = 3. How many collectives will rank 0 issue in one "
+               "training step?",
+        expected=lambda: float(_per_parameter_collectives()),
+        hint="per parameter and step: what is gathered before forward, gathered again before backward, and "
+             "reduced after it?",
         wrong=(mistaken(mistakes.per_unit_for_per_parameter(6),
                         "18 is the batched variant: two all-gathers and one reduce-scatter per unit"),
                mistaken(mistakes.one_per_parameter(54), "one per parameter is not enough: each parameter is gathered "
                                                         "twice and reduce-scattered once per step"),
                mistaken(mistakes.messages_for_collectives,
                         "that counts point-to-point messages (N - 1 = 2 per ring collective), not collectives",
-                        given=lambda report: (_collectives_last_step(report), report.n))),
-        example=_example_records,
+                        given=lambda: (_per_parameter_collectives(), 3))),
     ),
     Exercise(
         id="08.5", kind="choice", style="find-the-bug",
