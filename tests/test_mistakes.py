@@ -57,7 +57,6 @@ CASES = [
     (M.framing_left_out(1_000), 1_000, "framing"),
     (M.framing_not_subtracted(1_144), 1_144, "take the payload away"),
     (M.one_part_only({"all_gather": 10, "reduce_scatter": 20}, "reduce_scatter"), 20, "reduce_scatter alone"),
-    (M.all_parts({"param": 10, "activation": 5}), 15, "everything together"),
     (M.own_shard_forgotten(4_000), 4_000, "1/N shard"),
     (M.not_per_parameter(17_831_462), 17_831_462, "divide by Ψ"),
     (M.kept_for_saved(640), 640, "keeps, not what it saves"),

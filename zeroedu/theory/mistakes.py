@@ -228,11 +228,6 @@ def one_part_only(parts: dict, part: str) -> Mistake:
     return Mistake("one_part_only", float(parts[part]), f"that is {part} alone")
 
 
-def all_parts(parts: dict) -> Mistake:
-    """Every part of a breakdown summed where one part was asked."""
-    return Mistake("all_parts", float(sum(parts.values())), "that is everything together; the question asks for one part")
-
-
 def own_shard_forgotten(full) -> Mistake:
     """What a sharded strategy saves taken as the whole buffer: the 1/N shard it still keeps
     forgotten."""
@@ -608,7 +603,7 @@ MISTAKES = (home_rows_counted, home_rows_only, scale_inverted, other_fp8_format,
             optimizer_forgotten, parameters_only, other_recompute, one_layer_only, even_split,
             full_chunk_everywhere, floor_rows, unpadded_buffer, one_padded_chunk, only_optimizer_shard, missing_gradients, ring_factor_dropped,
             allreduce_counted_once, other_stage_comm, fp32_gradients, sign_flipped, upside_down, complement,
-            part_over_rest, assumed_equal, framing_left_out, framing_not_subtracted, one_part_only, all_parts,
+            part_over_rest, assumed_equal, framing_left_out, framing_not_subtracted, one_part_only,
             own_shard_forgotten, not_per_parameter, once_per_micro_batch, split_over_micro_batches,
             per_step_not_per_unit, per_unit_for_per_parameter, one_per_parameter, messages_for_collectives,
             doubles_with_n, shrinks_with_n, one_over_m, naive_root_sends, one_chunk_only,

@@ -3,29 +3,36 @@ saw-tooth's teeth, what reshard_after_forward=False keeps, an FSDP that never re
 forward, and why one big unit does not bring back DDP's memory."""
 from __future__ import annotations
 
-from ... import theory
+from ... import shard, theory
 from ...theory import mistakes
-from ...kinds import EventKind
-from ...reports import RunReport
 from . import Exercise, Wrong, mistaken, example_report, register
 
 GB = 1e9
 
 
-def _forward_end(report: RunReport, rank: int = 0) -> dict:
-    """Bytes by category at the last step's forward/backward boundary ("forward end" event)."""
-    return report.ranks[rank].timeline.events_of(step=report.steps - 1, kind=EventKind.FORWARD_END)[-1].bytes
+def _unit_bytes(n: int = 4) -> list[int]:
+    """gpt-small's flat units gathered in bf16: each unit's elements padded to a multiple of n, 2 bytes each."""
+    from ...models import get_model, unit_shapes  # torch is imported only when an answer is checked
+
+    return [2 * shard.padded_numel(sum(shard.numel(s) for s in unit), n)
+            for unit in unit_shapes(get_model("gpt-small").build())]
 
 
-def _gathered_at_forward_end(report: RunReport) -> int:
-    return _forward_end(report)["gathered"]
+def _gathered_closed_form() -> int:
+    return sum(_unit_bytes())
 
 
-def _example_keep() -> dict:
-    # gpt-small, N = 4, mixed-bf16, reshard_after_forward=False: every unit's bf16 params alive
-    ev = {"t": 1.0, "kind": EventKind.FORWARD_END.value, "unit": None, "label": "forward end", "step": 1,
-          "bytes": {"param": 1_621_042, "gathered": 6_484_168, "activation": 9_811_972}}
-    return {"report": example_report({"timeline": {"events": [ev]}}, steps=2)}
+def _largest_unit() -> int:
+    return max(_unit_bytes())
+
+
+def _wire_ratio(keep, default) -> float:
+    return keep.ranks[0].wire.sent / default.ranks[0].wire.sent
+
+
+def _example_wire() -> dict:
+    # gpt-small, N = 4, mixed-bf16: rank 0's kernel counts, framing included
+    return {"keep": example_report({"wire": {"sent": 9_731_436}}), "default": example_report({"wire": {"sent": 14_597_154}})}
 
 
 def _teeth_answer() -> str:
@@ -86,23 +93,34 @@ register(
                Wrong("d", "the reduce-scatter moves gradients into shards; it gathers no parameters")),
     ),
     Exercise(
-        id="07.4", kind="number", style="measure",
-        prompt="From the reshard_after_forward=False run (`report`): how many bytes of unsharded (gathered) "
-               "parameters does rank 0 hold at the forward/backward boundary of the last step (its "
-               "'forward end' event)?",
-        expected=_gathered_at_forward_end,
-        hint="report.ranks[0].timeline.events_of(step=..., kind=EventKind.FORWARD_END): the last step's "
-             "'forward end' event; its .bytes are split by category.",
+        id="07.4", kind="number", style="predict",
+        prompt="Before the runs: gpt-small (Ψ = 3,242,081 in 6 flat units, each padded to a multiple of N = 4) "
+               "in mixed-bf16 with reshard_after_forward=False. How many bytes of gathered (unsharded) "
+               "parameters will rank 0 hold at the end of forward?",
+        expected=lambda: float(_gathered_closed_form()),
+        rel=1e-3,  # the 6 bytes of padding are not the lesson
+        hint="which units are still gathered when the last one's forward ends, and how many bytes is one "
+             "gathered bf16 element?",
         wrong=(mistaken(mistakes.other_mode(0, "resharding after forward"),
                         "that is with resharding after forward; this run keeps every unit gathered"),
-               mistaken(mistakes.one_part_only, "that is the activations at that event, not the gathered parameters",
-                        given=lambda report: (_forward_end(report), "activation")),
-               mistaken(mistakes.all_parts,
-                        "that is everything the rank holds at that event; the question asks for the gathered "
-                        "parameters only",
-                        given=lambda report: (_forward_end(report),))),
-        example=_example_keep,
+               mistaken(mistakes.other_mode, "that is one block; with resharding off every unit stays gathered "
+                                             "until backward",
+                        given=lambda: (_largest_unit(), "one unit: resharding keeps one gathered at a time")),
+               mistaken(mistakes.elements_for_bytes, "that counts elements; a bf16 element is 2 bytes",
+                        given=lambda: (_gathered_closed_form(), 2)),
+               mistaken(mistakes.whole_for_shard, "that is N times the gathered model; each rank gathers one copy",
+                        given=lambda: (_gathered_closed_form(), 4))),
     ),
+    Exercise(
+        id="07.7", kind="number", style="measure",
+        prompt="From the knobs table's wire column (the kernel's count, framing included): rank 0's bytes with "
+               "reshard_after_forward=False divided by the default's (backward_prefetch). Does it show the 2Ψ "
+               "against 3Ψ the text claims?",
+        expected=_wire_ratio, example=_example_wire, rel=1e-3,
+        hint="two numbers of the wire column, the fourth row over the second; the ring model says 2/3",
+        wrong=(mistaken(mistakes.upside_down, "upside down: the default's bytes over the kept run's",
+                        given=lambda keep, default: (_wire_ratio(keep, default),)),
+               mistaken(mistakes.assumed_equal("ratio"), "the wire column differs between the two rows: read each"))),
     Exercise(
         id="07.5", kind="choice", style="find-the-bug",
         prompt="`FSDPBroken` ran on 4 ranks beside FSDP1: its model states match, its losses equal "
