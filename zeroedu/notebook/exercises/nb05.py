@@ -25,6 +25,11 @@ def _example_k4() -> dict:
     return {"report": _fake(17_831_462, 1_621_042, comm, 24_335_190)}
 
 
+def _reduction_share(report) -> float:
+    """The reduce-scatters' ring-model bytes over the wire's count (rank 0, the last step)."""
+    return report.ranks[0].measured.comm["reduce_scatter"] / report.ranks[0].wire.sent
+
+
 def _ratio(strategy: str, k: int) -> int:
     """Gradient-reduction bytes per optimizer step at K micro-batches over K = 1 (closed form)."""
     def grads(kk):
@@ -101,17 +106,18 @@ register(
     ),
     Exercise(
         id="05.5", kind="number", style="measure",
-        prompt="From the ZeRO-2 run with K = 4 (`report`): how many bytes did rank 0 write to its sockets in "
-               "the last optimizer step (the wire, kernel counters)?",
-        expected=lambda report: report.ranks[0].wire.sent,
-        rel=1e-7,  # an exact count: the ring model is within 0.1 % of it and must not pass
-        hint="report.ranks[0].wire holds what the kernel counted; measured.comm is the ring model.",
-        wrong=(mistaken(mistakes.framing_left_out,
-                        "that is the ring model of the payloads; the wire adds gloo's framing, 144 B a message",
-                        given=lambda report: (sum(report.ranks[0].measured.comm.values()),)),
-               mistaken(mistakes.one_part_only, "that is the ring model of the reduce-scatters alone",
+        prompt="From the ZeRO-2 run with K = 4 (`report`): what share of the bytes rank 0 put on the wire in its "
+               "optimizer step (kernel counters) is gradient reduction, the reduce-scatters' payload? Before you "
+               "divide, say what the closed forms make it.",
+        expected=_reduction_share, example=_example_k4, rel=1e-4,
+        hint="K reduce-scatters of the gradients and one all-gather of the parameters, each the same size: "
+             "K/(K + 1) of the payload, a little less of the wire, which adds each message's framing",
+        wrong=(mistaken(mistakes.complement, "that is the all-gather's share (and the framing's)",
+                        given=lambda report: (_reduction_share(report),)),
+               mistaken(mistakes.part_over_rest, "that divides by the rest of the wire, not by all of it",
+                        given=lambda report: (_reduction_share(report),)),
+               mistaken(mistakes.one_part_only, "that is the reduce-scatters' bytes: divide by the wire",
                         given=lambda report: (report.ranks[0].measured.comm, "reduce_scatter"))),
-        example=_example_k4,
     ),
     Exercise(
         id="05.6", kind="choice", style="find-the-bug",
