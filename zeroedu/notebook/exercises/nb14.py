@@ -1,6 +1,7 @@
 """Notebook 14 (beyond data parallelism): which context-parallel rank works hardest, the causal
-imbalance read off a run, the 70B design exercise, a ring attention whose work is off, and the
-rows an expert-parallel dispatch sends across, read off the router's counts."""
+imbalance read off a run, a 70B plan's bubble and model states by hand, then the 70B design
+exercise (before the planner's ranking and widget are shown), a ring attention whose work is off,
+and the rows an expert-parallel dispatch sends across, read off the router's counts."""
 from __future__ import annotations
 
 
@@ -69,6 +70,23 @@ def _canon(answer):
     return planner.parse_plan(answer) if isinstance(answer, str) else None
 
 
+# The by-hand plan of 14.6 and 14.7: dp 16 x tp 8 x pp 2, ZeRO-1, a micro-batch of one sequence
+_HAND = {"dp": 16, "tp": 8, "pp": 2, "m": 256 // 16}
+_HAND_PSI = planner.LLAMA2_70B.params() // (_HAND["tp"] * _HAND["pp"])  # 80 layers split evenly: Ψ/16 exactly
+
+
+def _hand_bubble():
+    from ...theory import pipeline
+
+    return pipeline.bubble_fraction(_HAND["pp"], _HAND["m"])
+
+
+def _hand_states() -> float:
+    """The planner's model-state bytes per GPU for the by-hand plan (ZeRO-1 over the dp ranks)."""
+    est = planner.estimate(planner.LLAMA2_70B, planner.Cluster(256), planner.Plan(_HAND["dp"], _HAND["tp"], _HAND["pp"], 1, 1), 256)
+    return est.states
+
+
 register(
     Exercise(
         id="14.1", kind="choice", style="predict",
@@ -116,6 +134,30 @@ register(
                Wrong("dp 2, tp 8, pp 16, ZeRO-1", "16 stages with 128 micro-batches each idle for 15/143 of the "
                                                    "step")),
     ),
+    Exercise(
+        id="14.6", kind="number", style="formula",
+        prompt="By hand, before designing your own: Llama-2-70B (Ψ = 68,976,648,192) on dp 16 × tp 8 × pp 2 with "
+               "1F1B, a global batch of 256 sequences, one sequence per micro-batch. What share of the step is "
+               "the pipeline's bubble?",
+        expected=lambda: float(_hand_bubble()), rel=1e-3,
+        hint="each replica runs m = 256/dp micro-batches; the bubble is (pp - 1) idle slots beside m busy ones",
+        wrong=(mistaken(mistakes.bubble_over_busy(_HAND["pp"], _HAND["m"])),
+               mistaken(mistakes.other_mode(float(_HAND["pp"] - 1) / (256 + _HAND["pp"] - 1),
+                                            "the whole batch as one replica's micro-batches"),
+                        "that counts all 256 sequences as one replica's: each of the 16 replicas runs 256/16"))),
+    Exercise(
+        id="14.7", kind="number", style="formula",
+        prompt="By hand, the same plan (dp 16 × tp 8 × pp 2) with ZeRO-1 and mixed precision (2 + 2 + 12 bytes "
+               "per parameter): how many bytes of model states does each GPU hold?",
+        expected=lambda: float(_hand_states()), rel=1e-3,
+        hint="tp·pp splits the model: Ψ/16 per GPU; ZeRO-1 then shards the 12 bytes of Adam state over the dp = 16 "
+             "replicas and keeps the 2 + 2 bytes of weights and gradients whole",
+        wrong=(mistaken(mistakes.other_stage_states("zero1", "ddp", _HAND_PSI, 16),
+                        "that is without ZeRO: the optimizer state is sharded over the 16 replicas too"),
+               mistaken(mistakes.all_sharded("zero1", _HAND_PSI, 16),
+                        "ZeRO-1 shards the optimizer state only; the weights and gradients stay whole on each replica"),
+               mistaken(mistakes.whole_for_shard(_hand_states(), 16),
+                        "that is the whole model's: tp·pp = 16 ranks split it before ZeRO shards anything"))),
     Exercise(
         id="14.4", kind="choice", style="find-the-bug",
         prompt="`MysteryRing` trained gpt-tiny with cp = 4 (comparison `bug`). Which mistake is in it?",
