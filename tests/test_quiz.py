@@ -429,7 +429,7 @@ def test_figures_vs_by_hand(capsys):
 
     figures_vs_by_hand("zero_stages", {"z2": 2 * P7 + 14 * P7 / 8, "bpp": 16})
     out = capsys.readouterr().out
-    assert "26.25 GB" in out and out.rstrip().endswith("card zero_stages: figures vs closed forms — match: True")
+    assert "26.25 GB" in out and out.rstrip().endswith("card zero_stages: every figure equals its closed form (2 of 2)")
     with pytest.raises(AssertionError):
         figures_vs_by_hand("zero_stages", {"z2": 4 * P7 + 12 * P7 / 8})
     assert "✗" in capsys.readouterr().out
