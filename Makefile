@@ -66,7 +66,7 @@ test-notebooks: setup
 	$(VENV)/bin/pytest -q -p no:cacheprovider --nbval --nbval-sanitize-with notebooks/sanitize.cfg notebooks/solutions
 
 test-browser: setup browser-deps
-	$(VENV)/bin/pytest -q tests -m browser
+	$(VENV)/bin/pytest -q tests/test_browser.py -m browser
 
 # The browser check drives Debian's chromium; install it when missing (as root, e.g. in CI).
 browser-deps:

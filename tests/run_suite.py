@@ -154,6 +154,7 @@ def main(argv: list[str]) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+BROWSER_TESTS = "tests/test_browser.py"  # where every test marked `browser` lives (a test checks)
 BASETEMP = {"tests": "t1", "notebooks": "t2", "browser": "t3"}
 KERNELS = "kernels"
 
@@ -196,7 +197,9 @@ def _rest(tests: Stage, serial: bool, extra: list[str], snap: str, results: list
     if deps is not None and deps.wait() != 0:
         print("== chromium's install failed: the browser stage will say what is missing", flush=True)
     if browser:
-        Stage("browser", [py, "-m", "pytest", "-q", "-m", "browser", *basetemp("browser"), "tests", *extra],
+        # its one file, not tests/: collecting every module imports torch and the package for
+        # one item (16 core-s against 4 here)
+        Stage("browser", [py, "-m", "pytest", "-q", "-m", "browser", *basetemp("browser"), BROWSER_TESTS, *extra],
               env={"IPYTHONDIR": dirs["replay"], "TMPDIR": kernels_tmp()}).wait(results)
     c = notebook_runs.counts(shared)
     print(f"\nruns shared between the notebook stages: {c['recorded']} recorded by nbval "

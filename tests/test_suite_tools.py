@@ -133,3 +133,17 @@ def test_notebook_runs_are_recorded_by_one_stage_and_replayed_by_the_next(monkey
         assert notebook_runs.key(RunConfig("ddp", 2, steps=2, model=custom)) is None
         assert len(real) == 5
     assert notebook_runs.counts(str(tmp_path)) == {"recorded": 4, "reused": 2, "replayed": 4, "live": 3}
+
+
+def test_the_browser_stage_collects_every_browser_test():
+    """`make test`'s browser stage collects one file (tests/run_suite.BROWSER_TESTS), not tests/:
+    a test marked `browser` anywhere else would run in neither stage (stage 1 deselects it)."""
+    import re
+    from pathlib import Path
+
+    from . import run_suite
+
+    here = Path(__file__).resolve().parent
+    marked = sorted(p.relative_to(here.parent).as_posix() for p in here.glob("test_*.py")
+                    if re.search(r"pytest\.mark\.browser\b", p.read_text()))
+    assert marked == [run_suite.BROWSER_TESTS]
