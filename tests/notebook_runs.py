@@ -21,7 +21,7 @@ for a rank job started with `zeroedu.runtime.cluster.run` (a collective, torch's
 
 Under the suite a time lesson's live run (`time_lessons.run_lesson`, an output nbval ignores: times
 vary with the machine) runs quick: the configurations of `time_lessons.QUICK`, the fewest that
-still show the lesson's effect, at most 3 steps each. Those cells otherwise take 15-35 s each on
+still show the lesson's effect, a warm-up and one measured step each. Those cells otherwise take 15-35 s each on
 a quiet machine and over nbval's 300-s cell limit on a busy one; the asserting cells read the
 committed results either way, and `benchmarks/bench_lessons.py` runs every configuration.
 

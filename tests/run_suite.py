@@ -2,7 +2,8 @@
 
 Stages, in order (each runs even when an earlier one failed, so one run shows everything):
   1. tests       pytest tests/ but the browser check: unit, multi-rank, CLI, grading
-  2. notebooks   nbval on notebooks/solutions (the learner editions are generated from them);
+  2. notebooks   nbval on notebooks/solutions (the learner editions are generated from them;
+                 those the browser runs again share one kernel, tests/nbval_shared_kernel.py);
                  every run is real (a configuration asked again runs once), and each report is
                  recorded (tests/notebook_runs.py)
   3. browser     the browser check: the learner editions in JupyterLab, their widgets rendered;
@@ -190,7 +191,9 @@ def _rest(tests: Stage, serial: bool, extra: list[str], snap: str, results: list
     shared = tempfile.mkdtemp(prefix="zeroedu-notebook-runs-")
     dirs = {mode: notebook_runs.ipython_dir(mode, shared) for mode in notebook_runs.MODES}
     if sorted((ROOT / "notebooks" / "solutions").glob("*.ipynb")):
-        Stage("notebooks", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval",
+        # -p tests.nbval_shared_kernel: the notebooks the browser stage runs again in fresh
+        # kernels share one kernel here (its docstring)
+        Stage("notebooks", [py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.nbval_shared_kernel", "--nbval",
                             "--nbval-sanitize-with", "notebooks/sanitize.cfg", "--nbval-cell-timeout=300",
                             "--durations=5", *basetemp("notebooks"), "notebooks/solutions"],
               env={"IPYTHONDIR": dirs["record"], "TMPDIR": kernels_tmp()}).wait(results)

@@ -75,7 +75,7 @@ def test_gap_table_sums_the_pauses_by_what_they_waited_for():
     assert "link idle before   reduce_scatter (grads)           2000.0 ms" in text
 
 
-def test_a_quick_lesson_runs_its_quick_configurations_for_at_most_three_steps(monkeypatch):
+def test_a_quick_lesson_runs_its_quick_configurations_for_a_warm_up_and_one_measured_step(monkeypatch):
     asked = []
     monkeypatch.setattr(tl, "timed", lambda label, rep, x=None: _row(label, 1.0, 1.0))
     monkeypatch.setattr(tl.train, "run", lambda cfg, **kw: asked.append(cfg))
@@ -83,9 +83,9 @@ def test_a_quick_lesson_runs_its_quick_configurations_for_at_most_three_steps(mo
         asked.clear()
         rows = tl.run_lesson(name, steps=4, progress=None, quick=True)
         assert [r.label for r in rows] == [lab for lab, _, _ in tl.LESSONS[name] if lab in labels], name
-        assert len(rows) == len(labels) >= 2 and {c.steps for c in asked} == {3}, name
+        assert len(rows) == len(labels) >= 2 and {c.steps for c in asked} == {2} == {tl.QUICK_STEPS}, name
         asked.clear()
-        assert len(tl.run_lesson(name, steps=2, progress=None)) == len(tl.LESSONS[name]) and asked[0].steps == 2
+        assert len(tl.run_lesson(name, steps=3, progress=None)) == len(tl.LESSONS[name]) and asked[0].steps == 3
 
 
 def test_a_quick_run_is_drawn_at_its_configurations_places():

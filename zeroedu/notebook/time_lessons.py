@@ -77,6 +77,9 @@ LESSONS: dict[str, list[tuple[str, float | None, dict]]] = {
 # The fewest configurations of each lesson that still show its effect, for a quick look on a slow
 # or busy machine (`run_lesson(..., quick=True)`): the ends of a sweep and a point where the
 # effect turns, or the knob off and on. The committed results always hold every configuration.
+# A quick run's steps: a warm-up and one measured step (each configuration runs twice, its
+# calibration and itself, so every step more costs two runs' worth).
+QUICK_STEPS = 2
 QUICK: dict[str, tuple[str, ...]] = {
     "ddp_buckets": ("1 KiB buckets", "1 MiB buckets", "one bucket"),  # alpha-bound, balanced, no overlap
     "fsdp_prefetch": ("no prefetch", "prefetch"),
@@ -131,11 +134,11 @@ def run_lesson(name: str, *, steps: int = 4, model: str = "gpt-small", pool=None
                quick: bool = False) -> list[TimedRun]:
     """Every configuration of lesson `name`, run on real ranks with a prediction (on `pool` when
     given: a lesson whose configurations share their number of ranks). `quick`: only the
-    configurations in `QUICK[name]`, each for at most 3 steps (the first is a warm-up; the
-    median is of those after it)."""
+    configurations in `QUICK[name]`, each for at most `QUICK_STEPS` steps (the first is a
+    warm-up; the median is of those after it)."""
     out = []
     if quick:
-        steps = min(steps, 3)
+        steps = min(steps, QUICK_STEPS)
     for label, x, kw in LESSONS[name]:
         if quick and label not in QUICK[name]:
             continue
