@@ -104,6 +104,23 @@ def test_the_readme_states_each_notebooks_reading_time():
         assert words <= minutes * READING_RATE, (name, words, minutes)
 
 
+
+def test_the_readme_counts_each_notebooks_main_path_exercises():
+    """The README's "exercises" column is the number of distinct exercises a learner meets on each
+    notebook's main path (learner edition, before its appendix), read from the cells that ask them."""
+    readme = (ROOT / "README.md").read_text()
+    stated = {m.group(1): int(m.group(2)) for m in re.finditer(
+        r"^\| \[(\d\d_\w+)\]\(notebooks/\1\.ipynb\) \|.*?\| (\d+) \| \d+ min \| [^|]+\|$", readme, re.M)}
+    learner = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    assert sorted(stated) == learner
+    for name, count in stated.items():
+        ids = set()
+        for c in json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]:
+            if c["cell_type"] == "markdown" and "".join(c["source"]).lstrip().startswith("## Appendix"):
+                break
+            ids.update(_exercise_ids(c))
+        assert count == len(ids), (name, count, sorted(ids))
+
 def main_path_cells(cells: list[dict]) -> list[dict]:
     """A notebook's markdown cells on its main path: those before its first "## Appendix"
     heading (the substrate's details, read by whoever wants them)."""
